@@ -1,0 +1,34 @@
+# Two commands set up a fresh machine: `make demo` and `make test`. Both create .venv when
+# it is missing and install requirements.txt when it changed.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test test-fast ui lint bench clean-venv
+
+$(STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) app.py --no-ui --preset demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
+
+ui: $(STAMP)
+	$(PY) app.py
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+bench: $(STAMP)
+	$(PY) bench/scan.py
+
+clean-venv:
+	rm -rf $(VENV)

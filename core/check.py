@@ -1,0 +1,111 @@
+"""`--stage check`: every problem with a config and its datasets, found without side effects.
+
+Validates keys and ranges, the model path, directory conflicts and every image header,
+then summarises what training would see: images per dataset, the bucket histogram and
+steps per epoch. Reads files; creates and changes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.config import Config, resolved, validate_config
+from core.data.conflicts import check_directory_conflicts
+from core.problems import Problem, error, errors, errors_first, warnings
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+@dataclass
+class DatasetSummary:
+    id: str
+    images: int
+    buckets: list[tuple[int, int]] = field(default_factory=list)  # one per image
+
+
+@dataclass
+class CheckReport:
+    problems: list[Problem]
+    datasets: list[DatasetSummary]
+    steps_per_epoch: int | None
+
+    @property
+    def ok(self) -> bool:
+        return not errors(self.problems)
+
+    def lines(self) -> list[str]:
+        """What the CLI prints: errors, then warnings, then the summary."""
+        from core.data.buckets import Bucket, bucket_histogram, format_histogram
+
+        out = [str(p) for p in errors_first(self.problems)]
+        n_err, n_warn = len(errors(self.problems)), len(warnings(self.problems))
+        out.append(f"summary: {n_err} error(s), {n_warn} warning(s)")
+        for ds in self.datasets:
+            out.append(f"dataset '{ds.id}': {ds.images} image(s)")
+            if ds.buckets:
+                histogram = bucket_histogram([Bucket(w, h) for w, h in ds.buckets])
+                out += [f"  {line}" for line in format_histogram(histogram)]
+        if self.steps_per_epoch is not None:
+            out.append(f"steps per epoch: {self.steps_per_epoch} (optimizer steps)")
+        return out
+
+
+def check_model_path(cfg: Config, workspace: Path) -> list[Problem]:
+    """Catch a model path that cannot be anything: not tiny:, not on disk, not a hub id."""
+    path = cfg.model.path
+    if not path or path.startswith("tiny:"):
+        return []
+    local = Path(path).expanduser()
+    local = local if local.is_absolute() else workspace / local
+    if local.exists():
+        return []
+    looks_local = path.startswith((".", "/", "~")) or path.endswith(
+        (".safetensors", ".ckpt", ".bin"))
+    if looks_local or not HUB_ID.match(path):
+        return [error("model.path", f"{path} is neither a folder, a file (looked in {local}) "
+                                    "nor a hub id like org/model")]
+    return []
+
+
+def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummary], int | None]:
+    from core.data.buckets import bucket_for
+    from core.data.index import index_dataset
+    from core.data.sampler import MultiDatasetSampler, SourceDataset
+
+    missing = {p.where for p in problems if p.level == "error"}
+    summaries, sources = [], []
+    for i, ds in enumerate(cfg.datasets):
+        key = f"datasets.{i}"
+        if f"{key}.images" in missing or not ds.images:
+            continue
+        index = index_dataset(ds, key)
+        problems.extend(index.problems)
+        buckets = []
+        for item in index.items:
+            b = bucket_for(item.width, item.height, ds.resolution, ds.bucketing, ds.crop)
+            buckets.append((b.width, b.height))
+        summaries.append(DatasetSummary(ds.id, len(index.items), buckets))
+        sources.append(SourceDataset(ds.id, buckets, ds.repeats, ds.probability))
+    if not sources or not any(s.item_buckets for s in sources):
+        return summaries, None
+    sampler = MultiDatasetSampler(sources, batch_size=cfg.train.batch_size,
+                                  grad_accum=cfg.train.grad_accum,
+                                  num_processes=cfg.launch.num_processes * cfg.launch.num_machines,
+                                  process_index=0, seed=cfg.train.seed)
+    return summaries, sampler.steps_per_epoch()
+
+
+def run_check(cfg: Config, workspace: str | Path) -> CheckReport:
+    workspace = Path(workspace).expanduser().absolute()
+    problems = validate_config(cfg)
+    problems += check_model_path(cfg, workspace)
+    full = resolved(cfg, workspace)
+    problems += check_directory_conflicts(full)
+    datasets, steps = _summarise(full, problems)
+    if steps == 0:
+        problems.append(error("train.batch_size",
+                              "no full batch fits: every bucket has fewer images than "
+                              "batch_size × processes; lower train.batch_size or add images"))
+    return CheckReport(problems, datasets, steps)

@@ -1,0 +1,1 @@
+"""Model families behind one protocol (see base.py); registry.py finds them without torch."""

@@ -1,0 +1,75 @@
+"""Offline tokenizers for the tiny models: no download, deterministic, real classes.
+
+A byte-level BPE vocabulary (the 256 GPT-2 byte symbols, their end-of-word `</w>` forms
+and the two specials) covers every string, so a real `CLIPTokenizer` built from it
+tokenizes any prompt without merges. It is saved with `save_pretrained` so the tiny
+diffusers folder reloads it with `from_pretrained(dir, local_files_only=True)`, exactly
+like a real model's tokenizer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+BOS_TOKEN = "<|startoftext|>"
+EOS_TOKEN = "<|endoftext|>"
+
+
+def byte_symbols() -> list[str]:
+    """The 256 printable stand-ins GPT-2/CLIP use for raw bytes, in byte order."""
+    keep = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
+    chars = list(keep)
+    extra = 0
+    for b in range(256):
+        if b not in keep:
+            keep.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    table = dict(zip(keep, chars))
+    return [chr(table[b]) for b in range(256)]
+
+
+def clip_vocab() -> dict[str, int]:
+    """Byte symbols, their `</w>` forms, then BOS and EOS: 514 entries."""
+    symbols = byte_symbols()
+    vocab: dict[str, int] = {}
+    for s in symbols:
+        vocab[s] = len(vocab)
+    for s in symbols:
+        vocab[s + "</w>"] = len(vocab)
+    vocab[BOS_TOKEN] = len(vocab)
+    vocab[EOS_TOKEN] = len(vocab)
+    return vocab
+
+
+CLIP_VOCAB_SIZE = 514
+
+
+def build_clip_tokenizer(out_dir: Path, model_max_length: int = 77,
+                         pad_token: str = EOS_TOKEN) -> None:
+    """Write a CLIP tokenizer to `out_dir` (tokenizer folder of a diffusers model).
+
+    `pad_token` is EOS for SD1.5-style tokenizers; SD2/SDXL's second tokenizer pads with
+    "!" in the real models, which callers may pass here.
+    """
+    from transformers import CLIPTokenizer
+
+    vocab = clip_vocab()
+    # No merges: every word splits into byte symbols, which the vocabulary covers.
+    merges: list[tuple[str, str]] = []
+    tok = CLIPTokenizer(
+        vocab=vocab,
+        merges=merges,
+        model_max_length=model_max_length,
+        bos_token=BOS_TOKEN,
+        eos_token=EOS_TOKEN,
+        unk_token=EOS_TOKEN,
+        pad_token=pad_token,
+    )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tok.save_pretrained(str(out_dir))

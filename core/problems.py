@@ -1,0 +1,52 @@
+"""One shape for every problem a check can find, so CLI and UI print them the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+Level = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    level: Level
+    where: str  # a config key ("datasets.0.vae_cache") or a file path
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.level}: {self.where}: {self.message}"
+
+
+def error(where: str, message: str) -> Problem:
+    return Problem("error", where, message)
+
+
+def warning(where: str, message: str) -> Problem:
+    return Problem("warning", where, message)
+
+
+def errors(problems: Iterable[Problem]) -> list[Problem]:
+    return [p for p in problems if p.level == "error"]
+
+
+def warnings(problems: Iterable[Problem]) -> list[Problem]:
+    return [p for p in problems if p.level == "warning"]
+
+
+def errors_first(problems: Iterable[Problem]) -> list[Problem]:
+    """Errors, then warnings, each group in the order found."""
+    items = list(problems)
+    return errors(items) + warnings(items)
+
+
+class ConfigError(Exception):
+    """Raised when a config cannot be loaded or an override cannot be applied.
+
+    Carries every problem found so the caller can print them one per line.
+    """
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))

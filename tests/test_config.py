@@ -1,0 +1,170 @@
+"""The typed config: TOML round-trip, --set overrides, unknown keys, validation messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.config import (
+    Config,
+    DatasetConfig,
+    apply_overrides,
+    dumps_config,
+    load_config,
+    loads_config,
+    resolved,
+    save_config,
+    validate_config,
+)
+from core.presets import PRESETS_DIR, list_presets
+from core.problems import ConfigError
+
+
+def messages(problems) -> list[str]:
+    return [str(p) for p in problems]
+
+
+def test_every_preset_round_trips_exactly_and_is_valid():
+    names = list_presets()
+    assert {"demo", "sd15-lora", "sdxl-lora", "sd3-lora", "flux-lora"} <= set(names)
+    for name in names:
+        text = (PRESETS_DIR / f"{name}.toml").read_text(encoding="utf-8")
+        cfg = loads_config(text)
+        assert dumps_config(cfg) == text, name
+        assert validate_config(cfg) == [], name
+
+
+def test_preset_families_match_their_names():
+    for name, family in [("sd15-lora", "sd15"), ("sdxl-lora", "sdxl"), ("sd3-lora", "sd3"),
+                         ("flux-lora", "flux"), ("demo", "sd15")]:
+        assert load_config(PRESETS_DIR / f"{name}.toml").model.family == family
+
+
+def test_save_then_load_keeps_every_value(tmp_path: Path):
+    cfg = Config(datasets=[DatasetConfig(id="a", images="x", vae_cache="c/a"),
+                           DatasetConfig(id="b", images="y", vae_cache="c/b", repeats=3)])
+    cfg.validation.prompts = ['quote " and backslash \\ and ünïcode', "second"]
+    cfg.train.learning_rate = 3e-5
+    save_config(cfg, tmp_path / "run.toml")
+    again = load_config(tmp_path / "run.toml")
+    assert again == cfg
+
+
+def test_partial_config_fills_defaults():
+    cfg = loads_config('version = 1\n[train]\nmax_steps = 7\n')
+    assert cfg.train.max_steps == 7
+    assert cfg.train.batch_size == 1
+    assert cfg.model.family == "sd15"
+
+
+def test_unknown_keys_are_named_with_a_suggestion():
+    text = 'version = 1\n[train]\nmax_step = 5\n[modle]\nfamily = "sd15"\n'
+    with pytest.raises(ConfigError) as info:
+        loads_config(text)
+    lines = messages(info.value.problems)
+    assert any("train.max_step" in m and "did you mean 'max_steps'" in m for m in lines)
+    assert any(m.startswith("error: modle:") and "'model'" in m for m in lines)
+
+
+def test_unknown_dataset_key_names_its_index():
+    text = 'version = 1\n[[datasets]]\nid = "a"\n[[datasets]]\nid = "b"\nimage = "x"\n'
+    with pytest.raises(ConfigError) as info:
+        loads_config(text)
+    assert any("datasets.1.image" in m and "'images'" in m for m in messages(info.value.problems))
+
+
+def test_wrong_types_are_named():
+    with pytest.raises(ConfigError) as info:
+        loads_config('version = 1\n[train]\nmax_steps = "lots"\nseed = 1.5\n')
+    lines = messages(info.value.problems)
+    assert any("train.max_steps" in m and "integer" in m and "lots" in m for m in lines)
+    assert any("train.seed" in m for m in lines)
+
+
+def test_bad_toml_and_bad_version_are_reported(tmp_path: Path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("version = 1\n[train\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(bad)
+    assert str(bad) in str(info.value) and "not valid TOML" in str(info.value)
+    with pytest.raises(ConfigError, match="unsupported config version 2"):
+        loads_config("version = 2\n")
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "missing.toml")
+
+
+def test_overrides_convert_types_and_index_lists():
+    cfg = load_config(PRESETS_DIR / "demo.toml")
+    apply_overrides(cfg, ["train.max_steps=20", "datasets.0.repeats=3",
+                          "train.learning_rate=2e-4", "datasets.0.bucketing=false",
+                          "validation.prompts=[\"a\", \"b\"]", "validation.prompts.1=c",
+                          "model.path=org/model"])
+    assert cfg.train.max_steps == 20
+    assert cfg.datasets[0].repeats == 3
+    assert cfg.train.learning_rate == pytest.approx(2e-4)
+    assert cfg.datasets[0].bucketing is False
+    assert cfg.validation.prompts == ["a", "c"]
+    assert cfg.model.path == "org/model"
+
+
+def test_override_can_add_a_dataset():
+    cfg = load_config(PRESETS_DIR / "demo.toml")
+    apply_overrides(cfg, ["datasets.1.images=more", "datasets.1.vae_cache=cache/more"])
+    assert len(cfg.datasets) == 2 and cfg.datasets[1].images == "more"
+
+
+@pytest.mark.parametrize("item, expected", [
+    ("train.max_steps=abc", "train.max_steps: expected an integer, got 'abc'"),
+    ("train.max_stepz=3", "did you mean 'max_steps'"),
+    ("datasets.5.repeats=2", "index 5 out of range"),
+    ("train.mixed_precision", "--set expects key=value"),
+    ("datasets.0.bucketing=maybe", "expected true or false"),
+    ("train=3", "is a section"),
+])
+def test_bad_overrides_say_what_is_wrong(item: str, expected: str):
+    cfg = load_config(PRESETS_DIR / "demo.toml")
+    with pytest.raises(ConfigError) as info:
+        apply_overrides(cfg, [item])
+    assert expected in str(info.value)
+
+
+def test_validation_names_key_and_bound():
+    cfg = load_config(PRESETS_DIR / "demo.toml")
+    apply_overrides(cfg, ["train.learning_rate=0", "train.mixed_precision=fp8",
+                          "datasets.0.repeats=0", "datasets.0.crop=middle",
+                          "model.path=tiny:sdxl"])
+    lines = messages(validate_config(cfg))
+    assert "error: train.learning_rate: must be greater than 0.0; got 0.0" in lines
+    assert any(m.startswith("error: train.mixed_precision: must be one of no, fp16, bf16")
+               for m in lines)
+    assert "error: datasets.0.repeats: must be at least 1; got 0" in lines
+    assert any(m.startswith("error: datasets.0.crop:") for m in lines)
+    assert any(m.startswith("error: model.path:") and "model.family" in m for m in lines)
+
+
+def test_validation_of_datasets():
+    cfg = Config(datasets=[DatasetConfig(id="a", images="x", vae_cache="c1", probability=0),
+                           DatasetConfig(id="a", images="", vae_cache="c2", probability=0,
+                                         caption="instance_prompt")])
+    lines = messages(validate_config(cfg))
+    assert any("datasets.1.id" in m and "already used by datasets.0" in m for m in lines)
+    assert any("datasets.1.images" in m and "is empty" in m for m in lines)
+    assert any("datasets.1.instance_prompt" in m for m in lines)
+    assert any("probability 0" in m for m in lines)
+    assert any(m.startswith("error: datasets:") for m in
+               messages(validate_config(Config())))
+
+
+def test_resolved_paths_join_workspace_and_leave_hub_ids(tmp_path: Path):
+    cfg = load_config(PRESETS_DIR / "sd15-lora.toml")
+    cfg.datasets[0].images = "/abs/images"
+    full = resolved(cfg, tmp_path)
+    assert full.datasets[0].images == "/abs/images"
+    assert full.datasets[0].vae_cache == str(tmp_path / "cache/sd15/mydata/vae")
+    assert full.output.dir == str(tmp_path / "runs/sd15-lora")
+    assert full.model.path == "stable-diffusion-v1-5/stable-diffusion-v1-5"
+    assert cfg.output.dir == "runs/sd15-lora", "the original config is left as written"
+    (tmp_path / "models/local").mkdir(parents=True)
+    cfg.model.path = "models/local"
+    assert resolved(cfg, tmp_path).model.path == str(tmp_path / "models/local")

@@ -1,0 +1,88 @@
+"""Training items read from the caches, one dataset at a time, bucket by bucket.
+
+Only images whose latents and caption embeddings are in the cache take part (a bad image
+skipped at build time is simply absent). An entry that fails to load at train time is
+deleted by the store, rebuilt through `rebuild` when the trainer provides it, and never
+trained on half-read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from core.cache.plan import CachePlan, DatasetPlan, TextJob, VaeJob
+from core.cache.store import CacheReadError, is_fresh, load_entry
+from core.config import Config
+from core.data.sampler import SourceDataset
+
+Rebuild = Callable[[VaeJob | TextJob], None]
+
+
+@dataclass
+class CachedItem:
+    vae: VaeJob
+    text: TextJob
+
+
+class CachedDataset:
+    def __init__(self, dataset_id: str, items: list[CachedItem], repeats: int = 1,
+                 probability: float = 1.0, rebuild: Rebuild | None = None) -> None:
+        self.id = dataset_id
+        self.items = items
+        self.repeats = repeats
+        self.probability = probability
+        self.rebuild = rebuild
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def source(self) -> SourceDataset:
+        return SourceDataset(self.id, [item.vae.bucket for item in self.items],
+                             self.repeats, self.probability)
+
+    def _load(self, job: VaeJob | TextJob) -> dict[str, Any]:
+        try:
+            return load_entry(job.entry)[0]
+        except CacheReadError as exc:
+            if self.rebuild is None:
+                raise
+            print(f"warning: {exc}; rebuilding it now", flush=True)
+            self.rebuild(job)
+            return load_entry(job.entry)[0]
+
+    def load(self, index: int) -> dict[str, Any]:
+        """One item in the shape collate expects."""
+        item = self.items[index]
+        latents = self._load(item.vae)["latents"]
+        width, height = item.vae.bucket
+        return {
+            **self._load(item.text),
+            "latents": latents,
+            "original_size": item.vae.original_size,
+            "crop_top_left": item.vae.crop_top_left,
+            "target_size": (height, width),
+            "path": str(item.vae.image),
+            "caption": item.text.caption,
+        }
+
+
+def _cached_items(ds_plan: DatasetPlan, text_jobs: dict[str, TextJob]) -> list[CachedItem]:
+    items = []
+    for image, job in zip(ds_plan.items, ds_plan.vae_jobs, strict=True):
+        text = text_jobs[image.caption]
+        if is_fresh(job.entry, job.meta) and is_fresh(text.entry, text.meta):
+            items.append(CachedItem(job, text))
+    return items
+
+
+def cached_datasets(cfg: Config, plan: CachePlan,
+                    rebuild: Rebuild | None = None) -> list[CachedDataset]:
+    """One CachedDataset per configured dataset, in config order (the sampler's indices)."""
+    text_jobs = {job.caption: job for job in plan.text_jobs}
+    out = []
+    for ds_cfg, ds_plan in zip(cfg.datasets, plan.datasets, strict=True):
+        out.append(CachedDataset(ds_cfg.id, _cached_items(ds_plan, text_jobs), ds_cfg.repeats,
+                                 ds_cfg.probability, rebuild))
+    return out

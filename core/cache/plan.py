@@ -1,0 +1,105 @@
+"""What the caches should hold: one VAE entry per image, one text entry per unique caption.
+
+Pure planning (no torch): index the datasets, decide each image's bucket and crop, and name
+the entry file with the fields it must record. Every process computes the same plan, so
+the work can be split between them without talking.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.config import Config, DatasetConfig
+from core.data.buckets import bucket_for, crop_box
+from core.data.index import ImageItem, index_dataset
+from core.problems import Problem
+
+ENTRY_SUFFIX = ".safetensors"
+
+
+@dataclass(frozen=True)
+class VaeJob:
+    dataset_id: str
+    image: Path
+    entry: Path
+    bucket: tuple[int, int]  # (width, height)
+    box: tuple[int, int, int, int]  # scaled width, scaled height, left, top
+    original_size: tuple[int, int]  # (height, width), as SDXL conditions on it
+    crop_top_left: tuple[int, int]  # (top, left)
+    meta: dict[str, str] = field(hash=False, compare=False)
+
+
+@dataclass(frozen=True)
+class TextJob:
+    caption: str
+    entry: Path
+    meta: dict[str, str] = field(hash=False, compare=False)
+
+
+@dataclass
+class DatasetPlan:
+    dataset_id: str
+    items: list[ImageItem]
+    vae_jobs: list[VaeJob]  # parallel to items
+    text_entries: list[Path]  # parallel to items
+
+
+@dataclass
+class CachePlan:
+    datasets: list[DatasetPlan]
+    text_jobs: list[TextJob]  # unique captions, sorted: identical on every process
+    problems: list[Problem]
+
+    @property
+    def vae_jobs(self) -> list[VaeJob]:
+        return [job for ds in self.datasets for job in ds.vae_jobs]
+
+
+def text_entry_path(text_dir: Path, caption: str) -> Path:
+    digest = hashlib.sha256(caption.encode("utf-8")).hexdigest()
+    return text_dir / digest[:2] / f"{digest[2:34]}{ENTRY_SUFFIX}"
+
+
+def vae_entry_path(ds: DatasetConfig, image: Path) -> Path:
+    relative = image.relative_to(ds.images)
+    return Path(ds.vae_cache) / relative.parent / f"{relative.name}{ENTRY_SUFFIX}"
+
+
+def source_stamp(path: Path) -> dict[str, str]:
+    stat = path.stat()
+    return {"source": str(path), "source_size": str(stat.st_size),
+            "source_mtime_ns": str(stat.st_mtime_ns)}
+
+
+def _vae_job(ds: DatasetConfig, item: ImageItem, seed: int, model: dict[str, str]) -> VaeJob:
+    bucket = bucket_for(item.width, item.height, ds.resolution, ds.bucketing, ds.crop)
+    # A random crop is drawn once per image (seeded by the image) and cached with it.
+    rng = random.Random(f"{seed}:{item.path}") if ds.crop == "random" else None
+    box = crop_box(item.width, item.height, bucket, ds.crop, rng)
+    meta = {
+        **source_stamp(item.path), **model,
+        "resolution": str(ds.resolution), "bucket": f"{bucket.width}x{bucket.height}",
+        "crop": ds.crop, "box": ",".join(map(str, box)),
+    }
+    return VaeJob(ds.id, item.path, vae_entry_path(ds, item.path), (bucket.width, bucket.height),
+                  tuple(box), (item.height, item.width), (box.top, box.left), meta)
+
+
+def plan_caches(cfg: Config, model: dict[str, str], verify: bool = False) -> CachePlan:
+    """Plan for a resolved config. `model` holds the fields that identify the model
+    (family and fingerprint); they go into every entry's metadata."""
+    text_dir = Path(cfg.text_cache.dir)
+    plans, problems, captions = [], [], set()
+    for i, ds in enumerate(cfg.datasets):
+        index = index_dataset(ds, f"datasets.{i}", verify=verify)
+        problems.extend(index.problems)
+        jobs = [_vae_job(ds, item, cfg.train.seed, model) for item in index.items]
+        entries = [text_entry_path(text_dir, item.caption) for item in index.items]
+        captions.update(item.caption for item in index.items)
+        plans.append(DatasetPlan(ds.id, index.items, jobs, entries))
+    text_jobs = [TextJob(c, text_entry_path(text_dir, c), {"caption": c, **model})
+                 for c in sorted(captions)]
+    return CachePlan(plans, text_jobs, problems)

@@ -1,0 +1,93 @@
+"""The cache stage: plan, find what is stale, split it between processes, build it.
+
+Used by `python -m core.cache.main` (the `--stage cache` program that `accelerate launch`
+runs) and by the trainer, which builds missing entries before its first step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.cache.build import (
+    BuildStats,
+    Progress,
+    build_text_entries,
+    build_vae_entries,
+    my_share,
+    stale,
+)
+from core.cache.plan import CachePlan, plan_caches
+from core.cache.store import remove_stale_temp_files
+from core.config import Config
+from core.problems import Problem
+
+
+@dataclass
+class ProcessGroup:
+    """Who this process is among the launched ones, and how to wait for the others."""
+
+    index: int = 0
+    count: int = 1
+    barrier: Callable[[], None] = lambda: None
+    device: Any = "cpu"
+
+    @property
+    def is_main(self) -> bool:
+        return self.index == 0
+
+
+@dataclass
+class CacheReport:
+    plan: CachePlan
+    vae: BuildStats
+    text: BuildStats
+    stale_vae: int
+    stale_text: int
+    problems: list[Problem] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        images = len(self.plan.vae_jobs)
+        captions = len(self.plan.text_jobs)
+        return [
+            f"vae cache: {images} image(s), {self.stale_vae} to build, this process wrote "
+            f"{self.vae.written} in {self.vae.seconds:.1f}s",
+            f"text cache: {captions} unique caption(s), {self.stale_text} to build, this "
+            f"process wrote {self.text.written} in {self.text.seconds:.1f}s",
+        ]
+
+
+def model_identity(components: Any) -> dict[str, str]:
+    return {"family": components.family, "model": components.fingerprint}
+
+
+def build_caches(cfg: Config, family: Any, components: Any, group: ProcessGroup | None = None,
+                 progress: Progress | None = None, vae_batch: int = 4) -> CacheReport:
+    """Bring every cache entry of a resolved config up to date.
+
+    All processes compute the same plan and the same stale list before any of them writes
+    (the first barrier), then each builds its share; the second barrier makes sure every
+    entry exists before anyone trains on it.
+    """
+    import torch
+
+    group = group or ProcessGroup()
+    plan = plan_caches(cfg, model_identity(components))
+    if group.is_main:
+        for folder in {Path(ds.vae_cache) for ds in cfg.datasets} | {Path(cfg.text_cache.dir)}:
+            remove_stale_temp_files(folder)
+    vae_todo, text_todo = stale(plan.vae_jobs), stale(plan.text_jobs)
+    group.barrier()
+    vae_stats = build_vae_entries(
+        lambda pixels: family.encode_images(components, pixels),
+        my_share(vae_todo, group.index, group.count), batch_size=vae_batch,
+        device=group.device, dtype=getattr(components.vae, "dtype", torch.float32),
+        progress=progress)
+    text_stats = build_text_entries(
+        lambda captions: family.encode_prompts(components, captions),
+        my_share(text_todo, group.index, group.count), progress=progress)
+    group.barrier()
+    problems = plan.problems + vae_stats.problems + text_stats.problems
+    return CacheReport(plan, vae_stats, text_stats, len(vae_todo), len(text_todo), problems)

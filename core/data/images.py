@@ -12,12 +12,11 @@ from __future__ import annotations
 import struct
 import warnings
 import zlib
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
-import numpy as np
 from PIL import Image
 
 from core.problems import Problem, warning
@@ -26,7 +25,8 @@ IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 
 # Same as PIL's own hard limit (2 x Image.MAX_IMAGE_PIXELS): about 179 megapixels, e.g.
 # 13,000 x 13,000. Larger files are refused as possible decompression bombs. We check it
-# ourselves instead of changing PIL's global setting, so callers can pass a lower limit.
+# ourselves instead of changing PIL's global setting, so callers can pass a lower limit
+# (a higher one has no effect: PIL refuses beyond this at open).
 MAX_PIXELS = 178_956_970
 
 # Modes we know how to turn into RGB correctly. LAB and HSV, for instance, would "convert"
@@ -100,8 +100,7 @@ def _open(path: Path, max_pixels: int) -> Iterator[Image.Image]:
     except PermissionError as exc:
         raise BadImage(path, f"cannot read file ({exc.strerror})") from None
     except _DECODE_ERRORS as exc:
-        raise BadImage(path, f"cannot read image header ({exc}); re-export it or "
-                             f"remove it") from None
+        raise BadImage(path, _damaged_reason(exc, "header")) from None
     with im:
         width, height = im.size
         if width * height > max_pixels:
@@ -161,17 +160,17 @@ def load_rgb(path: Path | str, max_pixels: int = MAX_PIXELS) -> Image.Image:
         try:
             im.load()
         except _DECODE_ERRORS as exc:
-            raise BadImage(path, _decode_reason(exc)) from None
+            raise BadImage(path, _damaged_reason(exc, "data")) from None
         rgb = to_rgb(im)
         transpose = _TRANSPOSE.get(_orientation(im))
     return rgb.transpose(transpose) if transpose is not None else rgb
 
 
-def _decode_reason(exc: BaseException) -> str:
+def _damaged_reason(exc: BaseException, part: str) -> str:
     text = str(exc)
     if "truncated" in text.lower():
         return "truncated image file (re-export it or remove it)"
-    return f"damaged image data ({text or type(exc).__name__}); re-export it or remove it"
+    return f"damaged image {part} ({text or type(exc).__name__}); re-export it or remove it"
 
 
 def to_rgb(im: Image.Image) -> Image.Image:
@@ -195,6 +194,8 @@ def _high_depth_to_l(im: Image.Image) -> Image.Image:
     values within 0-1 (float) are taken as 0-1, within 0-255 as 8-bit, within 0-65535 as
     16-bit, anything wider is stretched from its own maximum.
     """
+    import numpy as np  # only for these rare modes; keeps the check path's imports light
+
     arr = np.asarray(im.convert("I") if im.mode.startswith("I;16") else im, dtype=np.float64)
     hi = float(arr.max()) if arr.size else 0.0
     if im.mode == "F" and hi <= 1.0:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from core.data.images import IMAGE_EXTENSIONS
 from core.problems import Problem, warning

@@ -1,0 +1,197 @@
+"""The training loop: optimizer steps, eval, validation, checkpoints, a clean stop."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from core.config import Config
+from core.data.collate import collate
+from core.models.common import unwrap
+from core.train.batches import to_device
+from core.train.checkpoint import (
+    TrainState,
+    find_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    set_rng_state,
+)
+from core.train.evaluation import EvalSet, build_eval_set, evaluate
+from core.train.report import Reporter
+from core.train.setup import Setup, TrainingError
+from core.train.validation import generate_validation_images
+
+
+def trainable_state(setup: Setup) -> dict[str, Any]:
+    return {name: p for name, p in setup.base_denoiser.named_parameters() if p.requires_grad}
+
+
+def restore(setup: Setup, run_dir: Path, which: str, say: Any) -> int:
+    """Load a checkpoint into the setup; returns the step to continue from."""
+    folder = find_checkpoint(run_dir, which)
+    weights, states, state = load_checkpoint(folder, setup.accelerator.process_index)
+    own = trainable_state(setup)
+    missing = sorted(set(own) - set(weights))
+    if missing:
+        raise TrainingError(f"checkpoint {folder} does not fit this model/method "
+                            f"({len(missing)} trained weights missing, e.g. {missing[0]})")
+    with _no_grad():
+        for name, param in own.items():
+            param.copy_(weights[name].to(param.device, param.dtype))
+    setup.optimizer.load_state_dict(states["optimizer"])
+    setup.lr_scheduler.load_state_dict(states["scheduler"])
+    if setup.ema is not None and "ema" in states:
+        setup.ema.load_state_dict(states["ema"])
+    setup.sampler.load_state_dict(state.sampler, strict=False)
+    if "rng" in states:
+        set_rng_state(states["rng"])
+    say(f"resumed from {folder} at step {state.step}")
+    return state.step
+
+
+def _no_grad() -> Any:
+    import torch
+
+    return torch.no_grad()
+
+
+def micro_step(setup: Setup, cfg: Config, batch_plan: Any) -> Any:
+    """Forward and backward for one micro-batch; returns the detached loss."""
+    acc, family, comps = setup.accelerator, setup.family, setup.components
+    dataset = setup.datasets[batch_plan.dataset_index]
+    batch = to_device(collate([dataset.load(i) for i in batch_plan.item_indices]),
+                      acc.device, setup.weight_dtype)
+    with acc.accumulate(comps.denoiser):
+        sample = family.noise_and_target(comps, batch["latents"])
+        with acc.autocast():
+            prediction = family.predict(comps, sample, batch, batch)
+        loss = family.loss(comps, prediction.float(), sample, cfg.train.min_snr_gamma)
+        acc.backward(loss)
+        if acc.sync_gradients and cfg.train.max_grad_norm > 0:
+            acc.clip_grad_norm_(setup.params, cfg.train.max_grad_norm)
+        setup.optimizer.step()
+        setup.optimizer.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+class Loop:
+    def __init__(self, setup: Setup, cfg: Config, run_dir: Path, reporter: Reporter,
+                 stop: Any) -> None:
+        self.s, self.cfg, self.run_dir = setup, cfg, run_dir
+        self.reporter, self.stop = reporter, stop
+        self.eval_set: EvalSet | None = None
+        self.last_saved_step = -1
+
+    @property
+    def acc(self) -> Any:
+        return self.s.accelerator
+
+    def eval(self, step: int) -> None:
+        if self.acc.is_main_process and self.eval_set is not None:
+            unwrapped = _with_denoiser(self.s.components, unwrap(self.s.components.denoiser))
+            with self.acc.autocast():
+                result = evaluate(self.s.family, unwrapped, self.eval_set, self.acc.device,
+                                  self.s.weight_dtype)
+            self.reporter.event("eval", step=step, **result)
+            self.reporter.say(f"eval step {step}: loss {result['loss']:.4f} "
+                              f"loss_shuffled {result['loss_shuffled']:.4f}")
+        self.acc.wait_for_everyone()
+
+    def validate(self, step: int) -> None:
+        if self.acc.is_main_process and self.cfg.validation.prompts:
+            paths = generate_validation_images(self.s.family, self.s.components,
+                                               self.cfg.validation, self.run_dir, step,
+                                               self.acc.device)
+            self.reporter.event("validation", step=step, images=[str(p) for p in paths])
+            self.reporter.say(f"validation images for step {step}: {paths[0].parent}")
+        self.acc.wait_for_everyone()
+
+    def checkpoint(self, step: int) -> None:
+        if step == self.last_saved_step:
+            return
+        state = TrainState(step=step, epoch=self.s.sampler.epoch,
+                           sampler=self.s.sampler.state_dict())
+        folder = save_checkpoint(
+            self.run_dir, step, self.acc.process_index, self.acc.wait_for_everyone,
+            trainable=trainable_state(self.s), optimizer=self.s.optimizer,
+            scheduler=self.s.lr_scheduler, ema=self.s.ema, state=state,
+            meta={"method": self.cfg.train.method, "family": self.cfg.model.family},
+            keep=self.cfg.train.keep_checkpoints)
+        self.last_saved_step = step
+        if folder is not None:
+            self.reporter.event("checkpoint", step=step, path=str(folder))
+            self.reporter.say(f"checkpoint saved: {folder}")
+
+    def save_weights(self) -> None:
+        """The trained LoRA (diffusers + kohya formats) or the full model."""
+        if self.acc.is_main_process:
+            comps = _with_denoiser(self.s.components, self.s.base_denoiser)
+            if self.cfg.train.method == "lora":
+                files = self.s.family.save_lora(comps, self.run_dir / "lora")
+                self.reporter.say("LoRA saved: " + ", ".join(str(p) for p in files.values()))
+            else:
+                pipe = self.s.family.validation_pipeline(comps)
+                pipe.save_pretrained(str(self.run_dir / "model"), safe_serialization=True)
+                self.reporter.say(f"model saved: {self.run_dir / 'model'}")
+        self.acc.wait_for_everyone()
+
+    def should_stop(self) -> bool:
+        """The same answer on every process, so all stop at the same step."""
+        import torch
+
+        wanted = torch.tensor([1.0 if self.stop.requested() else 0.0], device=self.acc.device)
+        return bool(self.acc.reduce(wanted, "max").item() > 0)
+
+    def periodic(self, step: int, final: bool) -> None:
+        if final or step % self.cfg.train.eval_every == 0:
+            self.eval(step)
+        if final or step % self.cfg.validation.every == 0:
+            self.reporter.pause_clock()
+            self.validate(step)
+        if not final and step % self.cfg.train.checkpoint_every == 0:
+            self.reporter.pause_clock()
+            self.checkpoint(step)
+
+    def run(self, start_step: int) -> str:
+        """Train to max_steps; returns the final state: done or stopped."""
+        import torch
+
+        cfg, s = self.cfg, self.s
+        self.eval_set = build_eval_set(s.family, s.components, s.datasets,
+                                       cfg.train.eval_images, cfg.train.batch_size)
+        if start_step == 0:
+            self.eval(0)
+        batches = iter(s.sampler)
+        step = start_step
+        while step < cfg.train.max_steps:
+            losses = [micro_step(s, cfg, next(batches)) for _ in range(cfg.train.grad_accum)]
+            s.lr_scheduler.step()
+            if s.ema is not None:
+                s.ema.step(s.params)
+            step += 1
+            loss = float(self.acc.reduce(torch.stack(losses).mean(), "mean"))
+            if not math.isfinite(loss):
+                raise TrainingError(f"the loss became {loss} at step {step}; lower "
+                                    "train.learning_rate or use mixed_precision = \"bf16\"")
+            self.reporter.step(step, loss, s.lr_scheduler.get_last_lr()[0], s.sampler.epoch)
+            if self.should_stop():
+                self.reporter.status("stopping", step=step)
+                self.checkpoint(step)
+                self.save_weights()
+                return "stopped"
+            self.periodic(step, final=step == cfg.train.max_steps)
+        if s.ema is not None:
+            s.ema.copy_to(s.params)
+        self.checkpoint(step)
+        self.save_weights()
+        return "done"
+
+
+def _with_denoiser(components: Any, denoiser: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(components, denoiser=denoiser)
+
+
+__all__ = ["Loop", "restore"]

@@ -1,0 +1,109 @@
+"""The program `accelerate launch` runs for a training run.
+
+    accelerate launch ... -m core.train.main --config RUN_DIR/config.toml --workspace W
+        [--resume latest|STEP|PATH]
+
+Writes status.json, events.jsonl, validation images, checkpoints and the LoRA into
+output.dir. SIGINT, SIGTERM or a STOP file in the run folder: finish the step, save a
+checkpoint and the weights, state `stopped`, exit 130. A second SIGINT stops at once.
+Any error: state `failed`, the error in events.jsonl, exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+from core.runs.status import STOP_FILE, stop_requested
+
+EXIT_CODES = {"done": 0, "stopped": 130}
+
+
+class StopSignal:
+    """SIGINT/SIGTERM and the STOP file ask for a clean stop at the next step boundary."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.signalled = False
+
+    def install(self) -> StopSignal:
+        signal.signal(signal.SIGINT, self._handle)
+        signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.signalled and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now
+        self.signalled = True
+        print(f"received {signal.Signals(signum).name}: stopping after this step "
+              "(saving a checkpoint and the weights)", flush=True)
+
+    def requested(self) -> bool:
+        return self.signalled or stop_requested(self.run_dir)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="the run's config.toml")
+    parser.add_argument("--workspace", required=True)
+    parser.add_argument("--resume", help="latest, a step number or a checkpoint folder")
+    return parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    from core.cache.session import load_resolved_config
+
+    workspace = Path(args.workspace).absolute()
+    cfg = load_resolved_config(Path(args.config), workspace)
+    if cfg is None:
+        return 2
+    run_dir = Path(cfg.output.dir)
+    stop = StopSignal(run_dir).install()
+
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+
+    from core.train.loop import Loop, restore
+    from core.train.report import Reporter
+    from core.train.setup import build_setup
+
+    accelerator = Accelerator(mixed_precision=cfg.train.mixed_precision,
+                              gradient_accumulation_steps=cfg.train.grad_accum,
+                              cpu=cfg.launch.cpu)
+    reporter = Reporter(run_dir, accelerator.is_main_process, cfg.train.max_steps)
+    if accelerator.is_main_process:
+        (run_dir / STOP_FILE).unlink(missing_ok=True)  # a stop asked of an earlier session
+    reporter.status("starting", step=0, phase="loading",
+                    processes=accelerator.num_processes)
+    try:
+        set_seed(cfg.train.seed, device_specific=True)
+        setup = build_setup(cfg, workspace, accelerator, reporter.say)
+        start = restore(setup, run_dir, args.resume, reporter.say) if args.resume else 0
+        reporter.status("running", step=start, phase="training")
+        state = Loop(setup, cfg, run_dir, reporter, stop).run(start)
+    except KeyboardInterrupt:
+        reporter.event("error", message="stopped at once by a second interrupt; the last "
+                                        "checkpoint is the one to resume from")
+        reporter.status("stopped")
+        return 130
+    except Exception as exc:  # every failure is recorded for the UI, then reported
+        traceback.print_exc()
+        message = f"{type(exc).__name__}: {exc}"
+        reporter.event("error", message=message)
+        reporter.status("failed", error=message)
+        return 1
+    reporter.status(state)
+    reporter.say(f"run {state}: {run_dir}")
+    return EXIT_CODES[state]
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""What the trainer tells the outside: status.json, events.jsonl and readable log lines.
+
+Only the main process writes; the others keep quiet so the log reads like one run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from core.runs.status import append_event, write_status
+
+STATUS_EVERY_S = 1.0
+
+
+class Reporter:
+    def __init__(self, run_dir: Path, is_main: bool, max_steps: int) -> None:
+        self.run_dir = run_dir
+        self.is_main = is_main
+        self.max_steps = max_steps
+        self._step_times: deque[float] = deque(maxlen=20)
+        self._last_status = 0.0
+        self._last_step_at: float | None = None
+
+    def say(self, line: str) -> None:
+        if self.is_main:
+            print(line, flush=True)
+
+    def status(self, state: str, **fields: Any) -> None:
+        if self.is_main:
+            write_status(self.run_dir, state=state, pid=os.getpid(),
+                         max_steps=self.max_steps, **fields)
+            append_event(self.run_dir, {"type": "status", "state": state, **fields})
+
+    def event(self, kind: str, **fields: Any) -> None:
+        if self.is_main:
+            append_event(self.run_dir, {"type": kind, **fields})
+
+    def seconds_per_step(self) -> float | None:
+        if not self._step_times:
+            return None
+        ordered = sorted(self._step_times)
+        return ordered[len(ordered) // 2]
+
+    def step(self, step: int, loss: float, lr: float, epoch: int) -> None:
+        """One optimizer step finished: an event, a log line, status at most once a second."""
+        now = time.monotonic()
+        if self._last_step_at is not None:
+            self._step_times.append(now - self._last_step_at)
+        self._last_step_at = now
+        if not self.is_main:
+            return
+        per_step = self.seconds_per_step()
+        eta = None if per_step is None else round(per_step * (self.max_steps - step), 1)
+        rate = None if not per_step else round(1.0 / per_step, 3)
+        append_event(self.run_dir, {"type": "step", "step": step, "loss": loss, "lr": lr,
+                                    "epoch": epoch, "it_s": rate, "eta_s": eta})
+        if now - self._last_status >= STATUS_EVERY_S or step == self.max_steps:
+            write_status(self.run_dir, state="running", pid=os.getpid(), step=step,
+                         max_steps=self.max_steps, eta_s=eta, loss=loss, it_s=rate)
+            self._last_status = now
+        eta_text = "?" if eta is None else f"{eta:.0f}s"
+        print(f"step {step}/{self.max_steps} loss {loss:.4f} lr {lr:.2e} "
+              f"{rate or 0:.2f} it/s eta {eta_text}", flush=True)
+
+    def pause_clock(self) -> None:
+        """Validation and checkpoints are not training steps: keep them out of it/s."""
+        self._last_step_at = None

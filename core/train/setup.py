@@ -1,0 +1,142 @@
+"""Building what the loop needs: trainable weights, optimizer, schedule, EMA, data."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from core.cache.dataset import CachedDataset, cached_datasets
+from core.cache.plan import TextJob, VaeJob
+from core.cache.session import load_model, process_group
+from core.cache.stage import build_caches
+from core.config import Config
+from core.data.sampler import MultiDatasetSampler
+
+
+class TrainingError(Exception):
+    """A problem the user can act on; the message says what to do."""
+
+
+@dataclasses.dataclass
+class Setup:
+    accelerator: Any
+    family: Any
+    components: Any  # denoiser is the prepared (possibly DDP-wrapped) model
+    base_denoiser: Any  # the unwrapped module, for saving
+    params: list[Any]  # trainable parameters
+    optimizer: Any
+    lr_scheduler: Any
+    ema: Any | None
+    datasets: list[CachedDataset]
+    sampler: MultiDatasetSampler
+    weight_dtype: Any
+
+
+def weight_dtype_for(mixed_precision: str) -> Any:
+    import torch
+
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(mixed_precision, torch.float32)
+
+
+def add_trainable(family: Any, denoiser: Any, cfg: Config, weight_dtype: Any) -> list[Any]:
+    """LoRA layers on the family's targets (frozen base in the compute dtype, LoRA in
+    fp32, as diffusers' examples do), or the whole denoiser for a full fine-tune."""
+    import torch
+
+    denoiser.requires_grad_(False)
+    if cfg.train.method == "lora":
+        from peft import LoraConfig
+
+        denoiser.to(dtype=weight_dtype)
+        alpha = cfg.train.lora_alpha or cfg.train.lora_rank
+        denoiser.add_adapter(LoraConfig(r=cfg.train.lora_rank, lora_alpha=alpha,
+                                        init_lora_weights="gaussian",
+                                        target_modules=family.lora_target_modules()))
+        for param in denoiser.parameters():
+            if param.requires_grad:
+                param.data = param.data.to(torch.float32)
+    else:
+        denoiser.requires_grad_(True)
+    if cfg.train.gradient_checkpointing:
+        denoiser.enable_gradient_checkpointing()
+    denoiser.train()
+    return [p for p in denoiser.parameters() if p.requires_grad]
+
+
+def make_optimizer(params: list[Any], cfg: Config) -> Any:
+    import torch
+
+    if cfg.train.optimizer == "adamw8bit":
+        try:
+            import bitsandbytes as bnb
+        except ImportError:
+            raise TrainingError("train.optimizer = \"adamw8bit\" needs bitsandbytes: "
+                                "pip install bitsandbytes (CUDA only), or use \"adamw\"") from None
+        return bnb.optim.AdamW8bit(params, lr=cfg.train.learning_rate,
+                                   weight_decay=cfg.train.weight_decay)
+    return torch.optim.AdamW(params, lr=cfg.train.learning_rate,
+                             weight_decay=cfg.train.weight_decay)
+
+
+def make_lr_scheduler(optimizer: Any, cfg: Config) -> Any:
+    """Stepped once per optimizer step by the loop (not by accelerate)."""
+    from diffusers.optimization import get_scheduler
+
+    return get_scheduler(cfg.train.lr_scheduler, optimizer,
+                         num_warmup_steps=cfg.train.lr_warmup_steps,
+                         num_training_steps=cfg.train.max_steps)
+
+
+def make_rebuild(family: Any, components: Any) -> Any:
+    """Rebuild one cache entry that failed to load at train time."""
+    from core.cache.build import build_text_entries, build_vae_entries
+
+    def rebuild(job: VaeJob | TextJob) -> None:
+        if isinstance(job, VaeJob):
+            build_vae_entries(lambda px: family.encode_images(components, px), [job],
+                              device=components.vae.device, dtype=components.vae.dtype)
+        else:
+            build_text_entries(lambda caps: family.encode_prompts(components, caps), [job])
+
+    return rebuild
+
+
+def prepare_data(cfg: Config, family: Any, components: Any, accelerator: Any,
+                 say: Any) -> tuple[list[CachedDataset], MultiDatasetSampler]:
+    report = build_caches(cfg, family, components, process_group(accelerator))
+    for line in report.lines():
+        say(line)
+    for problem in report.problems:
+        say(str(problem))
+    datasets = cached_datasets(cfg, report.plan, make_rebuild(family, components))
+    empty = [ds.id for ds in datasets if len(ds) == 0 and ds.probability > 0]
+    if empty or not datasets:
+        raise TrainingError(f"no cached images for dataset(s) {', '.join(empty)}: every image "
+                            "was skipped; run --stage check to see why")
+    sampler = MultiDatasetSampler([ds.source() for ds in datasets],
+                                  batch_size=cfg.train.batch_size,
+                                  grad_accum=cfg.train.grad_accum,
+                                  num_processes=accelerator.num_processes,
+                                  process_index=accelerator.process_index, seed=cfg.train.seed)
+    return datasets, sampler
+
+
+def build_setup(cfg: Config, workspace: Path, accelerator: Any, say: Any) -> Setup:
+    family, components = load_model(cfg, workspace, accelerator)
+    datasets, sampler = prepare_data(cfg, family, components, accelerator, say)
+    weight_dtype = weight_dtype_for(accelerator.mixed_precision)
+    base = components.denoiser
+    params = add_trainable(family, base, cfg, weight_dtype)
+    optimizer = make_optimizer(params, cfg)
+    lr_scheduler = make_lr_scheduler(optimizer, cfg)
+    ema = None
+    if cfg.train.ema:
+        from diffusers.training_utils import EMAModel
+
+        ema = EMAModel(params, decay=cfg.train.ema_decay)
+        ema.to(accelerator.device)
+    model, optimizer = accelerator.prepare(base, optimizer)
+    components = dataclasses.replace(components, denoiser=model)
+    return Setup(accelerator, family, components, base, params, optimizer, lr_scheduler, ema,
+                 datasets, sampler, weight_dtype)

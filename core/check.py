@@ -90,10 +90,13 @@ def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummar
         sources.append(SourceDataset(ds.id, buckets, ds.repeats, ds.probability))
     if not sources or not any(s.item_buckets for s in sources):
         return summaries, None
-    sampler = MultiDatasetSampler(sources, batch_size=cfg.train.batch_size,
-                                  grad_accum=cfg.train.grad_accum,
-                                  num_processes=cfg.launch.num_processes * cfg.launch.num_machines,
-                                  process_index=0, seed=cfg.train.seed)
+    try:
+        sampler = MultiDatasetSampler(
+            sources, batch_size=cfg.train.batch_size, grad_accum=cfg.train.grad_accum,
+            num_processes=cfg.launch.num_processes * cfg.launch.num_machines,
+            process_index=0, seed=cfg.train.seed)
+    except ValueError:  # settings already reported by validate_config
+        return summaries, None
     return summaries, sampler.steps_per_epoch()
 
 
@@ -104,8 +107,4 @@ def run_check(cfg: Config, workspace: str | Path) -> CheckReport:
     full = resolved(cfg, workspace)
     problems += check_directory_conflicts(full)
     datasets, steps = _summarise(full, problems)
-    if steps == 0:
-        problems.append(error("train.batch_size",
-                              "no full batch fits: every bucket has fewer images than "
-                              "batch_size × processes; lower train.batch_size or add images"))
     return CheckReport(problems, datasets, steps)

@@ -52,6 +52,98 @@ def stage_check(cfg: Config, workspace: Path) -> int:
     return EXIT_OK if report.ok else EXIT_INVALID
 
 
+def follow(handle, stop_grace_s: float = 120.0) -> str:
+    """Print the run's log as it grows until it ends; Ctrl-C stops it cleanly."""
+    from core.runs.tail import LogTail
+
+    tail = LogTail(handle.run_dir / "train.log", offset=handle.log_offset)
+    try:
+        while (state := handle.wait(timeout=0.5)) is None:
+            for line in tail.read():
+                say(line)
+    except KeyboardInterrupt:
+        say("stopping: the trainer finishes its step and saves a checkpoint "
+            "(Ctrl-C again is ignored; it escalates by itself after "
+            f"{stop_grace_s:.0f}s)")
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        state = handle.stop(grace_s=stop_grace_s).state
+    for line in tail.read():
+        say(line)
+    return state
+
+
+def summarize_run(run_dir: Path, state: str) -> None:
+    say(f"run {state}: {run_dir}")
+    lora = run_dir / "lora" / "pytorch_lora_weights.safetensors"
+    if lora.exists():
+        say(f"LoRA: {lora}")
+    validation = sorted((run_dir / "validation").glob("step_*"))
+    if validation:
+        say(f"validation images: {validation[-1]}")
+    if state in ("stopped", "failed"):
+        say(f"resume with: python app.py --no-ui --config {run_dir / 'config.toml'} --resume")
+
+
+def stage_train(cfg: Config, workspace: Path, resume: str | None) -> int:
+    """Start the trainer under accelerate launch (it builds missing cache entries first)."""
+    from core.runs.command import build_accelerate_command
+    from core.runs.process import RunStartError, start_run
+    from core.runs.rundir import prepare_run_dir
+    from core.runs.status import exit_code_for_state
+
+    run_dir = Path(resolved(cfg, workspace).output.dir)
+    try:
+        for problem in prepare_run_dir(cfg, run_dir, resume=bool(resume)):
+            say(str(problem))
+        spec = build_accelerate_command(cfg, run_dir, workspace, resume=resume)
+        handle = start_run(spec, run_dir)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr, flush=True)
+        return EXIT_INVALID
+    except RunStartError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    say(f"== train: {run_dir} (log: {run_dir / 'train.log'})")
+    state = follow(handle)
+    summarize_run(run_dir, state)
+    return exit_code_for_state(state)
+
+
+def stage_cache(cfg: Config, workspace: Path) -> int:
+    """Build the caches under accelerate launch, with the run's process layout."""
+    import os
+    import subprocess
+    import tempfile
+
+    from core.config import save_config
+    from core.runs.command import build_accelerate_command
+
+    folder = workspace / ".tmp"
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        save_config(cfg, Path(tmp) / "config.toml")
+        spec = build_accelerate_command(cfg, Path(tmp), workspace, resume=None,
+                                        script=["--module", "core.cache.main"])
+        say("== cache")
+        done = subprocess.run(spec.argv, cwd=spec.cwd, env={**os.environ, **spec.env})
+    return {0: EXIT_OK, 2: EXIT_INVALID}.get(done.returncode, EXIT_FAILED)
+
+
+def demo_output_dir(cfg: Config, workspace: Path) -> None:
+    """The demo never refuses to run again: a used demo folder gets a -N sibling."""
+    base = cfg.output.dir.rstrip("/")
+    candidate, n = base, 2
+    while (workspace / candidate / "config.toml").exists():
+        candidate, n = f"{base}-{n}", n + 1
+    if candidate != base:
+        say(f"{workspace / base} holds an earlier demo run; this one goes to "
+            f"{workspace / candidate}")
+    cfg.output.dir = candidate
+
+
 def run_headless(args: argparse.Namespace) -> int:
     workspace = Path(args.workspace).expanduser().absolute()
     try:
@@ -60,11 +152,15 @@ def run_headless(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(problem, file=sys.stderr, flush=True)
         return EXIT_INVALID
-    if is_demo(args.preset) and args.stage != "check":
+    demo = is_demo(args.preset)
+    if demo and args.stage != "check":
         prepare_demo_data(cfg, workspace)
+        if not args.resume:
+            demo_output_dir(cfg, workspace)
     say("== check")
     code = stage_check(cfg, workspace)
     if code != EXIT_OK or args.stage == "check":
         return code
-    say("The cache and train stages are not built yet; stopping after the check stage.")
-    return EXIT_OK
+    if args.stage == "cache":
+        return stage_cache(cfg, workspace)
+    return stage_train(cfg, workspace, args.resume)

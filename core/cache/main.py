@@ -44,18 +44,32 @@ def main(argv: list[str] | None = None) -> int:
 
     from core.cache.session import load_for_caching
     from core.cache.stage import build_caches
+    from core.cache.store import CacheWriteError
+    from core.models.common import ModelLoadError
 
-    setup = load_for_caching(Path(args.config), Path(args.workspace))
+    try:
+        setup = load_for_caching(Path(args.config), Path(args.workspace))
+    except ModelLoadError as exc:
+        print(exc, flush=True)
+        return 2
     if setup is None:
         return 2
     cfg, family, components, group = setup
     report_progress, bars = _progress_sink(Path(args.events) if args.events else None,
                                            show_bar=group.is_main)
-    report = build_caches(cfg, family, components, group, progress=report_progress)
+    try:
+        report = build_caches(cfg, family, components, group, progress=report_progress)
+    except CacheWriteError as exc:
+        print(f"error: {exc}", flush=True)
+        return 1
     for bar in bars.values():
         bar.close()
-    for problem in errors_first(report.problems):
+    # Plan problems are the same everywhere; build problems belong to one process.
+    shown = report.problems if group.is_main else report.vae.problems + report.text.problems
+    for problem in errors_first(shown):
         print(problem, flush=True)
+    print(f"process {group.index}/{group.count}: wrote {report.vae.written} vae, "
+          f"{report.text.written} text entries", flush=True)
     if group.is_main:
         for line in report.lines():
             print(line, flush=True)

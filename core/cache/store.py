@@ -77,7 +77,11 @@ def atomic_save(tensors: dict[str, Any], metadata: dict[str, str], path: Path) -
     """Write tensors + metadata to `path` so that no reader ever sees a partial file."""
     from safetensors.torch import save
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CacheWriteError(f"cannot create cache folder {path.parent}: "
+                              f"{exc.strerror or exc}; pick a writable folder") from exc
     meta = {"cache_format": CACHE_FORMAT, **{k: str(v) for k, v in metadata.items()}}
     data = save({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, metadata=meta)
     fd, tmp_name = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=".part", dir=path.parent)

@@ -11,8 +11,22 @@ Tensor conventions:
   "prompt_embeds" [L, D], "prompt_mask" [L] (bool, True for real tokens) and, where the
   family has them, "pooled_prompt_embeds" [P]. L may differ between prompts; collate pads
   to the batch's longest and `predict` receives the padded batch with its mask.
+  CLIP-only families (sd15, sd2, sdxl) always return the full padded L = 77, as their
+  pipelines encode at inference; the mask then only marks the real tokens.
 - extra conditioning per item (SDXL's size/crop ids): "original_size" (h, w),
-  "crop_top_left" (top, left), "target_size" (h, w).
+  "crop_top_left" (top, left), "target_size" (h, w), in pixels. `predict` takes them
+  batched: each a (h, w) pair for the whole batch or a [B, 2] tensor/list of pairs; or
+  "time_ids" [B, 6] directly. Missing ones default to the batch's pixel size, (0, 0).
+
+Errors: `load` raises core.models.common.ModelLoadError, whose `.problem` (a Problem)
+names the path or hub id and what to do. `registry.get_family` raises ValueError for an
+unknown name. Tiny models: `core.models.tiny.resolve_model_path("tiny:sd15", workspace)`
+turns `tiny:<family>` into a built folder before `load`.
+
+Loading: every module comes back on `device`, in eval mode, with requires_grad False;
+the trainer enables what it trains (peft `add_adapter` does so for LoRA weights; a full
+fine-tune calls `denoiser.requires_grad_(True)` and `.train()`). `dtype` applies to all
+modules; an fp16 VAE whose config says force_upcast encodes in float32.
 """
 
 from __future__ import annotations
@@ -53,15 +67,25 @@ class ModelFamily(Protocol):
     def build_tiny(self, out_dir: Path, seed: int = 0) -> None:
         """Write a tiny random model of this family as a diffusers folder (offline)."""
 
-    def load(self, path: str, *, dtype: Any = None, device: Any = "cpu") -> Components:
-        """Load from a diffusers folder, a hub id or a single-file .safetensors."""
+    def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",
+             config: str | None = None) -> Components:
+        """Load from a diffusers folder, a hub id or a single-file .safetensors.
 
-    def encode_prompts(self, c: Components, prompts: list[str]) -> list[dict[str, Any]]: ...
+        dtype: None, a torch dtype, or "no"/"fp16"/"bf16". config (single files only):
+        a diffusers folder or hub id with the matching configs.
+        """
 
-    def encode_images(self, c: Components, pixels: Any) -> Any: ...
+    def encode_prompts(self, c: Components, prompts: list[str]) -> list[dict[str, Any]]:
+        """One dict per prompt (see the module docstring), batched internally."""
+
+    def encode_images(self, c: Components, pixels: Any, generator: Any = None) -> Any:
+        """Scaled latents of pixels [B, 3, H, W] in [-1, 1]: a posterior sample drawn
+        with `generator`, or the posterior mean when generator is None (deterministic)."""
 
     def noise_and_target(self, c: Components, latents: Any, generator: Any = None,
-                         timesteps: Any = None, noise: Any = None) -> NoiseSample: ...
+                         timesteps: Any = None, noise: Any = None) -> NoiseSample:
+        """Noise the latents at random timesteps (or the given ones, with the given noise,
+        for reproducible evaluation). Random draws use `generator` (may be a CPU one)."""
 
     def predict(self, c: Components, sample: NoiseSample, text: dict[str, Any],
                 extra: dict[str, Any] | None = None) -> Any:

@@ -29,7 +29,7 @@ def byte_symbols() -> list[str]:
             keep.append(b)
             chars.append(256 + extra)
             extra += 1
-    table = dict(zip(keep, chars))
+    table = dict(zip(keep, chars, strict=True))
     return [chr(table[b]) for b in range(256)]
 
 

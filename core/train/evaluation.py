@@ -25,21 +25,27 @@ class EvalSet:
 
 
 def _pick_items(datasets: list[Any], count: int) -> list[dict[str, Any]]:
-    """The first `count` items taken round-robin over the datasets, grouped by bucket."""
-    picked, index = [], 0
-    while len(picked) < count and any(index < len(d) for d in datasets):
-        for ds in datasets:
-            if index < len(ds) and len(picked) < count:
-                picked.append(ds.load(index))
-        index += 1
+    """`count` items spread evenly over each dataset (neighbours in file order often share
+    a caption), taken round-robin over the datasets."""
+    spreads = []
+    for ds in datasets:
+        n = len(ds)
+        spreads.append([i * n // count for i in range(min(count, n))] if n else [])
+    picked = []
+    for rank in range(count):
+        for ds, indices in zip(datasets, spreads, strict=True):
+            if rank < len(indices) and len(picked) < count:
+                picked.append(ds.load(indices[rank]))
     return picked
 
 
 def _rotate_text(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each item gets the text of the next item whose caption differs from its own."""
     text_keys = ("prompt_embeds", "prompt_mask", "pooled_prompt_embeds", "caption")
     out = []
     for i, item in enumerate(items):
-        other = items[(i + 1) % len(items)]
+        others = [items[(i + k) % len(items)] for k in range(1, len(items))]
+        other = next((o for o in others if o["caption"] != item["caption"]), others[0])
         out.append({**item, **{k: other[k] for k in text_keys if k in other}})
     return out
 

@@ -17,7 +17,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from core.runs.status import STOP_FILE, stop_requested
+from core.runs.status import stop_requested
 
 EXIT_CODES = {"done": 0, "stopped": 130}
 
@@ -75,8 +75,6 @@ def run(args: argparse.Namespace) -> int:
                               gradient_accumulation_steps=cfg.train.grad_accum,
                               cpu=cfg.launch.cpu)
     reporter = Reporter(run_dir, accelerator.is_main_process, cfg.train.max_steps)
-    if accelerator.is_main_process:
-        (run_dir / STOP_FILE).unlink(missing_ok=True)  # a stop asked of an earlier session
     reporter.status("starting", step=0, phase="loading",
                     processes=accelerator.num_processes)
     try:

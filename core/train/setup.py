@@ -48,7 +48,8 @@ def add_trainable(family: Any, denoiser: Any, cfg: Config, weight_dtype: Any) ->
     if cfg.train.method == "lora":
         from peft import LoraConfig
 
-        denoiser.to(dtype=weight_dtype)
+        if weight_dtype != torch.float32:
+            denoiser.to(dtype=weight_dtype)
         alpha = cfg.train.lora_alpha or cfg.train.lora_rank
         denoiser.add_adapter(LoraConfig(r=cfg.train.lora_rank, lora_alpha=alpha,
                                         init_lora_weights="gaussian",

@@ -1,0 +1,466 @@
+"""Helpers every family shares: where a model comes from, loading with clear errors,
+fingerprints, single-file family detection, LoRA saving (diffusers + kohya), min-SNR.
+
+torch/diffusers are imported inside the functions that need them, so importing this
+module stays cheap (the registry and `--stage check` may import it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from core.problems import Problem, error
+
+SourceKind = Literal["folder", "file", "hub"]
+
+# A hub id is "owner/name" (an optional "@revision" is not supported by from_pretrained).
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+# Telltale key fragments of original-format (A1111/ComfyUI) single-file checkpoints,
+# most specific first: SDXL also has the SD UNet keys, Flux/SD3 have neither.
+_FAMILY_KEY_MARKERS: tuple[tuple[str, str], ...] = (
+    ("double_blocks.", "flux"),
+    ("joint_blocks.", "sd3"),
+    ("conditioner.embedders.1", "sdxl"),
+    ("cond_stage_model.model.", "sd2"),
+    ("cond_stage_model.transformer.", "sd15"),
+)
+
+# model_index.json `_class_name` prefixes of the diffusers pipelines each family uses.
+_PIPELINE_FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("StableDiffusionXL", ("sdxl",)),
+    ("StableDiffusion3", ("sd3",)),
+    ("Flux", ("flux",)),
+    ("StableDiffusion", ("sd15", "sd2")),
+)
+
+
+class ModelLoadError(Exception):
+    """A model cannot be loaded; `problem` names the path and what to do."""
+
+    def __init__(self, where: str, message: str):
+        self.problem: Problem = error(where, message)
+        super().__init__(str(self.problem))
+
+
+# ---------------------------------------------------------------- where a model comes from
+
+
+def classify_source(path: str) -> SourceKind:
+    """Say whether `path` is a local diffusers folder, a single file, or a hub id.
+
+    Raises ModelLoadError with a message that names the path when it is none of these.
+    """
+    if not path:
+        raise ModelLoadError("model.path", "is empty: give a hub id, a diffusers folder, "
+                             "a .safetensors file or tiny:<family>")
+    if path.startswith("tiny:"):
+        raise ModelLoadError(path, "tiny models must be resolved first with "
+                             "core.models.tiny.resolve_model_path(path, workspace)")
+    p = Path(path).expanduser()
+    if p.is_dir():
+        if not (p / "model_index.json").is_file():
+            raise ModelLoadError(path, "is a folder but not a diffusers model folder (no "
+                                 "model_index.json); point model.path at the folder that "
+                                 "holds model_index.json, or at a .safetensors file")
+        return "folder"
+    if p.is_file():
+        if p.suffix.lower() != ".safetensors":
+            raise ModelLoadError(path, f"is a {p.suffix or 'extensionless'} file; only "
+                                 ".safetensors single-file checkpoints are loaded (pickle "
+                                 ".ckpt files can run code: convert them to .safetensors)")
+        return "file"
+    # "owner/name" and nothing else; "data/model.safetensors" is a missing file, not an id.
+    if _HUB_ID.match(path) and not path.lower().endswith((".safetensors", ".ckpt")):
+        return "hub"
+    raise ModelLoadError(path, "does not exist: it is not a folder, not a .safetensors "
+                         "file and not a hub id (owner/name); check model.path")
+
+
+def hub_error(path: str, what: str, exc: BaseException | None = None) -> ModelLoadError:
+    """The message for a hub id that cannot be fetched: offline and not cached
+    (exc None), or the hub's own refusal (private, gated, misspelt)."""
+    if exc is None:
+        return ModelLoadError(path, f"cannot download {what} of hub model {path!r}: no "
+                              "network and not in the HF cache. Download it where there is "
+                              "network (huggingface-cli download), or point model.path at a "
+                              "local diffusers folder or .safetensors file")
+    first = str(exc).splitlines()[0][:200] if str(exc) else ""
+    return ModelLoadError(path, f"cannot download {what} of hub model {path!r} "
+                          f"({type(exc).__name__}: {first}); check the id, and log in "
+                          "(huggingface-cli login) for gated or private models")
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the hub answers at all: a quick TCP connect instead of letting
+    huggingface_hub retry for half a minute on a machine without network."""
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "huggingface.co", port), timeout):
+            return True
+    except OSError:
+        return False
+
+
+def from_pretrained(cls: Any, path: str, kind: SourceKind, what: str,
+                    where: str | None = None, **kwargs: Any) -> Any:
+    """`cls.from_pretrained(path, **kwargs)` (a model, tokenizer, scheduler or whole
+    pipeline class) with errors that name the folder/id and `what` failed.
+
+    Local folders load with local_files_only. Hub ids come from the HF cache when there,
+    else from the hub when it is reachable; without network the error comes at once
+    instead of after huggingface_hub's half a minute of retries.
+    """
+    try:
+        return cls.from_pretrained(path, local_files_only=True, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - every loader failure becomes one message
+        if kind != "hub":
+            raise ModelLoadError(where or path, f"cannot load {what} ({cls.__name__}): "
+                                 f"{type(exc).__name__}: {str(exc)[:300]}") from exc
+        if not hub_reachable():
+            raise hub_error(path, what) from exc
+    try:
+        return cls.from_pretrained(path, **kwargs)
+    except Exception as exc:  # noqa: BLE001
+        raise hub_error(path, what, exc) from exc
+
+
+def load_component(cls: Any, path: str, kind: SourceKind, subfolder: str | None,
+                   dtype: Any = None, **kwargs: Any) -> Any:
+    """One component (`subfolder`: "unet", "vae", ...) through `from_pretrained`."""
+    if dtype is not None:
+        # transformers 5 spells it `dtype`, diffusers `torch_dtype`.
+        key = "dtype" if cls.__module__.startswith("transformers") else "torch_dtype"
+        kwargs[key] = dtype
+    if subfolder:
+        kwargs["subfolder"] = subfolder
+    where = str(Path(path) / subfolder) if subfolder and kind == "folder" else path
+    return from_pretrained(cls, path, kind, subfolder or cls.__name__, where, **kwargs)
+
+
+def read_model_index(folder: str) -> dict[str, Any]:
+    """model_index.json of a diffusers folder (classify_source checked that it exists)."""
+    path = Path(folder) / "model_index.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(str(path), f"cannot be read as JSON: {exc}") from exc
+
+
+def folder_families(folder: str) -> tuple[str, ...]:
+    """Families whose pipeline class the folder's model_index.json names (empty: unknown)."""
+    name = str(read_model_index(folder).get("_class_name", ""))
+    for prefix, families in _PIPELINE_FAMILIES:
+        if name.startswith(prefix):
+            return families
+    return ()
+
+
+def check_folder_family(folder: str, family: str) -> None:
+    """Raise when a diffusers folder clearly holds another family's pipeline."""
+    families = folder_families(folder)
+    if families and family not in families:
+        cls = read_model_index(folder).get("_class_name")
+        raise ModelLoadError(folder, f"holds a {cls} ({' or '.join(families)} model), not "
+                             f"{family}: set model.family = \"{families[0]}\" or choose a "
+                             f"{family} model")
+
+
+def safetensors_keys(path: str) -> list[str]:
+    """Tensor names of a .safetensors file from its JSON header (no torch, no tensors)."""
+    import struct
+
+    try:
+        with open(path, "rb") as fh:
+            (size,) = struct.unpack("<Q", fh.read(8))
+            if size > 100_000_000:
+                raise ValueError(f"header of {size} bytes")
+            header = json.loads(fh.read(size))
+        return [k for k in header if k != "__metadata__"]
+    except (OSError, ValueError, struct.error) as exc:
+        raise ModelLoadError(path, f"is not a readable .safetensors file ({exc}); "
+                             "re-download it") from exc
+
+
+def detect_checkpoint_family(keys: list[str]) -> str | None:
+    """The family an original-format checkpoint looks like, from its key names."""
+    for marker, family in _FAMILY_KEY_MARKERS:
+        if any(marker in k for k in keys):
+            return family
+    if any(k.startswith("model.diffusion_model.input_blocks.") for k in keys):
+        return "sd15"
+    return None
+
+
+def check_file_family(path: str, family: str) -> str | None:
+    """Raise when a single-file checkpoint looks like another family; return what it is."""
+    found = detect_checkpoint_family(safetensors_keys(path))
+    if found is not None and found != family:
+        raise ModelLoadError(path, f"looks like a {found} checkpoint, not {family}: set "
+                             f"model.family = \"{found}\" or choose a {family} checkpoint")
+    return found
+
+
+def load_single_file(pipeline_cls: Any, path: str, family: str, dtype: Any = None,
+                     config: str | None = None, **kwargs: Any) -> Any:
+    """`pipeline_cls.from_single_file` after a family check, with a clear offline error.
+
+    diffusers needs the matching diffusers configs: from `config` (a local diffusers
+    folder or hub id) or, by default, from the hub (or the HF cache).
+    """
+    check_file_family(path, family)
+    if dtype is not None:
+        kwargs["torch_dtype"] = dtype
+    if config is not None:
+        kwargs["config"] = config
+    if config is None or not Path(config).is_dir():
+        # The configs come from the hub: from the HF cache only when it is unreachable,
+        # so an offline machine fails at once instead of after a minute of retries.
+        kwargs.setdefault("local_files_only", not hub_reachable())
+    try:
+        return pipeline_cls.from_single_file(path, **kwargs)
+    except Exception as exc:  # noqa: BLE001
+        raise ModelLoadError(path, f"cannot load this {family} single-file checkpoint: "
+                             f"{type(exc).__name__}: {str(exc)[:300]}. diffusers needs the "
+                             "model's configs from the hub: with no network they must be "
+                             "in the HF cache; or use a diffusers folder instead") from exc
+
+
+def check_model_source(path: str, family: str, where: str = "model.path") -> list[Problem]:
+    """Problems with model.path for `--stage check`, without torch or loading weights.
+
+    tiny:<family> must match the family; a folder must be a diffusers folder of this
+    family; a file must be a .safetensors that does not look like another family; a hub
+    id must be cached or the hub reachable.
+    """
+    if path.startswith("tiny:"):
+        tiny = path[len("tiny:"):]
+        if tiny != family:
+            return [error(where, f"{path} is a {tiny} model but model.family is {family}; "
+                          f"use tiny:{family}")]
+        return []
+    try:
+        kind = classify_source(path)
+        if kind == "folder":
+            check_folder_family(path, family)
+        elif kind == "file":
+            check_file_family(path, family)
+        elif not hub_reachable() and not _hub_cached(path):
+            return [error(where, f"hub model {path} is not in the HF cache and there is no "
+                          "network to download it: download it where there is network "
+                          "(huggingface-cli download) or use a local folder/.safetensors")]
+    except ModelLoadError as exc:
+        p = exc.problem
+        subject = path if p.where in (path, "model.path") else p.where
+        return [error(where, f"{subject} {p.message}" if subject else p.message)]
+    return []
+
+
+def _hub_cached(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return False
+    return isinstance(try_to_load_from_cache(repo_id, "model_index.json"), str)
+
+
+# ---------------------------------------------------------------- fingerprint
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".ckpt", ".gguf")
+
+
+def fingerprint(path: str, kind: SourceKind, revision: str = "main") -> str:
+    """A stable id of the weights, recorded in caches so a different model rebuilds them.
+
+    Folder: model_index.json and every component's config/tokenizer JSON contents plus
+    each weight file's name, size and mtime (hashing gigabytes of weights is too slow).
+    File: its resolved path, size and mtime. Hub id: the id and revision.
+    """
+    h = hashlib.sha256()
+    if kind == "hub":
+        h.update(f"hub:{path}@{revision}".encode())
+    elif kind == "file":
+        st = Path(path).stat()
+        h.update(f"file:{Path(path).resolve()}:{st.st_size}:{st.st_mtime_ns}".encode())
+    else:
+        root = Path(path)
+        for f in sorted(p for p in root.rglob("*") if p.is_file()):
+            rel = f.relative_to(root).as_posix()
+            if f.suffix == ".json" or f.suffix == ".txt":
+                h.update(f"{rel}\0".encode() + f.read_bytes() + b"\0")
+            elif f.suffix in _WEIGHT_SUFFIXES:
+                st = f.stat()
+                h.update(f"{rel}:{st.st_size}:{st.st_mtime_ns}\0".encode())
+    return h.hexdigest()[:16]
+
+
+# ---------------------------------------------------------------- dtypes and devices
+
+
+def resolve_dtype(dtype: Any) -> Any:
+    """Accept None, a torch dtype, or the config strings "no"/"fp16"/"bf16"/"fp32"."""
+    import torch
+
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    table = {"no": torch.float32, "fp32": torch.float32, "float32": torch.float32,
+             "fp16": torch.float16, "float16": torch.float16,
+             "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+    if str(dtype) not in table:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(table)}")
+    return table[str(dtype)]
+
+
+# ---------------------------------------------------------------- noise and loss
+
+
+def ddpm_noise_and_target(scheduler: Any, latents: Any, generator: Any = None,
+                          timesteps: Any = None, noise: Any = None) -> tuple[Any, ...]:
+    """DDPM forward process: (noisy, timesteps, target) for epsilon or v prediction.
+
+    Random draws use `generator` on its own device, then move to the latents' device,
+    so a CPU generator gives the same draws whatever device trains.
+    """
+    import torch
+
+    b = latents.shape[0]
+    gen_device = generator.device if generator is not None else latents.device
+    if noise is None:
+        noise = torch.randn(latents.shape, generator=generator, device=gen_device,
+                            dtype=torch.float32).to(latents.device, latents.dtype)
+    if timesteps is None:
+        n = scheduler.config.num_train_timesteps
+        timesteps = torch.randint(0, n, (b,), generator=generator, device=gen_device)
+    timesteps = torch.as_tensor(timesteps, device=latents.device).long().reshape(-1)
+    if timesteps.numel() == 1 and b > 1:
+        timesteps = timesteps.expand(b)
+    noisy = scheduler.add_noise(latents, noise, timesteps)
+    kind = scheduler.config.prediction_type
+    if kind == "epsilon":
+        target = noise
+    elif kind == "v_prediction":
+        target = scheduler.get_velocity(latents, noise, timesteps)
+    else:
+        raise ValueError(f"unsupported prediction_type {kind!r} in the scheduler config")
+    return noisy, timesteps, target
+
+
+def snr(scheduler: Any, timesteps: Any) -> Any:
+    """Signal-to-noise ratio alpha_bar / (1 - alpha_bar) at each timestep."""
+    alphas = scheduler.alphas_cumprod.to(timesteps.device)[timesteps].float()
+    return alphas / (1.0 - alphas)
+
+
+def min_snr_weights(scheduler: Any, timesteps: Any, gamma: float) -> Any:
+    """Min-SNR-gamma loss weights (Hang et al. 2023) for the scheduler's prediction type.
+
+    epsilon: min(snr, gamma) / snr; v_prediction: min(snr, gamma) / (snr + 1), because
+    the v loss already carries a factor (snr + 1) relative to the x0 loss.
+    """
+    import torch
+
+    s = snr(scheduler, timesteps)
+    clipped = torch.minimum(s, torch.full_like(s, gamma))
+    if scheduler.config.prediction_type == "v_prediction":
+        return clipped / (s + 1.0)
+    return clipped / s.clamp(min=1e-8)
+
+
+def weighted_mse(prediction: Any, target: Any, weights: Any | None = None) -> Any:
+    """Per-item MSE in float32, optionally weighted, then the batch mean."""
+    per_item = ((prediction.float() - target.float()) ** 2).reshape(
+        prediction.shape[0], -1).mean(dim=1)
+    if weights is not None:
+        per_item = per_item * weights.to(per_item.device, per_item.dtype)
+    return per_item.mean()
+
+
+# ---------------------------------------------------------------- LoRA
+
+
+def unwrap(model: Any) -> Any:
+    """The plain module under accelerate/DDP/torch.compile wrappers."""
+    while True:
+        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+        if inner is None:
+            return model
+        model = inner
+
+
+def lora_state_dict(model: Any, adapter_name: str = "default") -> dict[str, Any]:
+    """The model's LoRA weights as a PEFT state dict (keys ...lora_A.weight)."""
+    from peft.utils import get_peft_model_state_dict
+
+    model = unwrap(model)
+    if not getattr(model, "peft_config", None):
+        raise ValueError("the denoiser has no LoRA adapter: add one with "
+                         "add_adapter(LoraConfig(...)) before saving a LoRA")
+    return get_peft_model_state_dict(model, adapter_name=adapter_name)
+
+
+def save_lora_files(save_fn: Callable[..., Any], layers_kwarg: str, model: Any,
+                    out_dir: Path, kohya_prefix: str | None, kohya_name: str = "lora_kohya",
+                    adapter_name: str = "default") -> dict[str, Path]:
+    """Write a denoiser's LoRA in diffusers format and, optionally, kohya format.
+
+    save_fn: the pipeline class's `save_lora_weights` (StableDiffusionPipeline...).
+    layers_kwarg: its argument for the denoiser ("unet_lora_layers" or
+    "transformer_lora_layers"); the LoRA config travels as the matching
+    "..._lora_adapter_metadata" so alpha != rank reloads with the right scale.
+    kohya_prefix: the PEFT prefix kohya conversion expects ("unet"), None to skip.
+    Returns {"diffusers": path, "kohya": path?}.
+    """
+    from diffusers.utils import convert_state_dict_to_diffusers
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model = unwrap(model)
+    peft_sd = lora_state_dict(model, adapter_name)
+    config = model.peft_config[adapter_name]
+    meta_kwarg = layers_kwarg.replace("_lora_layers", "_lora_adapter_metadata")
+    save_fn(str(out_dir), **{layers_kwarg: convert_state_dict_to_diffusers(peft_sd),
+                             meta_kwarg: config.to_dict()})
+    paths = {"diffusers": out_dir / "pytorch_lora_weights.safetensors"}
+    if kohya_prefix is not None:
+        paths["kohya"] = save_kohya(peft_sd, config, out_dir / f"{kohya_name}.safetensors",
+                                    kohya_prefix)
+    return paths
+
+
+def save_kohya(peft_sd: dict[str, Any], config: Any, path: Path, prefix: str) -> Path:
+    """Write a kohya/A1111/ComfyUI LoRA (lora_unet_..., lora_down/lora_up, alpha).
+
+    diffusers' converter writes alpha = rank; the real alpha is the adapter's lora_alpha
+    (scale = alpha / rank), so it is set here per module, honouring rank/alpha patterns.
+    """
+    import torch
+    from diffusers.utils import convert_state_dict_to_kohya
+    from safetensors.torch import save_file
+
+    kohya = convert_state_dict_to_kohya({f"{prefix}.{k}": v for k, v in peft_sd.items()})
+    for key in [k for k in kohya if k.endswith(".alpha")]:
+        module = key[: -len(".alpha")]
+        alpha = float(config.lora_alpha)
+        for pattern, value in (getattr(config, "alpha_pattern", None) or {}).items():
+            if module.endswith(pattern.replace(".", "_")):
+                alpha = float(value)
+        kohya[key] = torch.tensor(alpha)
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in kohya.items()}
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp), metadata={"format": "pt", "ss_network_module": "networks.lora",
+                                           "ss_network_dim": str(config.r),
+                                           "ss_network_alpha": str(config.lora_alpha)})
+    os.replace(tmp, path)
+    return path

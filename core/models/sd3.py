@@ -1,0 +1,172 @@
+"""Stable Diffusion 3 / 3.5: MMDiT transformer, CLIP-L + CLIP-G + T5, flow matching.
+
+Text, as StableDiffusion3Pipeline.encode_prompt builds it (that method is called): the
+penultimate hidden states of both CLIPs (77 tokens each, padded to 77) are concatenated
+along features, zero-padded to T5's width and concatenated along the sequence with T5's
+states (padded to `max_sequence_length` = 256, the pipeline default): L = 77 + 256.
+The pooled embedding is both CLIPs' projected pooled outputs concatenated. A model saved
+without its T5 (text_encoder_3 missing) loads with text_encoder_3=None and the pipeline's
+zero T5 states, which the mask marks as padding.
+
+Flow matching and LoRA details: see flow.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from core.models import common
+from core.models.base import Components, NoiseSample
+from core.models.flow import FlowFamily, tiny_flow_vae
+from core.models.t5 import build_t5_tokenizer, tiny_t5_encoder
+
+# diffusers' train_dreambooth_lora_sd3.py default: both streams' attention projections.
+LORA_TARGETS = [
+    "attn.add_k_proj", "attn.add_q_proj", "attn.add_v_proj", "attn.to_add_out",
+    "attn.to_k", "attn.to_out.0", "attn.to_q", "attn.to_v",
+]
+
+# The real SD3 VAE's latent normalisation.
+VAE_SCALING = 1.5305
+VAE_SHIFT = 0.0609
+TINY_T5_DIM = 64  # = the tiny transformer's joint_attention_dim
+
+
+class SD3Family(FlowFamily):
+    name = "sd3"
+    text_encoder_count = 3
+    pipeline_class_name = "StableDiffusion3Pipeline"
+    default_max_sequence_length = 256
+
+    # ------------------------------------------------------------ tiny model
+
+    def build_tiny(self, out_dir: Path, seed: int = 0) -> None:
+        """Write a tiny random SD3 (all three text encoders) as a diffusers folder."""
+        import torch
+        from diffusers import (
+            FlowMatchEulerDiscreteScheduler,
+            SD3Transformer2DModel,
+            StableDiffusion3Pipeline,
+        )
+        from transformers import CLIPTextModelWithProjection, CLIPTokenizer, T5TokenizerFast
+
+        from core.models.sd15 import tiny_clip_config
+        from core.models.tokenizers import build_clip_tokenizer
+
+        out_dir = Path(out_dir)
+        torch.manual_seed(seed)
+        transformer = SD3Transformer2DModel(
+            sample_size=32, patch_size=2, in_channels=16, out_channels=16, num_layers=2,
+            attention_head_dim=8, num_attention_heads=4, caption_projection_dim=32,
+            joint_attention_dim=TINY_T5_DIM, pooled_projection_dim=16 + 32,
+            pos_embed_max_size=64)
+        torch.manual_seed(seed + 1)
+        vae = tiny_flow_vae(VAE_SCALING, VAE_SHIFT)
+        torch.manual_seed(seed + 2)
+        clip_l = CLIPTextModelWithProjection(tiny_clip_config(16, "quick_gelu", 16, 2))
+        torch.manual_seed(seed + 3)
+        clip_g = CLIPTextModelWithProjection(tiny_clip_config(32, "gelu", 32, 2))
+        build_clip_tokenizer(out_dir / "tokenizer")
+        build_clip_tokenizer(out_dir / "tokenizer_2", pad_token="!")
+        vocab = build_t5_tokenizer(out_dir / "tokenizer_3")
+        t5 = tiny_t5_encoder(vocab, TINY_T5_DIM, seed + 4)
+        load = {"local_files_only": True}
+        pipe = StableDiffusion3Pipeline(
+            transformer=transformer, vae=vae,
+            scheduler=FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0),
+            text_encoder=clip_l,
+            tokenizer=CLIPTokenizer.from_pretrained(str(out_dir / "tokenizer"), **load),
+            text_encoder_2=clip_g,
+            tokenizer_2=CLIPTokenizer.from_pretrained(str(out_dir / "tokenizer_2"), **load),
+            text_encoder_3=t5,
+            tokenizer_3=T5TokenizerFast.from_pretrained(str(out_dir / "tokenizer_3"), **load))
+        pipe.save_pretrained(str(out_dir), safe_serialization=True)
+
+    # ------------------------------------------------------------ loading
+
+    def _missing_optional(self, path: str) -> dict[str, Any]:
+        """SD3 folders without the (large) T5 reload only with both parts set to None."""
+        if not (Path(path) / "text_encoder_3").is_dir():
+            return {"text_encoder_3": None, "tokenizer_3": None}
+        return {}
+
+    def _components_from_pipeline(self, pipe: Any, source: str, fp: str) -> Components:
+        encoders = [pipe.text_encoder, pipe.text_encoder_2]
+        tokenizers = [pipe.tokenizer, pipe.tokenizer_2]
+        if pipe.text_encoder_3 is not None:
+            encoders.append(pipe.text_encoder_3)
+            tokenizers.append(pipe.tokenizer_3)
+        return Components(
+            family=self.name, source=source, fingerprint=fp, vae=pipe.vae,
+            denoiser=pipe.transformer, text_encoders=encoders, tokenizers=tokenizers,
+            noise_scheduler=pipe.scheduler,
+            extras={"max_sequence_length": self.max_sequence_length,
+                    "has_t5": pipe.text_encoder_3 is not None})
+
+    # ------------------------------------------------------------ text
+
+    def encode_prompts(self, c: Components, prompts: list[str]) -> list[dict[str, Any]]:
+        """Per prompt: prompt_embeds [77 + 256, D_t5], prompt_mask, pooled_prompt_embeds."""
+        import torch
+
+        pipe = self.validation_pipeline(c)
+        msl = c.extras.get("max_sequence_length", self.max_sequence_length)
+        with torch.no_grad():
+            embeds, _, pooled, _ = pipe.encode_prompt(
+                prompt=prompts, prompt_2=None, prompt_3=None, device=c.vae.device,
+                do_classifier_free_guidance=False, max_sequence_length=msl)
+        clip_mask = c.tokenizers[0](prompts, padding="max_length",
+                                    max_length=pipe.tokenizer_max_length, truncation=True,
+                                    return_tensors="pt").attention_mask.bool()
+        if len(c.tokenizers) > 2:
+            t5_mask = c.tokenizers[2](prompts, padding="max_length", max_length=msl,
+                                      truncation=True, return_tensors="pt").attention_mask.bool()
+        else:
+            t5_mask = torch.zeros(len(prompts), msl, dtype=torch.bool)
+        mask = torch.cat([clip_mask, t5_mask], dim=1)
+        return [{"prompt_embeds": embeds[i], "prompt_mask": mask[i],
+                 "pooled_prompt_embeds": pooled[i]} for i in range(len(prompts))]
+
+    def text_length(self, c: Components) -> int:
+        clip_len = getattr(c.tokenizers[0], "model_max_length", 77)
+        return clip_len + c.extras.get("max_sequence_length", self.max_sequence_length)
+
+    # ------------------------------------------------------------ training
+
+    def predict(self, c: Components, sample: NoiseSample, text: dict[str, Any],
+                extra: dict[str, Any] | None = None) -> Any:
+        """The transformer's velocity for the batch; the text mask is not given to it
+        (SD3 attends to all 333 text tokens, as in the pipeline)."""
+        self.check_text_length(text, self.text_length(c))
+        model = c.denoiser
+        dtype = common.unwrap(model).dtype
+        device = sample.noisy.device
+        return model(
+            hidden_states=sample.noisy.to(dtype),
+            timestep=sample.timesteps.to(device),
+            encoder_hidden_states=text["prompt_embeds"].to(device, dtype),
+            pooled_projections=text["pooled_prompt_embeds"].to(device, dtype),
+            return_dict=False)[0]
+
+    def lora_target_modules(self) -> list[str]:
+        return list(LORA_TARGETS)
+
+    # ------------------------------------------------------------ validation
+
+    def validation_pipeline(self, c: Components) -> Any:
+        """A StableDiffusion3Pipeline sharing the loaded modules (its own scheduler)."""
+        from diffusers import StableDiffusion3Pipeline
+
+        has_t5 = len(c.text_encoders) > 2
+        pipe = StableDiffusion3Pipeline(
+            transformer=common.unwrap(c.denoiser), scheduler=self.validation_scheduler(c),
+            vae=c.vae, text_encoder=c.text_encoders[0], tokenizer=c.tokenizers[0],
+            text_encoder_2=c.text_encoders[1], tokenizer_2=c.tokenizers[1],
+            text_encoder_3=c.text_encoders[2] if has_t5 else None,
+            tokenizer_3=c.tokenizers[2] if has_t5 else None)
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
+
+
+FAMILY = SD3Family()

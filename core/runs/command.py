@@ -1,0 +1,119 @@
+"""Build the `accelerate launch` command that runs the trainer, as an argument list.
+
+The command is always a list (never a shell string) so paths with spaces or quotes
+cannot break it; `format_command` renders it with `shlex` for command.txt and the UI's
+copy button. Facts behind the flags (checked with accelerate 1.15 on CPU):
+
+- `--num_processes` is the total over all machines; the config's `launch.num_processes`
+  is per machine, so the two are multiplied.
+- CPU with several processes needs `--multi_gpu` *and* ACCELERATE_USE_CPU=1 (MULTI_CPU
+  with gloo); without the variable each process silently thinks it is alone, and
+  `--cpu --num_processes 2` starts only one process. One CPU process uses `--cpu`.
+- `--module` runs `python -m core.train.main`, so the trainer is found by import (the
+  project root goes on PYTHONPATH) rather than by a file path.
+- `--quiet` drops the launcher's own CalledProcessError traceback when the trainer exits
+  non-zero (the trainer's traceback is in train.log already).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.config import Config
+from core.runs.status import CONFIG_FILE
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+TRAINER_MODULE = "core.train.main"
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to run: the argument list, environment additions and working folder.
+
+    `workspace` lets `start_run` record the run in `<workspace>/.runs/`; None skips that.
+    """
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: Path = PROJECT_ROOT
+    workspace: Path | None = None
+
+
+def _launch_flags(cfg: Config) -> tuple[list[str], dict[str, str]]:
+    launch = cfg.launch
+    total = launch.num_processes * launch.num_machines
+    flags = [
+        "--num_processes", str(total),
+        "--num_machines", str(launch.num_machines),
+        "--mixed_precision", cfg.train.mixed_precision,
+        "--dynamo_backend", "no",
+    ]
+    env: dict[str, str] = {}
+    if launch.cpu:
+        if total > 1:
+            flags.append("--multi_gpu")
+            env["ACCELERATE_USE_CPU"] = "1"
+        else:
+            flags.append("--cpu")
+        threads = max(1, (os.cpu_count() or 1) // launch.num_processes)
+        flags += ["--num_cpu_threads_per_process", str(threads)]
+    elif total > 1:
+        flags.append("--multi_gpu")
+    if launch.num_machines > 1:
+        flags += [
+            "--machine_rank", str(launch.machine_rank),
+            "--main_process_ip", launch.main_process_ip,
+            "--main_process_port", str(launch.main_process_port),
+        ]
+    elif total > 1:
+        # Single machine: accelerate falls back to a free port when this one is taken.
+        flags += ["--main_process_port", str(launch.main_process_port)]
+    return flags, env
+
+
+def build_accelerate_command(
+    cfg: Config,
+    run_dir: Path,
+    workspace: Path,
+    *,
+    resume: str | None,
+    stage: str | None = None,
+    python: str = sys.executable,
+    script: list[str] | None = None,
+) -> LaunchSpec:
+    """The launch spec for training `cfg` into `run_dir`.
+
+    `resume` is passed on as `--resume` ("latest" or a checkpoint path); `stage` as
+    `--stage` (cache or train). `script` replaces `--module core.train.main` with a
+    program and its own leading arguments (tests run a stand-in trainer this way).
+    """
+    flags, env = _launch_flags(cfg)
+    target = list(script) if script else ["--module", TRAINER_MODULE]
+    trainer_args = [
+        "--config", str(Path(run_dir) / CONFIG_FILE),
+        "--workspace", str(workspace),
+    ]
+    if resume:
+        trainer_args += ["--resume", resume]
+    if stage:
+        trainer_args += ["--stage", stage]
+    argv = [python, "-m", "accelerate.commands.launch", *flags, "--quiet", *target,
+            *trainer_args]
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p
+    )
+    return LaunchSpec(argv=argv, env=env, cwd=PROJECT_ROOT, workspace=Path(workspace))
+
+
+def format_command(spec: LaunchSpec) -> str:
+    """A copyable shell line: `VAR=value ... python -m accelerate.commands.launch ...`.
+
+    The trainer is found through the absolute PYTHONPATH, so it runs from any folder.
+    """
+    env = [f"{k}={shlex.quote(v)}" for k, v in sorted(spec.env.items())]
+    return " ".join([*env, shlex.join(spec.argv)])

@@ -1,0 +1,383 @@
+"""Start, follow and stop a training run: the child process group and the run folder.
+
+The child (`accelerate launch ...`) runs in its own session and process group, with
+stdout and stderr appended to `<run_dir>/train.log`. Every launched process carries a
+run token in its environment, so `core.runs.procs` finds all of them at stop time even
+after accelerate's launcher has exited and orphaned them.
+
+Stopping:
+- A SIGINT to the whole group makes accelerate 1.15's launcher die of KeyboardInterrupt
+  at once (measured: exit -2 within 0.7 s), orphaning the trainer in the middle of its
+  save; torchrun's agent (multi-process) answers SIGINT by SIGTERM-ing its workers
+  (torch.distributed.elastic), and it starts each worker in a new session. So the soft
+  stop is: write the STOP file, SIGINT the launcher's children (the trainer ranks) and
+  let the launcher collect their exit. DataLoader workers (grandchildren) are not
+  interrupted mid-batch.
+- After the grace period every process of the run still alive, collected before the
+  first signal and re-collected since, gets SIGTERM, then SIGKILL.
+
+The final state is decided from the exit code and what the trainer wrote, never
+assumed: see `decide_final_state`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.runs import procs
+from core.runs.command import LaunchSpec, format_command
+from core.runs.registry import (
+    launcher_identity,
+    new_record,
+    register_run,
+    run_info,
+    run_is_alive,
+)
+from core.runs.status import (
+    COMMAND_FILE,
+    FINAL_STATES,
+    LOG_FILE,
+    STOP_FILE,
+    append_event,
+    write_status,
+)
+from core.runs.tail import last_lines, read_status
+
+DEFAULT_GRACE_S = 60.0  # time to finish the step and save a checkpoint after SIGINT
+TERM_GRACE_S = 5.0  # between SIGTERM and SIGKILL
+STRAGGLER_LINGER_S = 10.0  # leftovers after the launcher ended are killed after this
+_STALE_KEYS = ("exit_code", "reason", "finalized_by", "eta_s", "stop_forced")
+
+
+class RunStartError(RuntimeError):
+    """The child could not be started (or the folder holds a live run)."""
+
+
+def request_stop(run_dir: str | Path) -> None:
+    """The soft stop: the trainer checks for this file every step, saves and exits."""
+    path = Path(run_dir) / STOP_FILE
+    path.write_text(f"stop requested at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+
+
+# ---------------------------------------------------------------- final state
+
+
+def _describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "ended (exit code unknown: it was not started by this process)"
+    if returncode < 0:
+        return f"was killed by {procs.signal_name(returncode)}"
+    return f"exited with code {returncode}"
+
+
+def decide_final_state(
+    returncode: int | None,
+    status: dict[str, Any] | None,
+    *,
+    stop_requested: bool = False,
+    forced: bool = False,
+) -> tuple[str, str]:
+    """(state, reason) for a run whose processes have all ended.
+
+    A final state the trainer wrote itself is kept, except "done" with a failing exit
+    code when nobody asked it to stop (one rank may have crashed). Otherwise the exit
+    code decides: 0 done, 130 or SIGINT stopped, a stop we asked for stopped (noting
+    when it had to be forced), anything else failed. The launcher turns a trainer's
+    130 into 1, which is why the trainer's own "stopped" is trusted.
+    """
+    status = status or {}
+    trainer_state = None if status.get("finalized_by") == "manager" else status.get("state")
+    if trainer_state in ("failed", "stopped"):
+        return trainer_state, status.get("reason", "")
+    if trainer_state == "done":
+        if returncode in (0, None) or stop_requested:
+            return "done", ""
+        return "failed", (f"the trainer reported done but the launcher "
+                          f"{_describe_exit(returncode)}; see {LOG_FILE}")
+    if returncode == 0:
+        return "done", ""
+    if returncode in (130, -signal.SIGINT):
+        return "stopped", "stopped by the user"
+    if stop_requested:
+        if forced:
+            return "stopped", ("stopped by the user; it did not exit within the grace "
+                               "period and was killed, so the last checkpoint may be older "
+                               "than the last step")
+        return "stopped", "stopped by the user"
+    return "failed", f"the training process {_describe_exit(returncode)}; see {LOG_FILE}"
+
+
+def finalize_run(
+    run_dir: str | Path,
+    returncode: int | None,
+    *,
+    stop_requested: bool = False,
+    forced: bool = False,
+) -> str:
+    """Decide the final state and record it in status.json and events.jsonl."""
+    run_dir = Path(run_dir)
+    status = read_status(run_dir) or {}
+    state, reason = decide_final_state(returncode, status, stop_requested=stop_requested,
+                                       forced=forced)
+    if state == "failed":
+        tail = last_lines(run_dir / LOG_FILE, 1)
+        if tail and "last line:" not in reason:
+            reason += f" (last line: {tail[-1].strip()[:200]})"
+    fields: dict[str, Any] = {"exit_code": returncode}
+    if forced:
+        fields["stop_forced"] = True
+    if status.get("state") == state and status.get("finalized_by") != "manager":
+        write_status(run_dir, **fields)  # the trainer said it already; add the exit code
+        return state
+    already = status.get("state") == state  # e.g. the registry marked it failed first
+    write_status(run_dir, state=state, reason=reason, finalized_by="manager", eta_s=None,
+                 **fields)
+    if not already:
+        if state == "failed":
+            append_event(run_dir, {"type": "error", "step": status.get("step"),
+                                   "message": reason})
+        append_event(run_dir, {"type": "status", "state": state, "step": status.get("step"),
+                               "reason": reason})
+    return state
+
+
+# ---------------------------------------------------------------- the handle
+
+
+@dataclass
+class StopResult:
+    state: str
+    forced: bool  # SIGTERM/SIGKILL were needed
+    pids: list[int] = field(default_factory=list)  # every process collected for the run
+    killed: list[int] = field(default_factory=list)  # those that needed SIGKILL
+
+
+@dataclass
+class RunHandle:
+    """A started (or reattached) run. `popen` is None after a reattach."""
+
+    run_dir: Path
+    pid: int
+    start_ticks: int | None
+    token: str
+    popen: subprocess.Popen[bytes] | None = None
+    log_offset: int = 0  # where this run's part of train.log begins (for LogTail)
+    linger_s: float = STRAGGLER_LINGER_S
+    term_grace_s: float = TERM_GRACE_S
+    final_state: str | None = None
+    _leader_ended_at: float | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll() if self.popen is not None else None
+
+    def leader_running(self) -> bool:
+        if self.popen is not None:
+            return self.popen.poll() is None
+        return procs.is_running(self.pid, self.start_ticks)
+
+    def processes(self) -> dict[int, int]:
+        return procs.collect_run_processes(self.pid, self.start_ticks, self.token)
+
+    def poll(self) -> str | None:
+        """The final state once every process of the run has ended, else None.
+
+        Processes left after the launcher ended are given `linger_s` (the trainer
+        may still be saving) unless the trainer already wrote a final state,
+        then terminated: a leaked worker must not hold the GPU forever.
+        """
+        if self.final_state is not None:
+            return self.final_state
+        if self.leader_running():
+            return None
+        now = time.monotonic()
+        self._leader_ended_at = self._leader_ended_at or now
+        left = self.processes()
+        if left:
+            status = read_status(self.run_dir) or {}
+            trainer_pid = status.get("pid") if status.get("pid") != self.pid else None
+            saving = trainer_pid in left and status.get("state") not in FINAL_STATES
+            if saving or now - self._leader_ended_at < self.linger_s:
+                return None
+            _terminate(left, self.term_grace_s)
+        stop = (self.run_dir / STOP_FILE).exists()
+        self.final_state = finalize_run(self.run_dir, self.returncode, stop_requested=stop)
+        return self.final_state
+
+    def wait(self, timeout: float | None = None, poll_s: float = 0.2) -> str | None:
+        """Block until the run ends (or `timeout` passes); the final state or None."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (state := self.poll()) is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            if self.popen is not None and self.popen.poll() is None:
+                try:
+                    self.popen.wait(timeout=poll_s)
+                except subprocess.TimeoutExpired:
+                    pass
+            else:
+                time.sleep(poll_s)
+        return state
+
+    def stop(self, grace_s: float = DEFAULT_GRACE_S) -> StopResult:
+        return stop_run(self.run_dir, grace_s=grace_s, handle=self)
+
+
+def attach(run_dir: str | Path) -> RunHandle | None:
+    """A handle on a live run started by another process (a restarted UI); else None."""
+    run_dir = Path(run_dir)
+    status = read_status(run_dir)
+    pid, ticks, token = launcher_identity(status)
+    if pid is None or not run_is_alive(status):
+        return None
+    return RunHandle(run_dir=run_dir, pid=pid, start_ticks=ticks, token=token)
+
+
+# ---------------------------------------------------------------- start
+
+
+def _open_log(run_dir: Path, command: str) -> tuple[int, int]:
+    """The log opened for appending, after a header line; (fd, offset of the header)."""
+    fd = os.open(run_dir / LOG_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    offset = os.fstat(fd).st_size
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    os.write(fd, f"=== run started {stamp}\n$ {command}\n".encode())
+    return fd, offset
+
+
+def _reset_status(run_dir: Path) -> None:
+    """State "starting", keeping step/max_steps of a resumed run, dropping old results."""
+    old = read_status(run_dir) or {}
+    kept = {k: v for k, v in old.items() if k not in _STALE_KEYS}
+    kept["state"] = "starting"
+    write_status(run_dir, replace=True, **kept)
+
+
+def start_run(spec: LaunchSpec, run_dir: str | Path) -> RunHandle:
+    """Start the child in its own session, logging to train.log; record it everywhere.
+
+    Writes command.txt, status.json (state "starting", the launcher's pid, start time
+    and token) and, when `spec.workspace` is set, the registry record. Call
+    `prepare_run_dir` first; this only refuses a folder whose run is still alive.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if run_is_alive(read_status(run_dir)):
+        raise RunStartError(f"{run_dir}: a run is still going in this folder; stop it "
+                            f"first or choose another output.dir")
+    (run_dir / STOP_FILE).unlink(missing_ok=True)
+    command = format_command(spec)
+    (run_dir / COMMAND_FILE).write_text(command + "\n", encoding="utf-8")
+    _reset_status(run_dir)
+    token = uuid.uuid4().hex
+    env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1", procs.RUN_TOKEN_ENV: token}
+    log_fd, log_offset = _open_log(run_dir, command)
+    try:
+        popen = subprocess.Popen(
+            spec.argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log_fd,
+            stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+        )
+    except OSError as exc:
+        reason = f"could not start {spec.argv[0]!r}: {exc}"
+        os.write(log_fd, f"{reason}\n".encode())
+        write_status(run_dir, state="failed", reason=reason, finalized_by="manager")
+        append_event(run_dir, {"type": "error", "message": reason})
+        raise RunStartError(reason) from None
+    finally:
+        os.close(log_fd)  # the child holds its own copy
+    ticks = procs.start_ticks(popen.pid)
+    # The trainer's first status write comes seconds later (after its imports), so this
+    # read-modify-write does not race it in practice.
+    write_status(run_dir, pid=popen.pid, launcher_pid=popen.pid, launcher_start=ticks,
+                 run_token=token, started_at=round(time.time(), 3))
+    if spec.workspace is not None:
+        register_run(spec.workspace, new_record(run_dir, popen.pid, ticks, token, command))
+    return RunHandle(run_dir=run_dir, pid=popen.pid, start_ticks=ticks, token=token,
+                     popen=popen, log_offset=log_offset)
+
+
+# ---------------------------------------------------------------- stop
+
+
+def _interrupt_targets(found: dict[int, int], leader: int) -> dict[int, int]:
+    """The trainer ranks: the launcher's children, plus orphans whose parent is gone.
+
+    If the launcher has no such process (it is the trainer itself), the launcher.
+    """
+    stats = {p: procs.proc_stat(p) for p in found}
+    targets = {
+        p: t for p, t in found.items()
+        if p != leader and (st := stats[p]) is not None
+        and (st.ppid == leader or st.ppid not in found)
+    }
+    return targets or {p: t for p, t in found.items() if p == leader}
+
+
+def _terminate(alive: dict[int, int], term_grace_s: float) -> list[int]:
+    """SIGTERM, wait, SIGKILL whatever is left; returns the pids that needed SIGKILL."""
+    procs.signal_processes(alive, signal.SIGTERM)
+    left = procs.wait_gone(alive, term_grace_s)
+    if left:
+        procs.signal_processes(left, signal.SIGKILL)
+        procs.wait_gone(left, 5.0)
+    return sorted(left)
+
+
+def _wait_all(handle: RunHandle, found: dict[int, int], timeout_s: float) -> dict[int, int]:
+    """Wait for every process of the run, adding any the run starts meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    next_scan = 0.0
+    while True:
+        if handle.popen is not None:
+            handle.popen.poll()  # reap the launcher so it does not linger as a zombie
+        if time.monotonic() >= next_scan:
+            found.update(handle.processes())
+            next_scan = time.monotonic() + 0.5
+        alive = procs.alive_of(found)
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
+
+
+def stop_run(
+    run_dir: str | Path,
+    grace_s: float = DEFAULT_GRACE_S,
+    *,
+    term_grace_s: float = TERM_GRACE_S,
+    handle: RunHandle | None = None,
+) -> StopResult:
+    """Stop a run: STOP file and SIGINT, `grace_s` to save, then SIGTERM and SIGKILL.
+
+    Every pid of the run is collected before the first signal. Returns the final state
+    as decided by `finalize_run`; a run that is not alive is only finalized.
+    """
+    run_dir = Path(run_dir)
+    handle = handle or attach(run_dir)
+    if handle is None:  # nothing runs; a run that died unnoticed is marked failed
+        if read_status(run_dir) is None:
+            raise FileNotFoundError(f"{run_dir}: no run here (no status.json)")
+        return StopResult(state=run_info(run_dir).state, forced=False)
+    found = handle.processes()
+    if not found and (state := handle.poll()) is not None:  # it had ended already
+        return StopResult(state=state, forced=False)
+    request_stop(run_dir)
+    procs.signal_processes(_interrupt_targets(found, handle.pid), signal.SIGINT)
+    alive = _wait_all(handle, found, grace_s)
+    killed: list[int] = []
+    if alive:
+        killed = _terminate(alive, term_grace_s)
+    if handle.popen is not None:
+        try:
+            handle.popen.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            pass
+    state = finalize_run(run_dir, handle.returncode, stop_requested=True, forced=bool(alive))
+    handle.final_state = state
+    return StopResult(state=state, forced=bool(alive), pids=sorted(found), killed=killed)

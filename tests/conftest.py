@@ -1,0 +1,64 @@
+"""Shared fixtures: a session workspace holding tiny models, small image folders, configs."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+# Subprocesses (accelerate launch, app.py) find `core` and stay quiet about telemetry.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def tiny_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A workspace shared by the session, so each tiny model is built once."""
+    return tmp_path_factory.mktemp("workspace")
+
+
+def write_shapes(folder: Path, count: int, size: tuple[int, int] = (64, 64),
+                 captions: list[str] | None = None) -> list[Path]:
+    """`count` PNG images with `.txt` captions; captions cycle through `captions`."""
+    from PIL import Image, ImageDraw
+
+    folder.mkdir(parents=True, exist_ok=True)
+    colors = [(220, 40, 40), (40, 170, 60), (40, 80, 220), (235, 200, 30)]
+    captions = captions or [f"image number {i}" for i in range(count)]
+    paths = []
+    for i in range(count):
+        image = Image.new("RGB", size, (245, 245, 245))
+        ImageDraw.Draw(image).ellipse((4 + i % 7, 4, size[0] - 4, size[1] - 4 - i % 5),
+                                      fill=colors[i % len(colors)])
+        path = folder / f"img_{i:03d}.png"
+        image.save(path)
+        path.with_suffix(".txt").write_text(captions[i % len(captions)], encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def small_config(tmp: Path, datasets: int = 1, images: int = 6, family: str = "sd15",
+                 shared_captions: bool = False):
+    """A resolved config over fresh image folders in `tmp` (absolute paths)."""
+    from core.config import Config, DatasetConfig, OutputConfig, TextCacheConfig
+
+    cfg = Config()
+    cfg.model.family, cfg.model.path = family, f"tiny:{family}"
+    for d in range(datasets):
+        captions = ["a shared caption", "another shared one"] if shared_captions else [
+            f"dataset {d} image {i}" for i in range(images)]
+        write_shapes(tmp / f"data{d}", images, captions=captions)
+        cfg.datasets.append(DatasetConfig(id=f"d{d}", images=str(tmp / f"data{d}"),
+                                          vae_cache=str(tmp / f"cache/vae{d}"), resolution=64))
+    cfg.text_cache = TextCacheConfig(dir=str(tmp / "cache/text"))
+    cfg.output = OutputConfig(dir=str(tmp / "runs/run"))
+    cfg.train.batch_size = 2
+    cfg.validation.resolution = 64
+    cfg.validation.steps = 2
+    return cfg

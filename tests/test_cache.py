@@ -1,0 +1,208 @@
+"""Caches: incremental, invalidating exactly what changed, atomic, safe under SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON, REPO, small_config, write_shapes
+
+from core.cache.plan import plan_caches
+from core.cache.stage import build_caches
+from core.cache.store import (
+    CacheReadError,
+    CacheWriteError,
+    atomic_save,
+    is_fresh,
+    load_entry,
+    read_metadata,
+)
+from core.config import save_config
+
+
+@pytest.fixture(scope="module")
+def sd15(tiny_workspace: Path):
+    from core.models.registry import get_family
+    from core.models.tiny import materialize_tiny
+
+    family = get_family("sd15")
+    return family, family.load(str(materialize_tiny("sd15", tiny_workspace)))
+
+
+def entries(folder: Path) -> dict[Path, int]:
+    """Every cache file with its mtime (ns): a rewrite changes it."""
+    return {p: p.stat().st_mtime_ns for p in sorted(folder.rglob("*.safetensors"))}
+
+
+def test_first_build_writes_everything_second_writes_nothing(tmp_path: Path, sd15):
+    family, comps = sd15
+    cfg = small_config(tmp_path, images=5)
+    report = build_caches(cfg, family, comps)
+    assert (report.vae.written, report.text.written) == (5, 5)
+    before = entries(tmp_path / "cache")
+    assert len(before) == 10
+    again = build_caches(cfg, family, comps)
+    assert (again.stale_vae, again.stale_text, again.vae.written) == (0, 0, 0)
+    assert entries(tmp_path / "cache") == before, "unchanged entries must not be rewritten"
+    tensors, meta = load_entry(next(iter((tmp_path / "cache/vae0").glob("*.safetensors"))))
+    assert tensors["latents"].shape == (4, 8, 8)
+    assert meta["family"] == "sd15" and meta["bucket"] == "64x64"
+
+
+def test_changed_image_caption_or_setting_invalidates_exactly_those(tmp_path: Path, sd15):
+    family, comps = sd15
+    cfg = small_config(tmp_path, images=4)
+    build_caches(cfg, family, comps)
+    before = entries(tmp_path / "cache")
+    image = tmp_path / "data0/img_002.png"
+    write_shapes(tmp_path / "other", 4)
+    image.write_bytes((tmp_path / "other/img_000.png").read_bytes())  # new pixels
+    (tmp_path / "data0/img_001.txt").write_text("a brand new caption", encoding="utf-8")
+    report = build_caches(cfg, family, comps)
+    assert (report.stale_vae, report.stale_text) == (1, 1)
+    after = entries(tmp_path / "cache")
+    changed = {p for p in after if before.get(p) != after[p]}
+    assert changed == {tmp_path / "cache/vae0/img_002.png.safetensors",
+                       *[p for p in after if p not in before]}
+    assert len(changed) == 2, changed
+    cfg.datasets[0].resolution = 128  # every latent depends on it; text does not
+    report = build_caches(cfg, family, comps)
+    assert (report.stale_vae, report.stale_text) == (4, 0)
+
+
+def test_another_model_invalidates_everything(tmp_path: Path, sd15):
+    family, comps = sd15
+    cfg = small_config(tmp_path, images=3)
+    build_caches(cfg, family, comps)
+    import dataclasses
+
+    other = dataclasses.replace(comps, fingerprint="another-model")
+    report = build_caches(cfg, family, other)
+    assert (report.stale_vae, report.stale_text) == (3, 3)
+
+
+def test_shared_captions_make_one_text_entry(tmp_path: Path, sd15):
+    family, comps = sd15
+    cfg = small_config(tmp_path, datasets=2, images=4, shared_captions=True)
+    report = build_caches(cfg, family, comps)
+    assert report.vae.written == 8
+    assert report.text.written == 2
+    assert len(entries(tmp_path / "cache/text")) == 2
+
+
+def test_bad_image_is_skipped_and_named(tmp_path: Path, sd15):
+    family, comps = sd15
+    cfg = small_config(tmp_path, images=3)
+    bad = tmp_path / "data0/img_001.png"
+    bad.write_bytes(bad.read_bytes()[:60])  # header intact, pixels cut off
+    report = build_caches(cfg, family, comps)
+    assert report.vae.written == 2
+    assert any(str(bad) in str(p) and "skipped" in str(p) for p in report.problems)
+
+
+def test_truncated_entry_is_not_fresh_and_fails_loudly(tmp_path: Path):
+    import torch
+
+    path = tmp_path / "e.safetensors"
+    atomic_save({"latents": torch.ones(4, 8, 8)}, {"source": "x"}, path)
+    assert is_fresh(path, {"source": "x"}) and not is_fresh(path, {"source": "y"})
+    path.write_bytes(path.read_bytes()[:-10])
+    assert read_metadata(path) is None and not is_fresh(path, {"source": "x"})
+    with pytest.raises(CacheReadError, match="deleted it so it is rebuilt"):
+        load_entry(path)
+    assert not path.exists()
+
+
+def test_unwritable_cache_reports_and_leaves_no_partial(tmp_path: Path):
+    import torch
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    with pytest.raises(CacheWriteError, match="not-a-folder"):
+        atomic_save({"latents": torch.ones(2)}, {}, blocker / "sub" / "e.safetensors")
+
+
+def test_write_that_runs_out_of_space_removes_the_partial(tmp_path: Path):
+    """A file-size limit makes the write fail part-way, as a full disk does."""
+    script = (
+        "import resource, signal, sys, torch\n"
+        "from pathlib import Path\n"
+        "from core.cache.store import atomic_save, CacheWriteError\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+        "try:\n"
+        f"    target = Path({str(tmp_path)!r}) / 'e.safetensors'\n"
+        "    atomic_save({'latents': torch.ones(64, 64)}, {}, target)\n"
+        "except CacheWriteError as exc:\n"
+        "    print(exc); sys.exit(3)\n"
+    )
+    done = subprocess.run([PYTHON, "-c", script], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert "the partial file was removed" in done.stdout
+    assert list(tmp_path.iterdir()) == [], "no partial or temp file may remain"
+
+
+def _cache_command(config: Path, workspace: Path) -> list[str]:
+    return [PYTHON, "-m", "core.cache.main", "--config", str(config), "--workspace",
+            str(workspace)]
+
+
+@pytest.mark.slow
+def test_sigkill_mid_build_leaves_only_loadable_files(tmp_path: Path, tiny_workspace: Path):
+    cfg = small_config(tmp_path, images=40)
+    config = tmp_path / "run.toml"
+    save_config(cfg, config)
+    total = 40 + 40  # latents + captions
+    for kill_after in (1, 20, 50):  # entries seen on disk before the kill
+        child = subprocess.Popen(_cache_command(config, tiny_workspace), cwd=REPO,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 240
+        while len(entries(tmp_path / "cache")) < kill_after and child.poll() is None:
+            assert time.monotonic() < deadline, "cache build made no progress"
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        found = list((tmp_path / "cache").rglob("*.safetensors"))
+        assert len(found) < total, "the kill must land mid-build"
+        for path in found:
+            load_entry(path)  # raises (and deletes) if any entry were half-written
+    done = subprocess.run(_cache_command(config, tiny_workspace), cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    plan = plan_caches(cfg, {"family": "sd15"})
+    assert all(job.entry.exists() for job in plan.vae_jobs)
+    assert all(job.entry.exists() for job in plan.text_jobs)
+
+
+@pytest.mark.slow
+def test_two_process_accelerate_build_writes_each_entry_once(tmp_path: Path,
+                                                             tiny_workspace: Path):
+    from core.models.tiny import materialize_tiny
+
+    materialize_tiny("sd15", tiny_workspace)
+    cfg = small_config(tmp_path, datasets=2, images=7, shared_captions=True)
+    config = tmp_path / "run.toml"
+    save_config(cfg, config)
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1"}
+    command = [PYTHON, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
+               "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+               "-m", "core.cache.main", "--config", str(config), "--workspace",
+               str(tiny_workspace)]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=400)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    writes = [line for line in done.stdout.splitlines() if line.startswith("process ")]
+    assert len(writes) == 2, done.stdout
+    vae = sum(int(line.split("wrote ")[1].split(" vae")[0]) for line in writes)
+    text = sum(int(line.split(", ")[1].split(" text")[0]) for line in writes)
+    assert (vae, text) == (14, 2), writes
+    assert len(entries(tmp_path / "cache/vae0")) == 7
+    assert len(entries(tmp_path / "cache/vae1")) == 7
+    assert len(entries(tmp_path / "cache/text")) == 2
+    for path in (tmp_path / "cache").rglob("*.safetensors"):
+        load_entry(path)

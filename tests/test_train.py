@@ -1,0 +1,231 @@
+"""The trainer end to end: real `accelerate launch` runs of the demo on tiny models."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON, REPO, small_config
+
+from core.config import Config, load_config, save_config
+from core.runs.command import build_accelerate_command
+from core.runs.process import start_run
+from core.runs.rundir import prepare_run_dir
+from core.runs.tail import read_status
+
+pytestmark = pytest.mark.slow
+
+FAST = ["train.max_steps=8", "train.checkpoint_every=4", "train.eval_every=4",
+        "validation.every=4", "validation.steps=2", "validation.resolution=64",
+        "datasets.0.resolution=64", "train.eval_images=4"]
+
+
+def app(*args: str, workspace: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "app.py", "--no-ui", "--workspace", str(workspace), *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def events(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "events.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def step_losses(run_dir: Path) -> dict[int, float]:
+    out = {}
+    for event in events(run_dir):
+        if event["type"] == "step":
+            out[event["step"]] = event["loss"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    workspace = tmp_path_factory.mktemp("demo")
+    done = app("--preset", "demo", *sum([["--set", s] for s in FAST], []),
+               workspace=workspace)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    return workspace, workspace / "runs/demo", done.stdout
+
+
+def test_demo_run_writes_the_whole_run_folder(demo_run):
+    workspace, run_dir, stdout = demo_run
+    for name in ("config.toml", "command.txt", "train.log", "events.jsonl", "status.json"):
+        assert (run_dir / name).is_file(), name
+    assert "accelerate" in (run_dir / "command.txt").read_text()
+    assert read_status(run_dir)["state"] == "done"
+    assert read_status(run_dir)["step"] == 8
+    kinds = {e["type"] for e in events(run_dir)}
+    assert {"step", "eval", "validation", "checkpoint", "status"} <= kinds
+    assert sorted(step_losses(run_dir)) == list(range(1, 9))
+    assert (run_dir / "validation/step_000004/00.png").is_file()
+    assert (run_dir / "validation/step_000008/02.png").is_file()
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert checkpoints == ["step_000004", "step_000008"], "keep_checkpoints=2 keeps the newest"
+    lora = run_dir / "lora/pytorch_lora_weights.safetensors"
+    assert lora.is_file()
+    assert f"LoRA: {lora}" in stdout and "validation images:" in stdout
+    assert "step 8/8" in (run_dir / "train.log").read_text()
+
+
+def test_demo_lora_loads_in_diffusers_and_changes_the_image(demo_run):
+    import torch
+    from diffusers import StableDiffusionPipeline
+
+    workspace, run_dir, _ = demo_run
+    pipe = StableDiffusionPipeline.from_pretrained(str(workspace / "models/tiny-sd15"),
+                                                   local_files_only=True, safety_checker=None)
+    pipe.set_progress_bar_config(disable=True)
+
+    def image() -> torch.Tensor:
+        out = pipe("a red circle", num_inference_steps=2, height=64, width=64,
+                   generator=torch.Generator().manual_seed(0), output_type="pt")
+        return out.images[0]
+
+    before = image()
+    pipe.load_lora_weights(str(run_dir / "lora"))
+    after = image()
+    assert (after - before).abs().max() > 1e-4
+
+
+def test_demo_runs_again_into_a_new_folder(demo_run):
+    workspace, run_dir, _ = demo_run
+    done = app("--preset", "demo", "--stage", "check", workspace=workspace)
+    assert done.returncode == 0
+    again = app("--preset", "demo", *sum([["--set", s] for s in FAST[:1]], []),
+                "--set", "train.max_steps=1", workspace=workspace)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert "holds an earlier demo run" in again.stdout
+    assert read_status(workspace / "runs/demo-2")["state"] == "done"
+    assert read_status(run_dir)["step"] == 8, "the first run is untouched"
+
+
+def test_same_output_folder_is_refused_with_instructions(demo_run):
+    workspace, run_dir, _ = demo_run
+    done = app("--config", str(run_dir / "config.toml"), workspace=workspace)
+    assert done.returncode == 2
+    assert "it is not overwritten" in done.stderr and "--resume" in done.stderr
+
+
+def _config(tmp: Path, workspace: Path, steps: int, **train) -> tuple[Config, Path]:
+    cfg = small_config(tmp, images=8)
+    cfg.train.max_steps = steps
+    cfg.train.checkpoint_every = 5
+    cfg.train.eval_every = 1000
+    cfg.validation.every = 1000
+    cfg.validation.prompts = []
+    cfg.launch.cpu = True
+    for key, value in train.items():
+        setattr(cfg.train, key, value)
+    return cfg, Path(cfg.output.dir)
+
+
+def _start(cfg: Config, workspace: Path, resume: str | None = None):
+    run_dir = Path(cfg.output.dir)
+    prepare_run_dir(cfg, run_dir, resume=bool(resume))
+    return start_run(build_accelerate_command(cfg, run_dir, workspace, resume=resume), run_dir)
+
+
+def _wait_for_step(run_dir: Path, step: int, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while (read_status(run_dir) or {}).get("step", 0) < step:
+        assert time.monotonic() < deadline, f"no step {step}: {read_status(run_dir)}"
+        time.sleep(0.2)
+
+
+def test_stop_then_resume_continues_the_same_curve(tmp_path: Path, tiny_workspace: Path):
+    reference_cfg, reference_dir = _config(tmp_path / "a", tiny_workspace, 24)
+    assert _start(reference_cfg, tiny_workspace).wait(timeout=600) == "done"
+    reference = step_losses(reference_dir)
+
+    cfg, run_dir = _config(tmp_path / "b", tiny_workspace, 24)
+    handle = _start(cfg, tiny_workspace)
+    _wait_for_step(run_dir, 7)
+    result = handle.stop(grace_s=120)
+    assert result.state == "stopped" and not result.forced
+    stopped_at = read_status(run_dir)["step"]
+    assert stopped_at < 24
+    assert (run_dir / f"checkpoints/step_{stopped_at:06d}").is_dir()
+    assert (run_dir / "lora/pytorch_lora_weights.safetensors").is_file()
+
+    resumed = app("--config", str(run_dir / "config.toml"), "--resume",
+                  workspace=tiny_workspace)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "resumed from" in (run_dir / "train.log").read_text()
+    losses = step_losses(run_dir)
+    later = [s for s in range(stopped_at + 1, 25)]
+    assert later, "the resumed run must take steps"
+    for step in later:
+        assert losses[step] == pytest.approx(reference[step], rel=1e-3, abs=1e-4), step
+
+
+def test_killed_run_is_marked_failed_and_resumes(tmp_path: Path, tiny_workspace: Path):
+    cfg, run_dir = _config(tmp_path, tiny_workspace, 30)
+    handle = _start(cfg, tiny_workspace)
+    deadline = time.monotonic() + 300
+    while not (run_dir / "checkpoints/step_000005").is_dir():
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    os.killpg(handle.pid, signal.SIGKILL)
+    assert handle.wait(timeout=60) == "failed"
+    assert read_status(run_dir)["state"] == "failed"
+    resumed = app("--config", str(run_dir / "config.toml"), "--resume",
+                  workspace=tiny_workspace)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    log = (run_dir / "train.log").read_text()
+    assert "resumed from" in log and "checkpoints/step_0000" in log
+    assert read_status(run_dir)["state"] == "done" and read_status(run_dir)["step"] == 30
+
+
+def test_two_process_cpu_run(tmp_path: Path, tiny_workspace: Path):
+    cfg, run_dir = _config(tmp_path, tiny_workspace, 4)
+    cfg.launch.num_processes = 2
+    handle = _start(cfg, tiny_workspace)
+    assert handle.wait(timeout=600) == "done", (run_dir / "train.log").read_text()[-3000:]
+    starting = [e for e in events(run_dir) if e.get("state") == "starting"]
+    assert starting[0]["processes"] == 2
+    assert sorted(step_losses(run_dir)) == [1, 2, 3, 4]
+    assert (run_dir / "lora/pytorch_lora_weights.safetensors").is_file()
+
+
+@pytest.mark.parametrize("family", ["sd2", "sdxl", "sd3", "flux"])
+def test_each_family_trains_a_few_steps(tmp_path: Path, tiny_workspace: Path, family: str):
+    cfg = small_config(tmp_path, images=4, family=family)
+    cfg.train.max_steps = 3
+    cfg.train.eval_every = 3
+    cfg.validation.every = 3
+    cfg.validation.prompts = ["a red circle"]
+    save_config(cfg, tmp_path / "run.toml")
+    done = subprocess.run([PYTHON, "-m", "core.train.main", "--config", str(tmp_path / "run.toml"),
+                           "--workspace", str(tiny_workspace)], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = Path(cfg.output.dir)
+    assert sorted(step_losses(run_dir)) == [1, 2, 3]
+    assert (run_dir / "validation/step_000003/00.png").is_file()
+    assert (run_dir / "lora/pytorch_lora_weights.safetensors").is_file()
+
+
+def test_full_fine_tune_saves_a_loadable_model(tmp_path: Path, tiny_workspace: Path):
+    cfg = small_config(tmp_path, images=4)
+    cfg.train.method = "full"
+    cfg.train.max_steps = 2
+    cfg.validation.prompts = []
+    save_config(cfg, tmp_path / "run.toml")
+    done = subprocess.run([PYTHON, "-m", "core.train.main", "--config", str(tmp_path / "run.toml"),
+                           "--workspace", str(tiny_workspace)], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    from diffusers import StableDiffusionPipeline
+
+    StableDiffusionPipeline.from_pretrained(str(Path(cfg.output.dir) / "model"),
+                                            local_files_only=True)
+
+
+def test_demo_preset_is_valid_for_the_learning_run():
+    cfg = load_config(REPO / "presets/demo.toml")
+    assert cfg.model.path == "tiny:sd15" and cfg.train.max_steps <= 400

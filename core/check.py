@@ -7,15 +7,12 @@ steps per epoch. Reads files; creates and changes nothing.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.config import Config, resolved, validate_config
 from core.data.conflicts import check_directory_conflicts
-from core.problems import Problem, error, errors, errors_first, warnings
-
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+from core.problems import Problem, errors, errors_first, warning, warnings
 
 
 @dataclass
@@ -52,25 +49,8 @@ class CheckReport:
         return out
 
 
-def check_model_path(cfg: Config, workspace: Path) -> list[Problem]:
-    """Catch a model path that cannot be anything: not tiny:, not on disk, not a hub id."""
-    path = cfg.model.path
-    if not path or path.startswith("tiny:"):
-        return []
-    local = Path(path).expanduser()
-    local = local if local.is_absolute() else workspace / local
-    if local.exists():
-        return []
-    looks_local = path.startswith((".", "/", "~")) or path.endswith(
-        (".safetensors", ".ckpt", ".bin"))
-    if looks_local or not HUB_ID.match(path):
-        return [error("model.path", f"{path} is neither a folder, a file (looked in {local}) "
-                                    "nor a hub id like org/model")]
-    return []
-
-
 def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummary], int | None]:
-    from core.data.buckets import bucket_for
+    from core.data.buckets import bucket_for, check_resolution, check_settings, is_upscaled
     from core.data.index import index_dataset
     from core.data.sampler import MultiDatasetSampler, SourceDataset
 
@@ -80,12 +60,23 @@ def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummar
         key = f"datasets.{i}"
         if f"{key}.images" in missing or not ds.images:
             continue
+        settings = check_resolution(ds.resolution, f"{key}.resolution")
+        settings += check_settings(ds.bucketing, ds.crop, key)
+        problems.extend(settings)
+        if errors(settings):
+            continue
         index = index_dataset(ds, key)
         problems.extend(index.problems)
-        buckets = []
+        buckets, upscaled = [], []
         for item in index.items:
             b = bucket_for(item.width, item.height, ds.resolution, ds.bucketing, ds.crop)
             buckets.append((b.width, b.height))
+            if is_upscaled(item.width, item.height, b):
+                upscaled.append(item.path)
+        if upscaled:
+            problems.append(warning(f"{key}.images", f"{len(upscaled)} image(s) are smaller "
+                                    f"than their {ds.resolution}px bucket and get upscaled "
+                                    f"(blurry), e.g. {upscaled[0]}"))
         summaries.append(DatasetSummary(ds.id, len(index.items), buckets))
         sources.append(SourceDataset(ds.id, buckets, ds.repeats, ds.probability))
     if not sources or not any(s.item_buckets for s in sources):
@@ -102,9 +93,12 @@ def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummar
 
 def run_check(cfg: Config, workspace: str | Path) -> CheckReport:
     workspace = Path(workspace).expanduser().absolute()
+    from core.models.common import check_model_source
+
     problems = validate_config(cfg)
-    problems += check_model_path(cfg, workspace)
     full = resolved(cfg, workspace)
+    if not any(p.where.startswith("model.") for p in problems):
+        problems += check_model_source(full.model.path, cfg.model.family)
     problems += check_directory_conflicts(full)
     datasets, steps = _summarise(full, problems)
     return CheckReport(problems, datasets, steps)

@@ -1,0 +1,115 @@
+"""The CLI contract: --help, --stage check output and exit codes, no side effects."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from conftest import PYTHON, REPO, write_shapes
+
+from core.config import Config, DatasetConfig, save_config
+
+
+def app(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, str(REPO / "app.py"), *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+
+
+def tree(root: Path) -> list[tuple[str, int]]:
+    return sorted((str(p.relative_to(root)), p.stat().st_mtime_ns) for p in root.rglob("*"))
+
+
+def test_help_lists_every_flag_of_the_contract_without_heavy_imports():
+    done = app("--help")
+    assert done.returncode == 0
+    for flag in ("--listen", "--port", "--share", "--auth", "--auth-file", "--no-ui",
+                 "--preset", "--config", "--stage", "--set", "--workspace", "--no-auth",
+                 "--resume"):
+        assert flag in done.stdout, flag
+    probe = subprocess.run(
+        [PYTHON, "-c", "import sys, app\n"
+                       "try:\n    app.main(['--help'])\nexcept SystemExit:\n    pass\n"
+                       "heavy = [m for m in ('torch', 'gradio', 'diffusers', 'transformers')"
+                       " if m in sys.modules]\nprint('HEAVY', heavy)"],
+        cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert "HEAVY []" in probe.stdout, probe.stdout + probe.stderr
+
+
+def layout(tmp: Path) -> Path:
+    """A config with one conflict (cache inside images), one warning, one bad image."""
+    write_shapes(tmp / "ws/data/a", 5)
+    write_shapes(tmp / "ws/data/b", 3, size=(128, 64))
+    (tmp / "ws/data/b/broken.png").write_bytes(b"")
+    cfg = Config(datasets=[
+        DatasetConfig(id="a", images="data/a", vae_cache="data/a/.cache", resolution=64),
+        DatasetConfig(id="b", images="data/b", vae_cache="cache/b", resolution=128),
+        DatasetConfig(id="c", images="data/b", vae_cache="cache/c", resolution=64),
+    ])
+    cfg.output.dir = "runs/x"
+    save_config(cfg, tmp / "run.toml")
+    return tmp / "run.toml"
+
+
+def test_check_prints_errors_then_warnings_then_summary_and_exits_2(tmp_path: Path):
+    config = layout(tmp_path)
+    before = tree(tmp_path)
+    done = app("--no-ui", "--config", str(config), "--workspace", str(tmp_path / "ws"),
+               "--stage", "check")
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "== check"
+    levels = [line.split(":")[0] for line in lines[1:] if line.startswith(("error", "warning"))]
+    assert levels == sorted(levels), "errors come before warnings"
+    text = done.stdout
+    assert "error: datasets.0.vae_cache: dataset 'a' vae_cache" in text
+    assert str(tmp_path / "ws/data/a") in text and "datasets.0.images" in text
+    assert f"warning: {tmp_path / 'ws/data/b/broken.png'}" in text
+    assert "warning: datasets.2.images" in text and "datasets.1.images" in text
+    assert "summary: 1 error(s)" in text
+    assert "dataset 'a': 5 image(s)" in text and "dataset 'b': 3 image(s)" in text
+    assert "    64x64 " in text and "    256x64 " in text, "a 2:1 image gets a wide bucket"
+    assert "steps per epoch:" in text
+    assert tree(tmp_path) == before, "--stage check must create and change nothing"
+
+
+def test_check_of_a_clean_config_exits_0(tmp_path: Path):
+    write_shapes(tmp_path / "data/a", 4)
+    cfg = Config(datasets=[DatasetConfig(id="a", images="data/a", vae_cache="cache/a",
+                                         resolution=64)])
+    save_config(cfg, tmp_path / "run.toml")
+    done = app("--no-ui", "--config", str(tmp_path / "run.toml"), "--workspace", str(tmp_path),
+               "--stage", "check", "--set", "train.batch_size=2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "summary: 0 error(s), 0 warning(s)" in done.stdout
+    assert "steps per epoch: 2 (optimizer steps)" in done.stdout
+
+
+def test_unknown_key_and_bad_override_exit_2_naming_the_key(tmp_path: Path):
+    (tmp_path / "bad.toml").write_text('version = 1\n[train]\nmax_step = 3\n', encoding="utf-8")
+    done = app("--no-ui", "--config", str(tmp_path / "bad.toml"), "--stage", "check")
+    assert done.returncode == 2
+    assert "train.max_step" in done.stderr and "max_steps" in done.stderr
+    done = app("--no-ui", "--preset", "demo", "--stage", "check", "--set", "train.seed=x",
+               "--workspace", str(tmp_path))
+    assert done.returncode == 2 and "train.seed: expected an integer" in done.stderr
+
+
+def test_missing_source_or_preset_is_explained(tmp_path: Path):
+    done = app("--no-ui", "--stage", "check")
+    assert done.returncode == 2 and "--preset demo" in done.stderr
+    done = app("--no-ui", "--preset", "nope", "--stage", "check")
+    assert done.returncode == 2 and "no preset named 'nope'" in done.stderr
+    assert "demo" in done.stderr
+
+
+def test_relative_workspace_resolves_from_the_current_folder(tmp_path: Path):
+    write_shapes(tmp_path / "ws/data/a", 2)
+    cfg = Config(datasets=[DatasetConfig(id="a", images="data/a", vae_cache="cache/a",
+                                         resolution=64)])
+    save_config(cfg, tmp_path / "run.toml")
+    done = app("--no-ui", "--config", "run.toml", "--workspace", "ws", "--stage", "check",
+               cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (tmp_path / "ws/cache").exists()
+    assert os.listdir(tmp_path / "ws") == ["data"]

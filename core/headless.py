@@ -52,28 +52,6 @@ def stage_check(cfg: Config, workspace: Path) -> int:
     return EXIT_OK if report.ok else EXIT_INVALID
 
 
-def follow(handle, stop_grace_s: float = 120.0) -> str:
-    """Print the run's log as it grows until it ends; Ctrl-C stops it cleanly."""
-    from core.runs.tail import LogTail
-
-    tail = LogTail(handle.run_dir / "train.log", offset=handle.log_offset)
-    try:
-        while (state := handle.wait(timeout=0.5)) is None:
-            for line in tail.read():
-                say(line)
-    except KeyboardInterrupt:
-        say("stopping: the trainer finishes its step and saves a checkpoint "
-            "(Ctrl-C again is ignored; it escalates by itself after "
-            f"{stop_grace_s:.0f}s)")
-        import signal
-
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        state = handle.stop(grace_s=stop_grace_s).state
-    for line in tail.read():
-        say(line)
-    return state
-
-
 def summarize_run(run_dir: Path, state: str) -> None:
     say(f"run {state}: {run_dir}")
     lora = run_dir / "lora" / "pytorch_lora_weights.safetensors"
@@ -89,6 +67,7 @@ def summarize_run(run_dir: Path, state: str) -> None:
 def stage_train(cfg: Config, workspace: Path, resume: str | None) -> int:
     """Start the trainer under accelerate launch (it builds missing cache entries first)."""
     from core.runs.command import build_accelerate_command
+    from core.runs.foreground import follow_run
     from core.runs.process import RunStartError, start_run
     from core.runs.rundir import prepare_run_dir
     from core.runs.status import exit_code_for_state
@@ -107,7 +86,7 @@ def stage_train(cfg: Config, workspace: Path, resume: str | None) -> int:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_FAILED
     say(f"== train: {run_dir} (log: {run_dir / 'train.log'})")
-    state = follow(handle)
+    state = follow_run(handle, say, grace_s=120.0)
     summarize_run(run_dir, state)
     return exit_code_for_state(state)
 

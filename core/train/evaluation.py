@@ -16,12 +16,15 @@ from core.train.batches import to_device
 EVAL_SEED = 1234
 
 
+EVAL_FRACTIONS = (0.2, 0.4, 0.6, 0.8)  # of the schedule; every item is scored at each
+
+
 @dataclasses.dataclass
 class EvalSet:
     batches: list[dict[str, Any]]  # collated, own captions
     shuffled: list[dict[str, Any]]  # the same, with another item's caption embeddings
     noise: list[Any]
-    timesteps: list[Any]
+    timesteps: list[int]  # shared by every batch
 
 
 def _pick_items(datasets: list[Any], count: int) -> list[dict[str, Any]]:
@@ -61,44 +64,47 @@ def build_eval_set(family: Any, components: Any, datasets: list[Any], count: int
     for item in items:
         by_bucket.setdefault(tuple(item["latents"].shape), []).append(item)
     generator = torch.Generator().manual_seed(EVAL_SEED)
-    out = EvalSet([], [], [], [])
+    num_t = getattr(components.noise_scheduler.config, "num_train_timesteps", 1000)
+    out = EvalSet([], [], [], [round(f * num_t) for f in EVAL_FRACTIONS])
     rotated = {id(it): r for it, r in zip(items, _rotate_text(items), strict=True)}
     for group in by_bucket.values():
-        for start in range(0, len(group), batch_size):
-            chunk = group[start:start + batch_size]
+        for start in range(0, len(group), max(batch_size, 8)):
+            chunk = group[start:start + max(batch_size, 8)]
             batch = collate(chunk)
             out.batches.append(batch)
             out.shuffled.append(collate([rotated[id(it)] for it in chunk]))
-            latents = batch["latents"]
-            out.noise.append(torch.randn(latents.shape, generator=generator))
-            num_t = getattr(components.noise_scheduler.config, "num_train_timesteps", 1000)
-            out.timesteps.append(torch.linspace(0.1, 0.9, len(chunk)) * num_t)
+            out.noise.append(torch.randn(batch["latents"].shape, generator=generator))
     return out
 
 
-def evaluate(family: Any, components: Any, eval_set: EvalSet, device: Any,
-             dtype: Any) -> dict[str, float]:
-    """Mean loss with own and with rotated captions, at the fixed noise and timesteps."""
+def _loss_at(family: Any, components: Any, data: dict[str, Any], noise: Any, t: int,
+             device: Any) -> float:
     import torch
 
-    totals = {"loss": 0.0, "loss_shuffled": 0.0}
+    timesteps = torch.full((len(noise),), t, dtype=torch.long, device=device)
+    sample = family.noise_and_target(components, data["latents"], timesteps=timesteps,
+                                     noise=noise.to(device, data["latents"].dtype))
+    prediction = family.predict(components, sample, data, data)
+    return float(family.loss(components, prediction.float(), sample))
+
+
+def evaluate(family: Any, components: Any, eval_set: EvalSet, device: Any,
+             dtype: Any) -> dict[str, Any]:
+    """Mean loss with own and with rotated captions at fixed noise and timesteps, overall
+    and per timestep (`by_t`: {t: [loss, loss_shuffled]}), weighted by batch size."""
+    import torch
+
+    by_t = {t: [0.0, 0.0] for t in eval_set.timesteps}
     count = 0
     with torch.no_grad():
-        for batch, shuffled, noise, t in zip(eval_set.batches, eval_set.shuffled,
-                                             eval_set.noise, eval_set.timesteps, strict=True):
-            for key, data in (("loss", batch), ("loss_shuffled", shuffled)):
-                data = to_device(data, device, dtype)
-                sample = family.noise_and_target(components, data["latents"],
-                                                 timesteps=_timesteps(components, t, device),
-                                                 noise=noise.to(device, dtype))
-                prediction = family.predict(components, sample, data, data)
-                loss = family.loss(components, prediction.float(), sample)
-                totals[key] += float(loss) * len(noise)
+        for batch, shuffled, noise in zip(eval_set.batches, eval_set.shuffled, eval_set.noise,
+                                          strict=True):
+            own, other = to_device(batch, device, dtype), to_device(shuffled, device, dtype)
+            for t in eval_set.timesteps:
+                by_t[t][0] += _loss_at(family, components, own, noise, t, device) * len(noise)
+                by_t[t][1] += _loss_at(family, components, other, noise, t, device) * len(noise)
             count += len(noise)
-    return {k: v / max(count, 1) for k, v in totals.items()}
-
-
-def _timesteps(components: Any, fraction_times_t: Any, device: Any) -> Any:
-    """Integer timesteps for DDPM families; flow families take the same values and map
-    them to sigmas themselves."""
-    return fraction_times_t.round().long().to(device)
+    by_t = {t: [v / count for v in pair] for t, pair in by_t.items()}
+    return {"loss": sum(p[0] for p in by_t.values()) / len(by_t),
+            "loss_shuffled": sum(p[1] for p in by_t.values()) / len(by_t),
+            "by_t": {str(t): [round(a, 6), round(b, 6)] for t, (a, b) in by_t.items()}}

@@ -91,6 +91,10 @@ class TrainConfig:
     lora_rank: int = _f(16, label="LoRA rank", min=1, max=1024)
     lora_alpha: float = _f(0.0, label="LoRA alpha", min=0.0, max=4096, advanced=True,
                            help="0 means alpha = rank.")
+    lora_targets: str = _f("attention", label="LoRA targets", choices=("attention", "all"),
+                           advanced=True, help="attention: the attention projections "
+                           "(diffusers' examples); all: also convolutions and feed-forwards "
+                           "(LoCon style, more capacity).")
     max_steps: int = _f(1000, label="Max steps", min=1, max=10_000_000)
     batch_size: int = _f(1, label="Batch size", min=1, max=4096)
     grad_accum: int = _f(1, label="Gradient accumulation", min=1, max=4096)

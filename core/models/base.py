@@ -95,7 +95,9 @@ class ModelFamily(Protocol):
              min_snr_gamma: float = 0.0) -> Any:
         """Mean loss over the batch, weighted as the family's scheme wants."""
 
-    def lora_target_modules(self) -> list[str]: ...
+    def lora_target_modules(self, scope: str = "attention") -> list[str]:
+        """Module names LoRA adapts: "attention" (diffusers' examples) or "all" (also the
+        convolutions, feed-forwards and projections, LoCon style: more capacity)."""
 
     def save_lora(self, c: Components, out_dir: Path) -> dict[str, Path]:
         """Save the denoiser's LoRA: diffusers format (pytorch_lora_weights.safetensors,

@@ -71,6 +71,7 @@ class FluxFamily(FlowFamily):
             pooled_projection_dim=TINY_DIM, guidance_embeds=True, axes_dims_rope=(4, 6, 6))
         torch.manual_seed(seed + 1)
         vae = tiny_flow_vae(VAE_SCALING, VAE_SHIFT)
+        common.calibrate_tiny_vae(vae, seed, with_shift=True)
         torch.manual_seed(seed + 2)
         clip = CLIPTextModel(tiny_clip_config(TINY_DIM, "quick_gelu", TINY_DIM, 2))
         build_clip_tokenizer(out_dir / "tokenizer")
@@ -148,8 +149,9 @@ class FluxFamily(FlowFamily):
         scale = 2 ** (len(c.vae.config.block_out_channels) - 1)
         return FluxPipeline._unpack_latents(out, h * scale, w * scale, scale)
 
-    def lora_target_modules(self) -> list[str]:
-        return list(LORA_TARGETS)
+    def lora_target_modules(self, scope: str = "attention") -> list[str]:
+        extra = ["proj_mlp", "proj_out"]  # the single blocks' MLP in and joint out
+        return LORA_TARGETS + (extra if scope == "all" else [])
 
     # ------------------------------------------------------------ validation
 

@@ -24,6 +24,10 @@ from core.models.base import Components, NoiseSample
 from core.models.tokenizers import CLIP_VOCAB_SIZE, build_clip_tokenizer, clip_vocab
 
 LORA_TARGETS = ["to_k", "to_q", "to_v", "to_out.0"]
+# LoCon-style extras: the resnets' convolutions, time projections, transformer in/out
+# projections and feed-forwards (not conv_in/conv_out).
+LORA_TARGETS_EXTRA = ["conv1", "conv2", "conv_shortcut", "time_emb_proj", "proj_in", "proj_out",
+                      "ff.net.0.proj", "ff.net.2"]
 
 
 def tiny_clip_config(hidden_size: int = 32, hidden_act: str = "quick_gelu",
@@ -104,6 +108,7 @@ class StableDiffusionFamily:
         unet = self.tiny_unet()
         torch.manual_seed(seed + 1)
         vae = tiny_vae(self.vae_scaling_factor)
+        common.calibrate_tiny_vae(vae, seed)
         torch.manual_seed(seed + 2)
         text_encoder = CLIPTextModel(self.tiny_text_config())
         build_clip_tokenizer(out_dir / "tokenizer", pad_token=self.tiny_pad_token)
@@ -260,8 +265,8 @@ class StableDiffusionFamily:
             weights = w if weights is None else weights * w
         return common.weighted_mse(prediction, sample.target, weights)
 
-    def lora_target_modules(self) -> list[str]:
-        return list(LORA_TARGETS)
+    def lora_target_modules(self, scope: str = "attention") -> list[str]:
+        return LORA_TARGETS + (LORA_TARGETS_EXTRA if scope == "all" else [])
 
     def save_lora(self, c: Components, out_dir: Path,
                   kohya_name: str = "lora_kohya") -> dict[str, Path]:

@@ -63,6 +63,7 @@ class SD3Family(FlowFamily):
             pos_embed_max_size=64)
         torch.manual_seed(seed + 1)
         vae = tiny_flow_vae(VAE_SCALING, VAE_SHIFT)
+        common.calibrate_tiny_vae(vae, seed, with_shift=True)
         torch.manual_seed(seed + 2)
         clip_l = CLIPTextModelWithProjection(tiny_clip_config(16, "quick_gelu", 16, 2))
         torch.manual_seed(seed + 3)
@@ -149,8 +150,10 @@ class SD3Family(FlowFamily):
             pooled_projections=text["pooled_prompt_embeds"].to(device, dtype),
             return_dict=False)[0]
 
-    def lora_target_modules(self) -> list[str]:
-        return list(LORA_TARGETS)
+    def lora_target_modules(self, scope: str = "attention") -> list[str]:
+        extra = ["ff.net.0.proj", "ff.net.2", "ff_context.net.0.proj", "ff_context.net.2",
+                 "proj_out"]
+        return LORA_TARGETS + (extra if scope == "all" else [])
 
     # ------------------------------------------------------------ validation
 

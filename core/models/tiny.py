@@ -23,7 +23,7 @@ from core.models.registry import FAMILY_NAMES, get_family
 TINY_PREFIX = "tiny:"
 TINY_SEED = 0
 # Bump when a family's tiny config changes so existing workspaces rebuild.
-TINY_VERSION = 1
+TINY_VERSION = 2  # 2: calibrated VAE latent scaling
 MARKER = ".tiny-complete.json"
 
 

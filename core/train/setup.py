@@ -53,7 +53,8 @@ def add_trainable(family: Any, denoiser: Any, cfg: Config, weight_dtype: Any) ->
         alpha = cfg.train.lora_alpha or cfg.train.lora_rank
         denoiser.add_adapter(LoraConfig(r=cfg.train.lora_rank, lora_alpha=alpha,
                                         init_lora_weights="gaussian",
-                                        target_modules=family.lora_target_modules()))
+                                        target_modules=family.lora_target_modules(
+                                            cfg.train.lora_targets)))
         for param in denoiser.parameters():
             if param.requires_grad:
                 param.data = param.data.to(torch.float32)

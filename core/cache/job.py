@@ -1,0 +1,114 @@
+"""A cache build run in the background (for the UI): `accelerate launch -m core.cache.main`.
+
+It is the same program `--stage cache` runs, started through the run manager
+(`core.runs.start_run`) so it gets its own process group, a log, a clean stop and an
+honest final state. Each build gets a job folder `<workspace>/.cache-jobs/<stamp>/` with
+the config it ran, `train.log` (the program's output) and `cache_events.jsonl` (its
+`--events` progress lines); the newest few job folders are kept. Jobs are not training
+runs, so they stay out of the run registry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.config import Config, save_config
+from core.runs.command import build_accelerate_command
+from core.runs.process import RunHandle, start_run
+from core.runs.status import CONFIG_FILE, LOG_FILE
+from core.runs.tail import EventTail, last_lines
+
+JOBS_DIR = ".cache-jobs"
+EVENTS_FILE = "cache_events.jsonl"
+KEEP_JOBS = 5
+CACHE_MODULE = "core.cache.main"
+
+
+@dataclass
+class KindProgress:
+    """Progress of one cache kind ("vae" or "text"), with a rate measured as it goes."""
+
+    done: int = 0
+    total: int = 0
+    first_seen: tuple[float, int] | None = None  # (monotonic time, done) at the first event
+    last_seen: float = 0.0
+
+    def eta_s(self) -> float | None:
+        if self.first_seen is None or self.done >= self.total:
+            return 0.0 if self.total and self.done >= self.total else None
+        t0, done0 = self.first_seen
+        elapsed, gained = self.last_seen - t0, self.done - done0
+        if elapsed <= 0 or gained <= 0:
+            return None
+        return (self.total - self.done) * elapsed / gained
+
+
+@dataclass
+class CacheProgress:
+    kinds: dict[str, KindProgress] = field(default_factory=dict)
+
+    def update(self, event: dict[str, Any], now: float) -> None:
+        if event.get("type") != "cache_progress":
+            return
+        kind = str(event.get("kind", "?"))
+        entry = self.kinds.setdefault(kind, KindProgress())
+        entry.done, entry.total = int(event.get("done", 0)), int(event.get("total", 0))
+        if entry.first_seen is None:
+            entry.first_seen = (now, entry.done)
+        entry.last_seen = now
+
+
+@dataclass
+class CacheJob:
+    handle: RunHandle
+    job_dir: Path
+    started_at: float = field(default_factory=time.time)
+    progress: CacheProgress = field(default_factory=CacheProgress)
+    _events: EventTail | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.job_dir / LOG_FILE
+
+    def poll(self) -> str | None:
+        """Read new progress events; the final state ("done", "failed", "stopped") or None."""
+        if self._events is None:
+            self._events = EventTail(self.job_dir / EVENTS_FILE)
+        now = time.monotonic()
+        for event in self._events.read():
+            self.progress.update(event, now)
+        return self.handle.poll()
+
+    def log_lines(self, n: int = 40) -> list[str]:
+        return last_lines(self.log_path, n)
+
+    def stop(self, grace_s: float = 10.0) -> str:
+        return self.handle.stop(grace_s=grace_s).state
+
+
+def _prune(jobs: Path, keep: int) -> None:
+    old = sorted((p for p in jobs.iterdir() if p.is_dir()), key=lambda p: p.name)[:-keep]
+    for folder in old:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def start_cache_job(cfg: Config, workspace: str | Path) -> CacheJob:
+    """Start building the caches of `cfg` (paths as the user wrote them); returns at once."""
+    workspace = Path(workspace).expanduser().absolute()
+    jobs = workspace / JOBS_DIR
+    jobs.mkdir(parents=True, exist_ok=True)
+    _prune(jobs, KEEP_JOBS - 1)
+    job_dir = jobs / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    job_dir.mkdir()
+    save_config(cfg, job_dir / CONFIG_FILE)
+    spec = build_accelerate_command(
+        cfg, job_dir, workspace, resume=None,
+        script=["--module", CACHE_MODULE, "--events", str(job_dir / EVENTS_FILE)])
+    spec = dataclasses.replace(spec, workspace=None)  # not a training run: no registry record
+    return CacheJob(handle=start_run(spec, job_dir), job_dir=job_dir)

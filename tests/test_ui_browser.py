@@ -1,0 +1,111 @@
+"""The page in headless Chromium: load the demo, see a cache-folder conflict appear and go,
+edit a caption, launch, watch the log grow and a validation image arrive, stop, and keep
+a screenshot (under the test's tmp_path, printed at the end)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from test_ui_support import CHROMIUM_ARGS, chromium, running_app
+
+pytestmark = pytest.mark.slow
+
+TIMEOUT_MS = 240_000
+
+
+def field(page, elem_id: str):
+    return page.locator(f"#{elem_id} input, #{elem_id} textarea").first
+
+
+def set_field(page, elem_id: str, value: str) -> None:
+    box = field(page, elem_id)
+    box.fill(value)
+    box.press("Tab")  # numbers commit on blur
+
+
+def log_length(page) -> int:
+    return page.evaluate("(document.querySelector('#train-log textarea') || {value: ''})"
+                         ".value.length")
+
+
+def test_demo_in_the_browser(tmp_path: Path):
+    from playwright.sync_api import sync_playwright
+
+    executable = chromium()
+    with running_app(tmp_path / "ws") as (ctx, url), sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page.set_default_timeout(60_000)
+        try:
+            page.goto(url)
+            load_demo_and_see_the_conflict(page, ctx.workspace)
+            edit_a_caption(page, ctx.workspace)
+            launch_watch_and_stop(page, ctx.workspace)
+        finally:
+            shot = tmp_path / "ui-demo.png"
+            page.screenshot(path=str(shot), full_page=True)
+            print(f"screenshot: {shot}")
+            browser.close()
+        assert shot.stat().st_size > 10_000
+
+
+def load_demo_and_see_the_conflict(page, workspace: Path) -> None:
+    page.click("#preset-load")  # the demo preset is selected by default
+    page.wait_for_selector("#check-panel .dt-ok")
+    assert "shapes: 72 image(s)" in page.inner_text("#check-panel")
+    set_field(page, "ds-vae_cache", "demo/shapes/latents")  # inside the images folder
+    page.wait_for_selector("#check-panel .dt-error")
+    text = page.inner_text("#check-panel")
+    assert "error(s) block launch" in text and "datasets.0.vae_cache" in text
+    assert f"{workspace}/demo/shapes/latents is inside" in text
+    set_field(page, "ds-vae_cache", "cache/demo/shapes/vae")
+    page.wait_for_selector("#check-panel .dt-ok")
+    set_field(page, "ds-resolution", "64")
+
+
+def edit_a_caption(page, workspace: Path) -> None:
+    page.wait_for_selector("#preview img")
+    page.locator("#preview img").first.click()
+    page.wait_for_function("document.querySelector('#caption-edit textarea').value.length")
+    set_field(page, "caption-edit", "a purple circle on a grey background")
+    page.click("#caption-save")
+    captions = workspace / "demo/shapes"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if any("purple" in p.read_text() for p in captions.glob("*.txt")):
+            return
+        time.sleep(0.2)
+    raise AssertionError("the edited caption never reached a .txt file")
+
+
+def launch_watch_and_stop(page, workspace: Path) -> None:
+    page.get_by_role("tab", name="Training").click()
+    for elem_id, value in (("f-train-max_steps", "400"), ("f-validation-every", "2"),
+                           ("f-validation-steps", "2")):
+        set_field(page, elem_id, value)
+    page.click("#advanced button, #advanced .label-wrap")
+    set_field(page, "f-validation-resolution", "64")
+    set_field(page, "f-train-eval_every", "50")
+    page.wait_for_timeout(1500)  # let the live check settle on the new values
+    page.click("#launch")
+    page.wait_for_function("document.querySelector('#train-message').innerText"
+                           ".includes('launched')", timeout=TIMEOUT_MS)
+    page.wait_for_function("document.querySelector('#train-log textarea').value.length > 0",
+                           timeout=TIMEOUT_MS)
+    first = log_length(page)
+    page.wait_for_function(f"document.querySelector('#train-log textarea').value.length "
+                           f"> {first}", timeout=TIMEOUT_MS)
+    page.wait_for_selector("#validation-gallery img", timeout=TIMEOUT_MS)
+    assert "step 2" in page.inner_text("#validation-gallery")
+    assert "step " in page.inner_text("#train-progress")
+    command = field(page, "command").input_value()
+    assert "accelerate.commands.launch" in command and "--resume" in command
+    page.screenshot(path=str(workspace / "running.png"), full_page=True)
+    page.click("#stop")
+    page.wait_for_function("document.querySelector('#train-message').innerText"
+                           ".includes('stopped')", timeout=TIMEOUT_MS)
+    page.wait_for_function("document.querySelector('#train-progress').innerText"
+                           ".includes('stopped')", timeout=30_000)
+    assert (workspace / "runs/demo/checkpoints").is_dir()

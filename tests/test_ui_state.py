@@ -1,0 +1,233 @@
+"""The UI's gradio-free parts: form <-> config, saved configs the CLI accepts, cache
+status and clearing, the run follower and the validation-image watcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON, REPO, small_config, write_shapes
+
+from core.config import DatasetConfig, dumps_config, load_config
+from core.presets import list_presets, preset_path
+from core.runs.follow import RunFollower
+from core.runs.status import append_event, write_status
+from ui.state import (
+    DatasetList,
+    build_config,
+    config_values,
+    dataset_values,
+    new_dataset,
+    with_editor,
+)
+
+
+def form_of(cfg):
+    """What the form holds for `cfg`: the dataset list, editor values, field values."""
+    datasets = DatasetList(list(cfg.datasets), 0)
+    return datasets, dataset_values(datasets.current()), config_values(cfg)
+
+
+@pytest.mark.parametrize("name", list_presets())
+def test_every_preset_survives_the_form_unchanged(name):
+    cfg = load_config(preset_path(name))
+    back, problems = build_config(*form_of(cfg))
+    assert problems == []
+    assert dumps_config(back) == dumps_config(cfg)
+
+
+def test_editor_values_win_over_the_stored_dataset_and_empty_numbers_are_named():
+    cfg = load_config(preset_path("demo"))
+    datasets, editor, values = form_of(cfg)
+    editor["resolution"] = 64.0  # gr.Number gives floats
+    editor["repeats"] = None  # the user cleared the box
+    values["train.max_steps"] = 8
+    values["validation.prompts"] = "a red circle\n\n  a blue square  \n"
+    back, problems = build_config(datasets, editor, values)
+    assert back.datasets[0].resolution == 64 and isinstance(back.datasets[0].resolution, int)
+    assert back.train.max_steps == 8
+    assert back.validation.prompts == ["a red circle", "a blue square"]
+    assert [(p.level, p.where) for p in problems] == [("error", "datasets.0.repeats")]
+    assert "is empty" in problems[0].message
+    values["train.learning_rate"] = 2.5
+    values["train.batch_size"] = 2.5
+    _, problems = build_config(datasets, editor, values)
+    assert any(p.where == "train.batch_size" and "whole number" in p.message for p in problems)
+
+
+def test_new_datasets_get_unique_ids_and_their_own_cache_folders():
+    items = [DatasetConfig(id="data2", images="a", vae_cache="cache/a")]
+    first = new_dataset(items)
+    items.append(first)
+    second = new_dataset(items)
+    assert len({d.id for d in (*items, second)}) == 3
+    assert len({d.vae_cache for d in (*items, second)}) == 3
+    datasets = DatasetList(items, 1)
+    edited, _ = with_editor(datasets, {**dataset_values(first), "id": "renamed"})
+    assert edited.items[1].id == "renamed" and datasets.items[1].id == first.id, "a copy"
+
+
+def test_saved_form_is_accepted_unchanged_by_the_cli(tmp_path):
+    from ui.context import AppContext
+    from ui.presets import load_source, save_named
+
+    ctx = AppContext(tmp_path / "ws", monitor=False)
+    cfg, notes = load_source(ctx, "preset: demo")
+    assert (tmp_path / "ws/demo/shapes").is_dir() and "demo images" in notes[-1]
+    cfg.train.max_steps = 8
+    path = save_named(ctx, cfg, "my-run")
+    assert path == tmp_path / "ws/configs/my-run.toml"
+    assert path.read_text() == dumps_config(cfg)
+    done = subprocess.run([PYTHON, "app.py", "--no-ui", "--config", str(path), "--workspace",
+                           str(tmp_path / "ws"), "--stage", "check"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "dataset 'shapes': 72 image(s)" in done.stdout
+
+
+# ---------------------------------------------------------------- cache status and clear
+
+
+def test_cache_status_counts_cached_stale_missing_and_clear_keeps_images(tmp_path):
+    import torch
+
+    from core.cache.clear import ClearRefused, clear_dataset_cache, find_cache_files
+    from core.cache.plan import plan_caches
+    from core.cache.status import cache_status
+    from core.cache.store import atomic_save
+
+    cfg = small_config(tmp_path, images=4)
+    cfg.model.path = "org/model"  # a hub id: its identity needs no download
+    status = cache_status(cfg, tmp_path)
+    ds = status.datasets[0]
+    assert (ds.images, ds.vae.missing, ds.text.missing) == (4, 4, 4) and status.model_known
+    plan = plan_caches(cfg, {"family": "sd15", "model": _fingerprint("org/model")})
+    for job in plan.vae_jobs[:2]:
+        atomic_save({"latents": torch.zeros(4, 8, 8)}, job.meta, job.entry)
+    ds = cache_status(cfg, tmp_path).datasets[0]
+    assert (ds.vae.cached, ds.vae.stale, ds.vae.missing) == (2, 0, 2)
+    image = plan.vae_jobs[0].image
+    os.utime(image, ns=(time.time_ns(), time.time_ns() + 10**9))  # the image changed
+    ds = cache_status(cfg, tmp_path).datasets[0]
+    assert (ds.vae.cached, ds.vae.stale, ds.vae.missing) == (1, 1, 2)
+
+    cache_dir = Path(cfg.datasets[0].vae_cache)
+    (cache_dir / "notes.md").write_text("mine")  # not a cache file: must survive
+    assert len(find_cache_files(cfg.datasets[0], cfg).files) == 2
+    removed = clear_dataset_cache(cfg.datasets[0], cfg)
+    assert len(removed.files) == 2 and (cache_dir / "notes.md").exists()
+    assert sorted(p.name for p in (tmp_path / "data0").glob("*.png")) == [
+        f"img_{i:03d}.png" for i in range(4)], "images untouched"
+    cfg.datasets[0].vae_cache = str(tmp_path / "data0" / "latents")  # inside the images
+    with pytest.raises(ClearRefused, match="overlaps the images folder"):
+        clear_dataset_cache(cfg.datasets[0], cfg)
+
+
+def _fingerprint(path: str) -> str:
+    from core.models.common import fingerprint
+
+    return fingerprint(path, "hub")
+
+
+def test_cache_status_without_a_built_tiny_model_says_why(tmp_path):
+    from core.cache.status import cache_status
+
+    cfg = small_config(tmp_path, images=2)
+    status = cache_status(cfg, tmp_path / "ws")
+    assert not status.model_known and "tiny model is not built yet" in status.note
+    assert status.datasets[0].vae.missing == 2
+
+
+# ---------------------------------------------------------------- following a run
+
+
+def test_follower_reads_only_new_bytes_collapses_progress_and_tracks_losses(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    log = run / "train.log"
+    log.write_text("old run line\n")
+    offset = log.stat().st_size
+    with open(log, "a") as fh:
+        fh.write("loading\ncache 1/3\rcache 2/3\rcache 3/3\nstep 1/4 loss 1.0\npartial 5")
+    write_status(run, state="running", step=1, max_steps=4, eta_s=3.0)
+    append_event(run, {"type": "step", "step": 1, "loss": 1.0, "it_s": 2.0, "eta_s": 1.5})
+    f = RunFollower(run, log_offset=offset).poll()
+    assert list(f.lines) == ["loading", "cache 3/3", "step 1/4 loss 1.0"]
+    assert f.partial == "partial 5" and f.log_text().endswith("partial 5")
+    assert (f.progress.state, f.progress.step, f.progress.max_steps) == ("running", 1, 4)
+    assert f.progress.it_s == 2.0 and f.losses == [(1, 1.0)]
+    versions = (f.log_version, f.plot_version)
+    f.poll()
+    assert (f.log_version, f.plot_version) == versions, "nothing new, nothing changed"
+    with open(log, "a") as fh:
+        fh.write("0%\n")
+    append_event(run, {"type": "eval", "step": 1, "loss": 0.9, "loss_shuffled": 0.95})
+    write_status(run, state="done", step=4)
+    f.poll()
+    assert list(f.lines)[-1] == "partial 50%" and f.partial == ""
+    assert f.plot_version > versions[1]
+    assert ("eval", 0.9) in [(s, v) for _, s, v in f.evals]
+    assert f.progress.final and f.progress.eta_s is None
+    assert [r[2] for r in f.plot_rows()] == ["train", "eval", "eval (shuffled captions)"]
+
+
+def test_watcher_sees_a_renamed_png_at_once_and_ignores_temp_files(tmp_path):
+    from PIL import Image
+
+    from ui.watch import GalleryWatcher
+
+    run = tmp_path / "run"
+    (run / "validation/step_000002").mkdir(parents=True)
+    Image.new("RGB", (8, 8)).save(run / "validation/step_000002/00.png")
+    watcher = GalleryWatcher(run, rescan_s=3600).start()
+    try:
+        version, items = watcher.snapshot()
+        assert [(i.step, i.index) for i in items] == [(2, 0)]
+        folder = run / "validation/step_000004"
+        folder.mkdir()
+        tmp = folder / ".01.png.tmp"
+        Image.new("RGB", (8, 8)).save(tmp, format="PNG")
+        time.sleep(0.3)
+        assert watcher.snapshot()[0] == version, "a temp file is not an image yet"
+        t0 = time.monotonic()
+        os.replace(tmp, folder / "01.png")
+        while watcher.snapshot()[0] == version and time.monotonic() - t0 < 5:
+            time.sleep(0.01)
+        seen_after = time.monotonic() - t0
+        items = watcher.snapshot()[1]
+        assert [(i.step, i.index) for i in items] == [(4, 1), (2, 0)], "newest step first"
+        assert seen_after < 1.0, f"the watcher took {seen_after:.2f}s"
+    finally:
+        watcher.stop()
+
+
+def test_cache_progress_gives_an_eta_from_the_events(tmp_path):
+    from core.cache.job import CacheProgress
+
+    progress = CacheProgress()
+    progress.update({"type": "cache_progress", "kind": "vae", "done": 4, "total": 20}, 10.0)
+    assert progress.kinds["vae"].eta_s() is None, "no rate from a single event"
+    progress.update({"type": "cache_progress", "kind": "vae", "done": 12, "total": 20}, 12.0)
+    assert progress.kinds["vae"].eta_s() == pytest.approx(2.0)
+    progress.update({"type": "cache_progress", "kind": "vae", "done": 20, "total": 20}, 13.0)
+    assert progress.kinds["vae"].eta_s() == 0.0
+
+
+def test_reproduce_lines_name_the_saved_config_and_hide_secrets(tmp_path):
+    from ui.actions import reproduce_lines
+    from ui.context import AppContext
+
+    ctx = AppContext(tmp_path / "ws", secrets=["hunter2"], monitor=False)
+    run = ctx.workspace / "runs/demo"
+    run.mkdir(parents=True)
+    (run / "command.txt").write_text("accelerate launch x --token=hunter2 hf_"
+                                     + "a" * 30 + "\n")
+    text = reproduce_lines(ctx, run)
+    assert "hunter2" not in text and "hf_aaaa" not in text
+    assert f"--config {run / 'config.toml'}" in text and "--resume" in text
+    assert "--set output.dir=runs/demo-new" in text
+    json.dumps(text)  # plain text, safe for any component

@@ -1,0 +1,82 @@
+"""Helpers shared by the UI tests (no tests here): start the real app on a free port,
+find Chromium, stop what a test started."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+# Small overrides so the demo finishes fast on 2 CPU cores (the preset trains 128 px,
+# 200 steps).
+FAST = {"train.max_steps": "8", "train.checkpoint_every": "4", "train.eval_every": "4",
+        "train.eval_images": "4", "validation.every": "4", "validation.steps": "2",
+        "validation.resolution": "64", "datasets.0.resolution": "64"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_app(workspace: Path, auth: list[tuple[str, str]] | None = None
+                ) -> Iterator[tuple[object, str]]:
+    """The real app (AppContext + Blocks) served on 127.0.0.1; yields (ctx, url)."""
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    from ui.app import launch_app
+    from ui.context import AppContext
+
+    ctx = AppContext(workspace, secrets=[p for _, p in auth or []])
+    demo, url = launch_app(ctx, port=free_port(), auth=auth, prevent_thread_lock=True,
+                           quiet=True)
+    try:
+        yield ctx, url
+    finally:
+        stop_runs(ctx)
+        demo.close()
+        ctx.close()
+
+
+def stop_runs(ctx) -> None:
+    """Stop every run and cache build a test left going (fast: no long grace)."""
+    from core.runs.process import stop_run
+
+    for handle in ctx.live_handles():
+        with contextlib.suppress(Exception):
+            stop_run(handle.run_dir, grace_s=10, handle=handle)
+    if ctx.cache_job is not None and ctx.cache_job.poll() is None:
+        ctx.cache_job.stop(grace_s=5)
+
+
+def demo_config(workspace: Path, changes: dict[str, str] | None = None) -> str:
+    """The demo preset as TOML with the fast overrides (and `changes`), data generated."""
+    from core.config import apply_overrides, dumps_config, load_config
+    from core.headless import prepare_demo_data
+    from core.presets import preset_path
+
+    cfg = load_config(preset_path("demo"))
+    items = {**FAST, **(changes or {})}
+    apply_overrides(cfg, [f"{k}={v}" for k, v in items.items()])
+    prepare_demo_data(cfg, workspace)
+    return dumps_config(cfg)
+
+
+def chromium() -> str:
+    """Debian's chromium (CI installs it); skip with the reason when it truly is absent."""
+    path = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(path).exists():
+        pytest.skip("chromium not found: install it with `apt-get install -y chromium` "
+                    "(.ci/run does)")
+    pytest.importorskip("playwright", reason="the playwright package is not installed "
+                                             "(it is in requirements.txt)")
+    return path

@@ -59,6 +59,15 @@ def build_tiny_folder(family: str, out_dir: Path, seed: int = TINY_SEED) -> None
     get_family(family).build_tiny(Path(out_dir), seed)
 
 
+def _build_keeping_rng(family: str, out_dir: Path) -> None:
+    """Build with a private RNG: the build seeds torch itself, and a trainer that happens
+    to build the model must draw the same noise as one that found it built."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        get_family(family).build_tiny(out_dir, TINY_SEED)
+
+
 def materialize_tiny(family: str, workspace: Path) -> Path:
     """The folder of the tiny `family` model in this workspace, built if missing."""
     if family not in FAMILY_NAMES:
@@ -73,7 +82,7 @@ def materialize_tiny(family: str, workspace: Path) -> Path:
             return final
         tmp = Path(tempfile.mkdtemp(prefix=f".tiny-{family}.", suffix=".tmp", dir=final.parent))
         try:
-            get_family(family).build_tiny(tmp, TINY_SEED)
+            _build_keeping_rng(family, tmp)
             marker = {"family": family, "seed": TINY_SEED, "version": TINY_VERSION}
             (tmp / MARKER).write_text(json.dumps(marker), encoding="utf-8")
             _swap_in(tmp, final, family)

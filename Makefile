@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-fast ui lint bench clean-venv
+.PHONY: demo test test-fast ui lint bench bench-ui clean-venv
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/scan.py
+
+bench-ui: $(STAMP)
+	$(PY) bench/ui_latency.py
 
 clean-venv:
 	rm -rf $(VENV)

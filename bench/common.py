@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -87,6 +88,22 @@ def demo_like_config(ws: Path, images: Path, resolution: int, batch_size: int,
     cfg.validation.every = max_steps + 1
     cfg.validation.resolution, cfg.validation.steps = resolution, 2
     return cfg
+
+
+def add_omp_option(parser: Any) -> None:
+    parser.add_argument(
+        "--omp-passive", action="store_true",
+        help="set OMP_WAIT_POLICY=PASSIVE (here and in child processes) before torch loads: "
+             "on a busy machine libgomp's spinning threads otherwise slow torch several-fold")
+
+
+def apply_omp_option(passive: bool) -> str:
+    """Call before torch is imported; returns a line saying what torch's threads will do."""
+    if passive:
+        if "torch" in sys.modules:
+            raise RuntimeError("--omp-passive must be applied before torch is imported")
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    return f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset: libgomp spins)')}"
 
 
 def load_line() -> str:

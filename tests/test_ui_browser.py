@@ -42,7 +42,9 @@ def test_demo_in_the_browser(tmp_path: Path):
             page.goto(url)
             load_demo_and_see_the_conflict(page, ctx.workspace)
             edit_a_caption(page, ctx.workspace)
+            export_and_import_the_config(page, ctx.workspace)
             launch_watch_and_stop(page, ctx.workspace)
+            resume_and_stop_again(page)
         finally:
             shot = tmp_path / "ui-demo.png"
             page.screenshot(path=str(shot), full_page=True)
@@ -78,6 +80,36 @@ def edit_a_caption(page, workspace: Path) -> None:
             return
         time.sleep(0.2)
     raise AssertionError("the edited caption never reached a .txt file")
+
+
+def export_and_import_the_config(page, workspace: Path) -> None:
+    page.get_by_role("tab", name="Config").click()
+    page.click("#config-export")
+    exported = workspace / "configs/exports/demo.toml"
+    page.wait_for_selector("#config-file a")
+    assert "max_steps = 200" in exported.read_text()
+    edited = workspace / "edited.toml"
+    edited.write_text(exported.read_text().replace("max_steps = 200", "max_steps = 123"))
+    page.set_input_files("#config-upload input[type=file]", str(edited))
+    page.wait_for_function("document.querySelector('#preset-message').innerText"
+                           ".includes('imported edited.toml')")
+    page.get_by_role("tab", name="Training").click()
+    assert field(page, "f-train-max_steps").input_value() == "123"
+
+
+def resume_and_stop_again(page) -> None:
+    step = int(page.inner_text("#train-progress").split("step ")[1].split("/")[0])
+    page.click("#resume")
+    page.wait_for_function("document.querySelector('#train-message').innerText"
+                           ".includes('resumed')", timeout=TIMEOUT_MS)
+    page.wait_for_function(
+        "(() => { const m = document.querySelector('#train-progress').innerText"
+        f".match(/step (\\d+)\\//); return m && Number(m[1]) > {step}; }})()",
+        timeout=TIMEOUT_MS)
+    page.click("#stop")
+    page.wait_for_function("document.querySelector('#train-message').innerText"
+                           ".includes('stopped')", timeout=TIMEOUT_MS)
+    assert "stopped" in page.inner_text("#train-progress")
 
 
 def launch_watch_and_stop(page, workspace: Path) -> None:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, REPO, small_config, write_shapes
+from conftest import PYTHON, REPO, small_config
 
 from core.config import DatasetConfig, dumps_config, load_config
 from core.presets import list_presets, preset_path

@@ -29,8 +29,14 @@ class CacheFiles:
     files: list[Path] = field(default_factory=list)
     bytes: int = 0
 
+    @property
+    def entries(self) -> int:
+        """Cache entries (one per image); the rest are lock and leftover temp files."""
+        return sum(1 for p in self.files if p.name.endswith(ENTRY_SUFFIX))
+
     def describe(self) -> str:
-        return f"{len(self.files)} cache file(s), {self.bytes / 1e6:.1f} MB, in {self.folder}"
+        return (f"{self.entries} cache entr{'y' if self.entries == 1 else 'ies'} "
+                f"({len(self.files)} files, {self.bytes / 1e6:.1f} MB) in {self.folder}")
 
 
 def _is_cache_file(path: Path) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -71,25 +72,30 @@ class CacheJob:
     started_at: float = field(default_factory=time.time)
     progress: CacheProgress = field(default_factory=CacheProgress)
     _events: EventTail | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def log_path(self) -> Path:
         return self.job_dir / LOG_FILE
 
     def poll(self) -> str | None:
-        """Read new progress events; the final state ("done", "failed", "stopped") or None."""
-        if self._events is None:
-            self._events = EventTail(self.job_dir / EVENTS_FILE)
-        now = time.monotonic()
-        for event in self._events.read():
-            self.progress.update(event, now)
-        return self.handle.poll()
+        """Read new progress events; the final state ("done", "failed", "stopped") or None.
+
+        Thread-safe: a UI polls from its monitor thread and from request handlers."""
+        with self._lock:
+            if self._events is None:
+                self._events = EventTail(self.job_dir / EVENTS_FILE)
+            now = time.monotonic()
+            for event in self._events.read():
+                self.progress.update(event, now)
+            return self.handle.poll()
 
     def log_lines(self, n: int = 40) -> list[str]:
         return last_lines(self.log_path, n)
 
     def stop(self, grace_s: float = 10.0) -> str:
-        return self.handle.stop(grace_s=grace_s).state
+        with self._lock:
+            return self.handle.stop(grace_s=grace_s).state
 
 
 def _prune(jobs: Path, keep: int) -> None:

@@ -1,0 +1,97 @@
+"""Assembly: the page (preset bar, then the Dataset, Cache, Training, Runs and Config
+tabs), the live check shared by every tab, the 1 s timer, and the API endpoints.
+
+`build_app(ctx)` returns the Blocks; `launch_app` starts it with the serving options
+(theme and css go to launch() in Gradio 6). Per-session data lives in gr.State; what
+the server owns (run handles, cache job, watchers) lives in the AppContext.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from ui import api, presets, tab_cache, tab_config, tab_dataset, tab_runs, tab_train
+from ui.context import AppContext
+from ui.errors import guarded
+from ui.form import Form
+
+TICK_S = 1.0
+CSS = """
+#train-log textarea, #cache-log textarea { font-family: ui-monospace, monospace;
+  font-size: 12px; }
+.dt-problems ul { margin: 4px 0 0 18px; }
+.dt-problems li { margin: 2px 0; }
+"""
+
+
+def build_app(ctx: AppContext) -> gr.Blocks:
+    with gr.Blocks(title="Diffusion fine-tuning") as demo:
+        form = Form()
+        api.register(ctx)  # first, so the endpoints keep their names (/check, /stop, ...)
+        gr.Markdown("## Fine-tune a diffusion model on your pictures\n"
+                    f"Workspace: `{ctx.workspace}`")
+        bar = tab_config.build_bar(ctx)
+        timer = gr.Timer(TICK_S)
+        with gr.Tabs() as tabs:
+            with gr.Tab("Dataset", id="dataset"):
+                dataset = tab_dataset.build(form)
+            with gr.Tab("Cache", id="cache") as cache_tab:
+                cache = tab_cache.build(form)
+            with gr.Tab("Training", id="train"):
+                train = tab_train.build(form)
+            with gr.Tab("Runs", id="runs") as runs_tab:
+                runs = tab_runs.build()
+            with gr.Tab("Config", id="config"):
+                config = tab_config.build_tab()
+        _wire(demo, ctx, form, bar, timer, tabs, runs_tab, dataset, cache, train, runs,
+              config)
+        tab_cache.wire(ctx, form, cache, timer, cache_tab)
+    return demo
+
+
+def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: gr.Timer, tabs: gr.Tabs,
+          runs_tab: gr.Tab, dataset: Any, cache: Any, train: Any, runs: Any,
+          config: Any) -> None:
+    check_outputs = [dataset.check_html, dataset.histogram, config.toml]
+
+    @guarded("Check")
+    def live_check(data: dict[Any, Any]) -> tuple:
+        cfg, problems = form.read(data)
+        html, histogram = tab_dataset.check_view(ctx, cfg, problems)
+        return html, histogram, presets.toml_text(cfg)
+
+    live = {"fn": live_check, "inputs": form.inputs(), "outputs": check_outputs,
+            "api_visibility": "private", "show_progress": "hidden"}
+    fields = [*form.editor.values(), *form.fields.values()]
+    gr.on([c.change for c in fields], trigger_mode="always_last", **live)
+    tab_dataset.wire(ctx, form, dataset, check_outputs, live_check)
+    runs_refresh = {"fn": lambda: tab_runs.runs_view(ctx), "inputs": None,
+                    "outputs": [runs.table, runs.choice], "api_visibility": "private"}
+    tab_train.wire(ctx, form, train, timer, on_launched=[runs_refresh])
+    tab_runs.wire(ctx, runs, train, tabs)
+    runs_tab.select(**runs_refresh)
+    preview = {"fn": guarded("Preview")(lambda d: tab_dataset.preview_items(
+        ctx, form.read(d)[0], d[form.datasets].selected)), "inputs": form.inputs(),
+        "outputs": [dataset.preview, dataset.preview_paths, dataset.preview_note],
+        "api_visibility": "private"}
+    tab_config.wire(ctx, form, bar, config, after_fill=[live, preview])
+    demo.load(guarded("Open the page")(lambda f: tab_runs.on_load(ctx, f)), [train.following],
+              [runs.table, runs.choice, train.following, train.progress, train.log,
+               train.plot, train.gallery, train.command], api_visibility="private")
+
+
+def launch_app(ctx: AppContext, *, server_name: str = "127.0.0.1", port: int = 7860,
+               share: bool = False, auth: list[tuple[str, str]] | None = None,
+               prevent_thread_lock: bool = False, quiet: bool = False) -> tuple[Any, str]:
+    """Build and start the app; returns (blocks, local url)."""
+    demo = build_app(ctx)
+    demo.queue(default_concurrency_limit=4)
+    _, url, _ = demo.launch(
+        server_name=server_name, server_port=port, share=share, auth=auth or None,
+        auth_message="Log in with the user name and password given to the server.",
+        allowed_paths=[str(ctx.workspace)], prevent_thread_lock=prevent_thread_lock,
+        quiet=quiet, show_error=True, theme=gr.themes.Soft(), css=CSS,
+        footer_links=["api", "settings"])
+    return demo, url

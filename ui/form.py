@@ -1,0 +1,118 @@
+"""Form components generated from the config's field metadata, and the `Form` object
+that reads them back as a `Config` (see ui/state.py for the data model).
+
+Every component is registered in the Form under its config key, so any event can take
+`form.inputs()` (a set: the handler receives one dict) and call `form.read(data)`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from core.config import Config
+from core.problems import Problem
+from ui.state import (
+    DatasetList,
+    FieldSpec,
+    build_config,
+    config_values,
+    dataset_specs,
+    dataset_values,
+    section_specs,
+    to_form_value,
+)
+
+
+def make_component(spec: FieldSpec, value: Any = None, **extra: Any) -> gr.components.Component:
+    """The component a field's type and metadata call for."""
+    value = to_form_value(spec, spec.default if value is None else value)
+    common: dict[str, Any] = {"label": spec.label, "value": value,
+                              "elem_id": "f-" + spec.key.replace(".", "-")}
+    if spec.meta.get("help"):
+        common["info"] = spec.meta["help"]
+    common.update(extra)
+    choices = spec.meta.get("choices")
+    if choices:
+        return gr.Dropdown(choices=list(choices), **common)
+    if spec.type is bool:
+        return gr.Checkbox(**common)
+    if spec.type in (int, float):
+        lo, hi = spec.meta.get("min"), spec.meta.get("max")
+        return gr.Number(minimum=lo, maximum=hi, precision=0 if spec.type is int else None,
+                         **common)
+    if spec.is_list:
+        return gr.Textbox(lines=3, info=common.pop("info", None) or "one per line", **common)
+    return gr.Textbox(**common)
+
+
+class Form:
+    """All form components: section fields by key, dataset editor fields by name."""
+
+    def __init__(self) -> None:
+        self.fields: dict[str, gr.components.Component] = {}
+        self.editor: dict[str, gr.components.Component] = {}
+        self.datasets = gr.State(DatasetList())
+        self.selector: gr.Radio | None = None
+
+    # ------------------------------------------------------------ building
+
+    def section(self, name: str, advanced: bool | None = None,
+                only: tuple[str, ...] | None = None) -> None:
+        """Render the fields of a section (all, or only basic/advanced, or named ones)."""
+        for spec in section_specs(name):
+            if only is not None and spec.name not in only:
+                continue
+            if advanced is not None and spec.advanced != advanced:
+                continue
+            if spec.key not in self.fields:
+                self.fields[spec.key] = make_component(spec)
+
+    def section_rows(self, name: str, advanced: bool, per_row: int = 5) -> None:
+        """The section's basic or advanced fields, `per_row` to a row."""
+        names = [s.name for s in section_specs(name) if s.advanced == advanced]
+        for start in range(0, len(names), per_row):
+            with gr.Row():
+                self.section(name, only=tuple(names[start:start + per_row]))
+
+    def dataset_editor(self, names: tuple[str, ...]) -> None:
+        for spec in dataset_specs():
+            if spec.name in names:
+                self.editor[spec.name] = make_component(spec, elem_id=f"ds-{spec.name}")
+
+    # ------------------------------------------------------------ reading
+
+    def inputs(self) -> set[gr.components.Component]:
+        return {self.datasets, *self.editor.values(), *self.fields.values()}
+
+    def read(self, data: dict[Any, Any]) -> tuple[Config, list[Problem]]:
+        """The form as a Config (editor applied) and problems with unparsable values."""
+        editor = {name: data[c] for name, c in self.editor.items()}
+        values = {key: data[c] for key, c in self.fields.items()}
+        return build_config(data[self.datasets], editor, values)
+
+    def editor_values(self, data: dict[Any, Any]) -> dict[str, Any]:
+        return {name: data[c] for name, c in self.editor.items()}
+
+    # ------------------------------------------------------------ writing
+
+    def editor_updates(self, datasets: DatasetList) -> dict[Any, Any]:
+        values = dataset_values(datasets.current())
+        out: dict[Any, Any] = {c: values[name] for name, c in self.editor.items()}
+        if self.selector is not None:
+            out[self.selector] = gr.Radio(choices=datasets.choices(),
+                                          value=datasets.selected if datasets.items else None)
+        out[self.datasets] = datasets
+        return out
+
+    def fill(self, cfg: Config) -> dict[Any, Any]:
+        """Updates that show `cfg` in every field (and its datasets in the editor)."""
+        values = config_values(cfg)
+        out: dict[Any, Any] = {c: values[key] for key, c in self.fields.items()}
+        out.update(self.editor_updates(DatasetList(list(cfg.datasets), 0)))
+        return out
+
+    def outputs(self) -> list[gr.components.Component]:
+        extra = [self.selector] if self.selector is not None else []
+        return [self.datasets, *extra, *self.editor.values(), *self.fields.values()]

@@ -1,0 +1,87 @@
+"""Presets and saved configs: load one into the form, save the form, export and import.
+
+A saved file is `dumps_config(cfg)` as is, the format `python app.py --no-ui --config`
+reads, with paths exactly as the user wrote them (relative ones resolve against the
+workspace, as on the CLI). Saved configs live in `<workspace>/configs/`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from core.config import Config, dumps_config, load_config, save_config
+from core.presets import PRESETS_DIR, is_demo, list_presets
+from core.problems import ConfigError
+from ui.actions import ActionError
+from ui.context import AppContext
+
+CONFIGS_DIR = "configs"
+PRESET_PREFIX = "preset: "
+SAVED_PREFIX = "saved: "
+NAME = re.compile(r"^[\w.-]+$")
+
+
+def sources(ctx: AppContext) -> list[str]:
+    """Dropdown entries: the shipped presets, then the configs saved in the workspace."""
+    saved = sorted(p.stem for p in (ctx.workspace / CONFIGS_DIR).glob("*.toml"))
+    return [PRESET_PREFIX + n for n in list_presets()] + [SAVED_PREFIX + n for n in saved]
+
+
+def _path_of(ctx: AppContext, source: str) -> Path:
+    if source.startswith(PRESET_PREFIX):
+        return PRESETS_DIR / f"{source.removeprefix(PRESET_PREFIX)}.toml"
+    if source.startswith(SAVED_PREFIX):
+        return ctx.workspace / CONFIGS_DIR / f"{source.removeprefix(SAVED_PREFIX)}.toml"
+    raise ActionError(f"choose a preset or a saved config (got {source!r})")
+
+
+def load_source(ctx: AppContext, source: str) -> tuple[Config, list[str]]:
+    """The config of a dropdown entry, and notes for the user.
+
+    The demo preset brings its own images, generated into the workspace the first time
+    (as `--no-ui --preset demo` does), and never reuses an output folder that holds a run.
+    """
+    path = _path_of(ctx, source)
+    cfg = read_config_file(path)
+    notes = [f"loaded {source.split(': ', 1)[-1]} ({path})"]
+    if source.startswith(PRESET_PREFIX) and is_demo(str(path)):
+        from core.headless import demo_output_dir, prepare_demo_data
+
+        prepare_demo_data(cfg, ctx.workspace)
+        before = cfg.output.dir
+        demo_output_dir(cfg, ctx.workspace)
+        notes.append(f"demo images are in {ctx.workspace / cfg.datasets[0].images}")
+        if cfg.output.dir != before:
+            notes.append(f"{before} holds an earlier run; this one goes to {cfg.output.dir}")
+    return cfg, notes
+
+
+def read_config_file(path: str | Path) -> Config:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        raise ActionError(f"{Path(path).name} is not a valid config", exc.problems) from None
+
+
+def save_named(ctx: AppContext, cfg: Config, name: str) -> Path:
+    """Save the form as `<workspace>/configs/<name>.toml` (replacing one of that name)."""
+    name = name.strip().removesuffix(".toml")
+    if not NAME.match(name):
+        raise ActionError(f"config name {name!r}: use letters, digits, '-', '_' or '.'")
+    path = ctx.workspace / CONFIGS_DIR / f"{name}.toml"
+    save_config(cfg, path)
+    return path
+
+
+def export(ctx: AppContext, cfg: Config) -> Path:
+    """A file to download: the form's config under `<workspace>/configs/exports/`."""
+    folder = ctx.workspace / CONFIGS_DIR / "exports"
+    name = re.sub(r"[^\w.-]+", "-", Path(cfg.output.dir).name or "config")
+    path = folder / f"{name}.toml"
+    save_config(cfg, path)
+    return path
+
+
+def toml_text(cfg: Config) -> str:
+    return dumps_config(cfg)

@@ -1,0 +1,130 @@
+"""HTML and table rows for the views: plain functions of plain data (no gradio), so the
+same text reaches the browser and the tests. Everything user-provided is escaped."""
+
+from __future__ import annotations
+
+import html
+import time
+from pathlib import Path
+
+from core.problems import Problem, errors, errors_first, warnings
+
+BAR = ("<div class='dt-bar' style='background:#e5e7eb;border-radius:6px;height:14px;"
+       "overflow:hidden'><div style='background:{color};height:100%;width:{pct:.1f}%'>"
+       "</div></div>")
+STATE_COLORS = {"done": "#16a34a", "failed": "#dc2626", "stopped": "#d97706",
+                "stopping": "#d97706", "running": "#2563eb", "starting": "#6b7280"}
+
+
+def esc(text: object) -> str:
+    return html.escape(str(text))
+
+
+def problems_html(problems: list[Problem], ok_text: str = "No problems found.") -> str:
+    """Errors (they block launch) then warnings, each naming its key or path."""
+    if not problems:
+        return f"<div class='dt-ok' style='color:#16a34a'>✔ {esc(ok_text)}</div>"
+    n_err, n_warn = len(errors(problems)), len(warnings(problems))
+    head = (f"<b style='color:#dc2626'>{n_err} error(s) block launch</b>" if n_err
+            else "<b style='color:#16a34a'>no errors</b>")
+    head += f", {n_warn} warning(s)" if n_warn else ""
+    items = []
+    for p in errors_first(problems):
+        color = "#dc2626" if p.level == "error" else "#b45309"
+        items.append(f"<li class='dt-{p.level}'><span style='color:{color}'>{p.level}</span>: "
+                     f"<code>{esc(p.where)}</code>: {esc(p.message)}</li>")
+    return f"<div class='dt-problems'>{head}<ul>{''.join(items)}</ul></div>"
+
+
+def message_html(text: str, level: str = "info", problems: list[Problem] | None = None) -> str:
+    color = {"error": "#dc2626", "warning": "#b45309", "info": "#1f2937",
+             "ok": "#16a34a"}.get(level, "#1f2937")
+    body = f"<div class='dt-msg dt-msg-{level}' style='color:{color}'>{esc(text)}</div>"
+    if problems:
+        body += problems_html(problems)
+    return body
+
+
+def fmt_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def run_progress_html(progress, run_label: str) -> str:
+    """Progress bar with step, it/s and ETA for a RunFollower's Progress."""
+    total = progress.max_steps or "?"
+    parts = [f"<b>{esc(progress.state)}</b>", f"step {progress.step}/{total}"]
+    if progress.it_s:
+        parts.append(f"{progress.it_s:.2f} it/s")
+    if not progress.final:
+        parts.append(f"ETA {fmt_seconds(progress.eta_s)}")
+    if progress.loss is not None:
+        parts.append(f"loss {progress.loss:.4f}")
+    color = STATE_COLORS.get(progress.state, "#2563eb")
+    bar = BAR.format(color=color, pct=progress.fraction * 100)
+    reason = f"<div style='color:#dc2626'>{esc(progress.reason)}</div>" if (
+        progress.reason and progress.state in ("failed", "stopped")) else ""
+    return (f"<div class='dt-progress'><div><code>{esc(run_label)}</code> · "
+            f"<span class='dt-progress-text'>{' · '.join(parts)}</span></div>{bar}{reason}"
+            "</div>")
+
+
+def cache_progress_html(job, state: str | None) -> str:
+    """One bar per cache kind (vae, text) with done/total and an ETA."""
+    if job is None:
+        return "<div class='dt-cache-progress'>No cache build yet.</div>"
+    label = state or "running"
+    rows = [f"<div><b>cache build: {esc(label)}</b> (job {esc(job.job_dir.name)})</div>"]
+    if not job.progress.kinds:
+        rows.append("<div>starting (loading the model)…</div>")
+    for kind, p in sorted(job.progress.kinds.items(), key=lambda kv: kv[0] != "vae"):
+        pct = 100.0 * p.done / p.total if p.total else 100.0
+        eta = "" if state else f" · ETA {fmt_seconds(p.eta_s())}"
+        rows.append(f"<div>{esc(kind)}: {p.done}/{p.total}{eta}</div>"
+                    + BAR.format(color="#2563eb", pct=pct))
+    return f"<div class='dt-cache-progress'>{''.join(rows)}</div>"
+
+
+def cache_rows(status) -> list[list[object]]:
+    return [[d.id, d.images, d.vae.cached, d.vae.stale, d.vae.missing, d.text.cached,
+             d.text.stale, d.text.missing, d.vae_dir] for d in status.datasets]
+
+
+CACHE_HEADERS = ["dataset", "images", "VAE cached", "VAE stale", "VAE missing",
+                 "text cached", "text stale", "text missing", "VAE folder"]
+RUN_HEADERS = ["run folder", "state", "step", "started", "outputs", "note"]
+
+
+def run_outputs(run_dir: Path) -> str:
+    parts = []
+    if (run_dir / "lora" / "pytorch_lora_weights.safetensors").exists():
+        parts.append("LoRA")
+    elif (run_dir / "model").is_dir():
+        parts.append("model")
+    steps = list((run_dir / "validation").glob("step_*"))
+    if steps:
+        parts.append(f"{len(steps)} validation step(s)")
+    checkpoints = [p for p in (run_dir / "checkpoints").glob("step_*") if p.is_dir()]
+    if checkpoints:
+        parts.append(f"{len(checkpoints)} checkpoint(s)")
+    return ", ".join(parts) or "-"
+
+
+def run_rows(infos, relative) -> list[list[object]]:
+    rows = []
+    for info in infos:
+        step = "-" if info.step is None else f"{info.step}/{info.max_steps or '?'}"
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.started_at)) \
+            if info.started_at else "-"
+        state = info.state + (" (live)" if info.alive else "")
+        rows.append([relative(info.run_dir), state, step, started,
+                     run_outputs(info.run_dir), info.reason[:160]])
+    return rows

@@ -1,0 +1,175 @@
+"""Cache tab: what is cached, stale or missing per dataset; build the VAE-latent and
+text-embedding caches (an `accelerate launch` job, with a progress bar and an ETA);
+clear one dataset's latent cache after a confirmation (images are never touched)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from core.config import load_config
+from core.runs.status import CONFIG_FILE
+from ui import actions, render
+from ui.actions import ActionError
+from ui.context import AppContext
+from ui.errors import guarded
+from ui.form import Form
+from ui.tab_train import scroll_to_end
+
+
+@dataclass
+class CacheTab:
+    refresh: gr.Button
+    table: gr.Dataframe
+    note: gr.Markdown
+    build: gr.Button
+    stop: gr.Button
+    progress: gr.HTML
+    log: gr.Textbox
+    clear_id: gr.Dropdown
+    clear: gr.Button
+    confirm_box: gr.Group
+    confirm_text: gr.Markdown
+    confirm_yes: gr.Button
+    confirm_no: gr.Button
+    message: gr.HTML
+    seen: gr.State  # (job folder name, final state) last shown to this session
+
+
+def build(form: Form) -> CacheTab:
+    form.section("text_cache")
+    with gr.Row():
+        refresh = gr.Button("Refresh status", elem_id="cache-refresh", scale=0)
+        build_btn = gr.Button("Build caches", variant="primary", elem_id="cache-build",
+                              scale=0)
+        stop = gr.Button("Stop build", variant="stop", elem_id="cache-stop", scale=0)
+    message = gr.HTML("", elem_id="cache-message")
+    table = gr.Dataframe(headers=render.CACHE_HEADERS, label="Cache status per dataset",
+                         interactive=False, elem_id="cache-table")
+    note = gr.Markdown("")
+    progress = gr.HTML(render.cache_progress_html(None, None), elem_id="cache-progress")
+    log = gr.Textbox(label="Cache build log", lines=8, max_lines=8, interactive=False,
+                     autoscroll=True, elem_id="cache-log")
+    gr.Markdown("### Clear a dataset's latent cache")
+    with gr.Row():
+        clear_id = gr.Dropdown(label="Dataset", choices=[], elem_id="clear-id", scale=2)
+        clear = gr.Button("Clear cache…", variant="stop", elem_id="cache-clear", scale=0)
+    with gr.Group(visible=False) as confirm_box:
+        confirm_text = gr.Markdown("")
+        with gr.Row():
+            yes = gr.Button("Yes, delete these cache files", variant="stop",
+                            elem_id="cache-clear-yes")
+            no = gr.Button("Cancel", elem_id="cache-clear-no")
+    return CacheTab(refresh, table, note, build_btn, stop, progress, log, clear_id, clear,
+                    confirm_box, confirm_text, yes, no, message, gr.State(None))
+
+
+def status_view(ctx: AppContext, cfg: Any) -> tuple[list, str]:
+    status = actions.cache_status(ctx, cfg)
+    note = f"Text cache: `{status.text_dir}`."
+    if status.note:
+        note += f" Note: {status.note}."
+    return render.cache_rows(status), note
+
+
+def job_view(ctx: AppContext, seen: Any) -> tuple[Any, Any, Any, Any]:
+    """(progress html, log text, seen, job-finished-since-last-look) for the timer."""
+    job = ctx.cache_job
+    if job is None:
+        return gr.skip(), gr.skip(), seen, False
+    state = job.poll()
+    key = (job.job_dir.name, state)
+    if seen == key and state is not None:
+        return gr.skip(), gr.skip(), seen, False  # finished and already shown
+    text = ctx.redact("\n".join(job.log_lines(60)))
+    finished = state is not None
+    return render.cache_progress_html(job, state), text, key, finished
+
+
+def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: gr.Timer, page: gr.Tab) -> None:
+    """Events of the tab; opening it (`page`) refreshes the status table."""
+    ins = form.inputs()
+    status_outs = [tab.table, tab.note]
+
+    @guarded("Cache status")
+    def refresh(data: dict[Any, Any]) -> tuple:
+        cfg, _ = form.read(data)
+        ids = [ds.id for ds in cfg.datasets]
+        rows, note = status_view(ctx, cfg)
+        return rows, note, gr.Dropdown(choices=ids, value=ids[0] if ids else None)
+
+    @guarded("Build caches")
+    def start(data: dict[Any, Any]) -> str:
+        cfg, problems = form.read(data)
+        try:
+            job = actions.start_cache(ctx, cfg, problems)
+        except ActionError as exc:
+            gr.Warning(exc.message)
+            return render.message_html(exc.message, "error", exc.problems)
+        return render.message_html(f"cache build started (log: {job.log_path})", "ok")
+
+    @guarded("Stop cache build")
+    def stop() -> str:
+        return render.message_html(f"cache build {actions.stop_cache(ctx)}", "info")
+
+    def tick(seen: Any) -> tuple:
+        try:
+            html, text, seen, finished = job_view(ctx, seen)
+        except Exception as exc:  # shown in the panel, not as a toast every second
+            text = f"cannot read the cache build: {type(exc).__name__}: {exc}"
+            return render.message_html(text, "error"), gr.skip(), seen, gr.skip(), gr.skip()
+        if not finished:
+            return html, text, seen, gr.skip(), gr.skip()
+        try:  # the status of what the job built, from the config it ran
+            rows, note = status_view(ctx, load_config(ctx.cache_job.job_dir / CONFIG_FILE))
+        except Exception as exc:  # the table is a convenience; the bar already says it
+            return html, text, seen, gr.skip(), f"cache status unavailable: {exc}"
+        return html, text, seen, rows, note
+
+    for trigger in (tab.refresh.click, page.select):
+        trigger(refresh, ins, [*status_outs, tab.clear_id], api_visibility="private")
+    tab.build.click(start, ins, [tab.message], api_visibility="private")
+    tab.stop.click(stop, None, [tab.message], api_visibility="private")
+    tab.log.change(None, js=scroll_to_end("cache-log"))
+    timer.tick(tick, [tab.seen], [tab.progress, tab.log, tab.seen, *status_outs],
+               api_visibility="private", show_progress="hidden")
+    _wire_clear(ctx, form, tab, refresh)
+
+
+def _wire_clear(ctx: AppContext, form: Form, tab: CacheTab, refresh: Any) -> None:
+    ins = form.inputs() | {tab.clear_id}
+
+    @guarded("Clear cache")
+    def ask(data: dict[Any, Any]) -> tuple:
+        cfg, _ = form.read(data)
+        try:
+            files = actions.cache_files(ctx, cfg, data[tab.clear_id] or "")
+        except ActionError as exc:
+            gr.Warning(exc.message)
+            return gr.Group(visible=False), "", render.message_html(exc.message, "error")
+        if not files.files:
+            return (gr.Group(visible=False), "",
+                    render.message_html(f"nothing to clear in {files.folder}", "info"))
+        text = (f"**Delete {files.describe()}?** Only cache files are removed; the images "
+                "are not touched.")
+        return gr.Group(visible=True), text, ""
+
+    @guarded("Clear cache")
+    def do_clear(data: dict[Any, Any]) -> tuple:
+        cfg, _ = form.read(data)
+        try:
+            done = actions.clear_cache(ctx, cfg, data[tab.clear_id] or "")
+        except ActionError as exc:
+            gr.Warning(exc.message)
+            return gr.Group(visible=False), render.message_html(exc.message, "error")
+        return gr.Group(visible=False), render.message_html(f"deleted {done.describe()}", "ok")
+
+    tab.clear.click(ask, ins, [tab.confirm_box, tab.confirm_text, tab.message],
+                    api_visibility="private")
+    tab.confirm_no.click(lambda: gr.Group(visible=False), None, [tab.confirm_box],
+                         api_visibility="private")
+    tab.confirm_yes.click(do_clear, ins, [tab.confirm_box, tab.message],
+                          api_visibility="private").then(
+        refresh, form.inputs(), [tab.table, tab.note, tab.clear_id], api_visibility="private")

@@ -1,0 +1,114 @@
+"""Presets and config files: load a preset or a saved config into the form (top bar),
+save the form as TOML that `python app.py --no-ui --config FILE` accepts unchanged,
+export it as a download, import a TOML file, and see the form as TOML live."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from ui import presets, render
+from ui.actions import ActionError
+from ui.context import AppContext
+from ui.errors import guarded
+from ui.form import Form
+
+
+@dataclass
+class PresetBar:
+    source: gr.Dropdown
+    load: gr.Button
+    message: gr.HTML
+
+
+@dataclass
+class ConfigTab:
+    name: gr.Textbox
+    save: gr.Button
+    export: gr.Button
+    download: gr.File
+    upload: gr.File
+    toml: gr.Code
+    message: gr.HTML
+
+
+def build_bar(ctx: AppContext) -> PresetBar:
+    choices = presets.sources(ctx)
+    default = presets.PRESET_PREFIX + "demo"
+    with gr.Row(equal_height=True):
+        source = gr.Dropdown(label="Preset or saved config", choices=choices,
+                             value=default if default in choices else None, scale=3,
+                             elem_id="preset-source")
+        load = gr.Button("Load into the form", variant="primary", scale=1,
+                         elem_id="preset-load")
+    message = gr.HTML("", elem_id="preset-message")
+    return PresetBar(source, load, message)
+
+
+def build_tab() -> ConfigTab:
+    with gr.Row():
+        name = gr.Textbox(label="Save as (name)", value="my-config", scale=2,
+                          elem_id="config-name")
+        save = gr.Button("Save to workspace/configs", scale=1, elem_id="config-save")
+        export = gr.Button("Export (download)", scale=1, elem_id="config-export")
+    message = gr.HTML("", elem_id="config-message")
+    with gr.Row():
+        download = gr.File(label="Exported config", interactive=False, elem_id="config-file")
+        upload = gr.File(label="Import a config (.toml)", file_types=[".toml"],
+                         type="filepath", elem_id="config-upload")
+    toml = gr.Code(label="The form as TOML (what Save writes)", language=None, lines=20,
+                   interactive=False, elem_id="config-toml", buttons=["copy"])
+    return ConfigTab(name, save, export, download, upload, toml, message)
+
+
+def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
+         after_fill: list[Any]) -> None:
+    fill_outs = [*form.outputs(), bar.message]
+
+    def filled(cfg: Any, notes: list[str]) -> dict[Any, Any]:
+        out = form.fill(cfg)
+        out[bar.message] = render.message_html("; ".join(notes), "ok")
+        return out
+
+    @guarded("Load preset")
+    def load(source: str | None) -> dict[Any, Any]:
+        if not source:
+            raise ActionError("choose a preset or a saved config first")
+        cfg, notes = presets.load_source(ctx, source)
+        return filled(cfg, notes)
+
+    @guarded("Import config")
+    def imported(path: str | None) -> dict[Any, Any]:
+        if not path:
+            return {bar.message: gr.skip()}
+        cfg = presets.read_config_file(path)
+        return filled(cfg, [f"imported {path.rsplit('/', 1)[-1]}"])
+
+    @guarded("Save config")
+    def save(data: dict[Any, Any]) -> tuple:
+        cfg, problems = form.read(data)
+        if problems:
+            raise ActionError("the form has invalid values", problems)
+        path = presets.save_named(ctx, cfg, data[tab.name])
+        gr.Info(f"saved {path}")
+        return (render.message_html(f"saved {path} (run it with: python app.py --no-ui "
+                                    f"--config {path} --workspace {ctx.workspace})", "ok"),
+                gr.Dropdown(choices=presets.sources(ctx)))
+
+    @guarded("Export config")
+    def export(data: dict[Any, Any]) -> str:
+        cfg, problems = form.read(data)
+        if problems:
+            raise ActionError("the form has invalid values", problems)
+        return str(presets.export(ctx, cfg))
+
+    for event in (bar.load.click(load, [bar.source], fill_outs, api_visibility="private"),
+                  tab.upload.upload(imported, [tab.upload], fill_outs,
+                                    api_visibility="private")):
+        for then in after_fill:
+            event.then(**then)
+    tab.save.click(save, form.inputs() | {tab.name}, [tab.message, bar.source],
+                   api_visibility="private")
+    tab.export.click(export, form.inputs(), [tab.download], api_visibility="private")

@@ -1,0 +1,251 @@
+"""Dataset tab: the dataset list (add, remove, reorder), the editor of the selected one,
+the live check (directory conflicts, bad files: errors block launch, warnings do not),
+the bucket histogram and a preview of images with editable captions.
+
+Preview thumbnails are sent as small in-memory images, so a dataset folder outside the
+workspace is shown without ever being served as files.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from core.config import Config, resolved
+from ui import actions, render
+from ui.context import AppContext
+from ui.errors import guarded
+from ui.form import Form
+from ui.state import DatasetList, new_dataset, with_editor
+
+PREVIEW_LIMIT = 48
+THUMB = 192
+EDITOR_FIELDS = ("id", "images", "vae_cache", "caption", "instance_prompt", "resolution",
+                 "bucketing", "crop", "repeats", "probability")
+
+
+@dataclass
+class DatasetTab:
+    add: gr.Button
+    remove: gr.Button
+    up: gr.Button
+    down: gr.Button
+    check_html: gr.HTML
+    histogram: gr.BarPlot
+    preview: gr.Gallery
+    preview_note: gr.Markdown
+    preview_paths: gr.State
+    refresh: gr.Button
+    caption_path: gr.Textbox
+    caption_text: gr.Textbox
+    caption_save: gr.Button
+
+
+def build(form: Form) -> DatasetTab:
+    with gr.Row():
+        with gr.Column(scale=1, min_width=220):
+            form.selector = gr.Radio(label="Datasets", choices=[], elem_id="ds-selector",
+                                     info="Click one to edit it")
+            with gr.Row():
+                add = gr.Button("Add", size="sm", elem_id="ds-add")
+                remove = gr.Button("Remove", size="sm", variant="stop", elem_id="ds-remove")
+            with gr.Row():
+                up = gr.Button("Move up", size="sm", elem_id="ds-up")
+                down = gr.Button("Move down", size="sm", elem_id="ds-down")
+        with gr.Column(scale=3):
+            with gr.Row():
+                form.dataset_editor(("id", "images", "vae_cache"))
+            with gr.Row():
+                form.dataset_editor(("caption", "instance_prompt", "crop"))
+            with gr.Row():
+                form.dataset_editor(("resolution", "bucketing", "repeats", "probability"))
+    gr.Markdown("### Check")
+    check_html = gr.HTML("<div>Load a preset or add a dataset.</div>", elem_id="check-panel")
+    histogram = gr.BarPlot(x="bucket", y="images", color="dataset", label="Aspect buckets",
+                           elem_id="bucket-histogram", height=220)
+    gr.Markdown("### Preview")
+    with gr.Row():
+        preview_note = gr.Markdown("", elem_id="preview-note")
+        refresh = gr.Button("Refresh preview", size="sm", scale=0)
+    preview = gr.Gallery(label="Images and captions (click one to edit its caption)",
+                         columns=8, height=360, elem_id="preview", allow_preview=False)
+    with gr.Row():
+        caption_path = gr.Textbox(label="Image", interactive=False, scale=2)
+        caption_text = gr.Textbox(label="Caption (saved to the image's .txt file)", scale=4,
+                                  elem_id="caption-edit")
+        caption_save = gr.Button("Save caption", scale=0, elem_id="caption-save")
+    return DatasetTab(add, remove, up, down, check_html, histogram, preview, preview_note,
+                      gr.State([]), refresh, caption_path, caption_text, caption_save)
+
+
+# ---------------------------------------------------------------- list operations
+
+
+def _committed(form: Form, data: dict[Any, Any]) -> DatasetList:
+    datasets, _ = with_editor(data[form.datasets], form.editor_values(data))
+    return datasets
+
+
+def on_select(form: Form, data: dict[Any, Any]) -> dict[Any, Any]:
+    datasets = _committed(form, data)
+    new = data[form.selector]
+    if isinstance(new, int) and 0 <= new < len(datasets.items):
+        datasets.selected = new
+    return form.editor_updates(datasets)
+
+
+def on_add(form: Form, data: dict[Any, Any]) -> dict[Any, Any]:
+    datasets = _committed(form, data)
+    datasets.items.append(new_dataset(datasets.items))
+    datasets.selected = len(datasets.items) - 1
+    return form.editor_updates(datasets)
+
+
+def on_remove(form: Form, data: dict[Any, Any]) -> dict[Any, Any]:
+    datasets = _committed(form, data)
+    if datasets.items:
+        datasets.items.pop(datasets.selected)
+        datasets.selected = max(0, min(datasets.selected, len(datasets.items) - 1))
+    return form.editor_updates(datasets)
+
+
+def on_move(form: Form, data: dict[Any, Any], delta: int) -> dict[Any, Any]:
+    datasets = _committed(form, data)
+    i, j = datasets.selected, datasets.selected + delta
+    if datasets.items and 0 <= j < len(datasets.items):
+        datasets.items[i], datasets.items[j] = datasets.items[j], datasets.items[i]
+        datasets.selected = j
+    return form.editor_updates(datasets)
+
+
+# ---------------------------------------------------------------- check and preview
+
+
+def histogram_rows(report) -> Any:
+    import pandas as pd
+
+    from core.data.buckets import Bucket, bucket_histogram
+
+    rows = []
+    for ds in report.datasets:
+        for bucket, count in bucket_histogram([Bucket(w, h) for w, h in ds.buckets]):
+            rows.append({"bucket": bucket.label, "images": count, "dataset": ds.id})
+    if not rows:  # None, not an empty frame: a plot that got one never draws bars later
+        return None
+    frame = pd.DataFrame(rows, columns=["bucket", "images", "dataset"])
+    return frame.astype({"bucket": "str", "images": "int64", "dataset": "str"})
+
+
+def check_view(ctx: AppContext, cfg: Config, form_problems: list) -> tuple[str, Any]:
+    report = actions.check(ctx, cfg, form_problems)
+    summary = [f"{ds.id}: {ds.images} image(s)" for ds in report.datasets]
+    if report.steps_per_epoch is not None:
+        summary.append(f"{report.steps_per_epoch} steps per epoch")
+    ok = "Ready to cache and train. " + "; ".join(summary)
+    return render.problems_html(report.problems, ok), histogram_rows(report)
+
+
+def thumbnail(path: Path) -> Any:
+    from PIL import Image
+
+    with Image.open(path) as im:
+        im.draft("RGB", (THUMB, THUMB))  # JPEG: decode at a reduced size
+        im = im.convert("RGB")
+        im.thumbnail((THUMB, THUMB))
+        return im.copy()
+
+
+def preview_items(ctx: AppContext, cfg: Config, index: int) -> tuple[list, list[str], str]:
+    """(gallery items, image paths, note) for dataset `index` of the form's config."""
+    from core.data.index import index_dataset
+
+    if not 0 <= index < len(cfg.datasets):
+        return [], [], "No dataset selected."
+    ds = resolved(cfg, ctx.workspace).datasets[index]
+    found = index_dataset(ds, f"datasets.{index}")
+    if not found.items:
+        return [], [], f"No usable images in `{ds.images or '(not set)'}` yet."
+    shown, items = found.items[:PREVIEW_LIMIT], []
+    for item in shown:
+        try:
+            items.append((thumbnail(item.path), item.caption or "(no caption)"))
+        except OSError:
+            continue
+    note = f"Showing {len(shown)} of {len(found.items)} image(s) of `{ds.id}` ({ds.caption})."
+    if ds.caption != "textfile":
+        note += (" Captions come from the " + ds.caption + " strategy; edits here are saved "
+                 "to .txt files, which only the textfile strategy reads.")
+    return items, [str(i.path) for i in shown], note
+
+
+def save_caption(path: str, text: str, allowed: list[str]) -> Path:
+    """Write the caption next to the image, atomically; only for previewed images."""
+    if not path or path not in allowed:
+        raise actions.ActionError("click an image of the preview first")
+    target = Path(path).with_suffix(".txt")
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(" ".join(text.split()) + "\n", encoding="utf-8")
+    os.replace(tmp, target)
+    return target
+
+
+def wire(ctx: AppContext, form: Form, tab: DatasetTab, check_outputs: list,
+         live_check: Any) -> None:
+    """Events of the tab; `live_check` is the app's check handler (shared with others)."""
+    ins, outs = form.inputs() | {form.selector}, form.outputs()
+    preview_outs = [tab.preview, tab.preview_paths, tab.preview_note]
+
+    @guarded("Preview")
+    def refresh_preview(data: dict[Any, Any]) -> tuple:
+        cfg, _ = form.read(data)
+        return preview_items(ctx, cfg, data[form.datasets].selected)
+
+    def chain(event: Any) -> None:
+        event.then(live_check, form.inputs(), check_outputs, api_visibility="private",
+                   show_progress="hidden").then(
+            refresh_preview, form.inputs(), preview_outs, api_visibility="private")
+
+    chain(form.selector.input(guarded("Select dataset")(lambda d: on_select(form, d)), ins,
+                              outs, api_visibility="private"))
+    chain(tab.add.click(guarded("Add dataset")(lambda d: on_add(form, d)), ins, outs,
+                        api_visibility="private"))
+    chain(tab.remove.click(guarded("Remove dataset")(lambda d: on_remove(form, d)), ins,
+                           outs, api_visibility="private"))
+    chain(tab.up.click(guarded("Move dataset")(lambda d: on_move(form, d, -1)), ins, outs,
+                       api_visibility="private"))
+    chain(tab.down.click(guarded("Move dataset")(lambda d: on_move(form, d, 1)), ins, outs,
+                         api_visibility="private"))
+    for name in ("images", "caption", "instance_prompt"):
+        component = form.editor[name]
+        triggers = [component.blur, component.submit] if name != "caption" else [
+            component.input]
+        gr.on(triggers, refresh_preview, form.inputs(), preview_outs,
+              api_visibility="private", trigger_mode="always_last")
+    tab.refresh.click(refresh_preview, form.inputs(), preview_outs, api_visibility="private")
+    _wire_captions(form, tab, refresh_preview, preview_outs)
+
+
+def _wire_captions(form: Form, tab: DatasetTab, refresh_preview: Any,
+                   preview_outs: list) -> None:
+    def pick(paths: list[str], evt: gr.SelectData) -> tuple[str, str]:
+        path = Path(paths[evt.index]) if 0 <= evt.index < len(paths) else None
+        if path is None:
+            return "", ""
+        txt = path.with_suffix(".txt")
+        text = txt.read_text(encoding="utf-8", errors="replace").strip() if txt.exists() else ""
+        return str(path), text
+
+    @guarded("Save caption")
+    def save(path: str, text: str, paths: list[str]) -> None:
+        target = save_caption(path, text, paths)
+        gr.Info(f"Caption saved to {target.name}")
+
+    tab.preview.select(pick, [tab.preview_paths], [tab.caption_path, tab.caption_text],
+                       api_visibility="private")
+    tab.caption_save.click(save, [tab.caption_path, tab.caption_text, tab.preview_paths],
+                           None, api_visibility="private").success(
+        refresh_preview, form.inputs(), preview_outs, api_visibility="private")

@@ -16,6 +16,7 @@ demo: $(STAMP)
 	$(PY) app.py --no-ui --preset demo
 
 test: $(STAMP)
+	./tools/ensure-chromium.sh
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP)

@@ -488,3 +488,35 @@ def calibrate_tiny_vae(vae: Any, seed: int = 0, with_shift: bool = False) -> Non
     centred = latents - (shift or 0.0)
     vae.register_to_config(scaling_factor=round(1.0 / float(centred.std()), 4),
                            shift_factor=round(shift, 4) if with_shift else None)
+
+
+# ---------------------------------------------------------------- latents
+
+
+def encode_latents(vae: Any, pixels: Any, generator: Any = None) -> Any:
+    """Normalised latents of pixels in [-1, 1]: (z - shift_factor) * scaling_factor.
+
+    Without a generator z is the posterior mean (deterministic caches); with one, a
+    posterior sample, as diffusers' training scripts take. fp16 VAEs that ask for it
+    (SDXL's overflows) encode in float32, as the pipelines' upcast_vae does for decoding.
+    """
+    import torch
+
+    upcast = vae.dtype == torch.float16 and getattr(vae.config, "force_upcast", False)
+    if upcast:
+        vae.to(torch.float32)
+    try:
+        with torch.no_grad():
+            dist = vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist
+            latents = dist.mean
+            if generator is not None:
+                noise = torch.randn(latents.shape, generator=generator,
+                                    device=generator.device, dtype=torch.float32)
+                latents = latents + dist.std * noise.to(latents.device, latents.dtype)
+    finally:
+        if upcast:
+            vae.to(torch.float16)
+    shift = getattr(vae.config, "shift_factor", None)
+    if shift is not None:
+        latents = latents - shift
+    return (latents * vae.config.scaling_factor).to(vae.dtype)

@@ -196,17 +196,7 @@ class FlowFamily:
         Without a generator: the posterior mean (deterministic caches); with one: a
         posterior sample, what diffusers' training scripts do.
         """
-        import torch
-
-        vae = c.vae
-        with torch.no_grad():
-            dist = vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist
-            latents = dist.mean
-            if generator is not None:
-                noise = torch.randn(latents.shape, generator=generator,
-                                    device=generator.device, dtype=torch.float32)
-                latents = latents + dist.std * noise.to(latents.device, latents.dtype)
-        return (latents - vae.config.shift_factor) * vae.config.scaling_factor
+        return common.encode_latents(c.vae, pixels, generator)
 
     # ------------------------------------------------------------ training
 

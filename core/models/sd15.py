@@ -209,29 +209,7 @@ class StableDiffusionFamily:
 
     def encode_images(self, c: Components, pixels: Any, generator: Any = None) -> Any:
         """Scaled latents [B, 4, H/8, W/8] of pixels in [-1, 1] (see module docstring)."""
-        import torch
-
-        vae = c.vae
-        # fp16 VAEs that ask for it (SDXL's overflows) encode in float32, as the
-        # pipelines' upcast_vae does for decoding; the weights go back to fp16 after.
-        upcast = vae.dtype == torch.float16 and getattr(vae.config, "force_upcast", False)
-        if upcast:
-            vae.to(torch.float32)
-        try:
-            with torch.no_grad():
-                dist = vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist
-                latents = dist.mean
-                if generator is not None:
-                    noise = torch.randn(latents.shape, generator=generator,
-                                        device=generator.device, dtype=torch.float32)
-                    latents = latents + dist.std * noise.to(latents.device, latents.dtype)
-        finally:
-            if upcast:
-                vae.to(torch.float16)
-        shift = getattr(vae.config, "shift_factor", None)
-        if shift is not None:
-            latents = latents - shift
-        return (latents * vae.config.scaling_factor).to(vae.dtype)
+        return common.encode_latents(c.vae, pixels, generator)
 
     # ------------------------------------------------------------ training
 

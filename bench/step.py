@@ -223,7 +223,10 @@ def run_trainer(mode: str, cfg: Any, ws: Path, timeout: float, warmup: int) -> d
     else:
         spec = build_accelerate_command(run_cfg, run_dir, ws, resume=None)
         handle = start_run(spec, run_dir)
-        state = handle.wait(timeout=timeout) or "timed out"
+        state = handle.wait(timeout=timeout)
+        if state is None:
+            handle.stop()  # SIGINT, grace, then the whole process group
+            state = "timed out"
         command = format_command(spec)
     total = time.time() - launched
     events = _events(run_dir)

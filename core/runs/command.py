@@ -59,10 +59,12 @@ def _launch_flags(cfg: Config) -> tuple[list[str], dict[str, str]]:
             env["ACCELERATE_USE_CPU"] = "1"
         else:
             flags.append("--cpu")
-        threads = max(1, (os.cpu_count() or 1) // launch.num_processes)
-        flags += ["--num_cpu_threads_per_process", str(threads)]
     elif total > 1:
         flags.append("--multi_gpu")
+    # Without this accelerate pins OMP_NUM_THREADS=1 whenever it finds no GPU, which
+    # slows CPU work (the demo, caching, data loading) on every core but one.
+    threads = max(1, (os.cpu_count() or 1) // launch.num_processes)
+    flags += ["--num_cpu_threads_per_process", str(threads)]
     if launch.num_machines > 1:
         flags += [
             "--machine_rank", str(launch.machine_rank),

@@ -136,12 +136,18 @@ class Loop:
                 self.reporter.say(f"model saved: {self.run_dir / 'model'}")
         self.acc.wait_for_everyone()
 
-    def should_stop(self) -> bool:
-        """The same answer on every process, so all stop at the same step."""
+    def loss_and_stop(self, losses: list[Any]) -> tuple[float, bool]:
+        """The step's mean loss over every process and whether any process was asked to
+        stop, in one collective, so all processes stop at the same step."""
         import torch
 
-        wanted = torch.tensor([1.0 if self.stop.requested() else 0.0], device=self.acc.device)
-        return bool(self.acc.reduce(wanted, "max").item() > 0)
+        local = torch.stack(losses).mean().float()
+        wanted = 1.0 if self.stop.requested() else 0.0
+        if self.acc.num_processes == 1:
+            return float(local), wanted > 0
+        both = torch.stack([local, torch.tensor(wanted, device=local.device)])
+        gathered = self.acc.gather(both.unsqueeze(0))  # [processes, 2]
+        return float(gathered[:, 0].mean()), bool(gathered[:, 1].max() > 0)
 
     def periodic(self, step: int, final: bool) -> None:
         if final or step % self.cfg.train.eval_every == 0:
@@ -155,7 +161,6 @@ class Loop:
 
     def run(self, start_step: int) -> str:
         """Train to max_steps; returns the final state: done or stopped."""
-        import torch
 
         cfg, s = self.cfg, self.s
         self.eval_set = build_eval_set(s.family, s.components, s.datasets,
@@ -170,12 +175,12 @@ class Loop:
             if s.ema is not None:
                 s.ema.step(s.params)
             step += 1
-            loss = float(self.acc.reduce(torch.stack(losses).mean(), "mean"))
+            loss, stop = self.loss_and_stop(losses)
             if not math.isfinite(loss):
                 raise TrainingError(f"the loss became {loss} at step {step}; lower "
                                     "train.learning_rate or use mixed_precision = \"bf16\"")
             self.reporter.step(step, loss, s.lr_scheduler.get_last_lr()[0], s.sampler.epoch)
-            if self.should_stop():
+            if stop:
                 self.reporter.status("stopping", step=step)
                 self.checkpoint(step)
                 self.save_weights()

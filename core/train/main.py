@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         reporter.status("failed", error=message)
         return 1
     reporter.status(state)
-    reporter.say(f"run {state}: {run_dir}")
+    reporter.say(f"training {state}: {run_dir}")
     return EXIT_CODES[state]
 
 

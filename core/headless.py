@@ -39,7 +39,10 @@ def prepare_demo_data(cfg: Config, workspace: Path) -> None:
     from core.data.synthetic import generate_demo_dataset
 
     folder = Path(resolved(cfg, workspace).datasets[0].images)
-    count = generate_demo_dataset(folder, size=cfg.datasets[0].resolution)
+    try:
+        count = generate_demo_dataset(folder)
+    except FileExistsError as exc:
+        raise ConfigError([error("datasets.0.images", str(exc))]) from None
     say(f"demo dataset: {count} images with captions in {folder}")
 
 
@@ -131,9 +134,13 @@ def run_headless(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(problem, file=sys.stderr, flush=True)
         return EXIT_INVALID
-    demo = is_demo(args.preset)
-    if demo and args.stage != "check":
-        prepare_demo_data(cfg, workspace)
+    if is_demo(args.preset) and args.stage != "check":
+        try:
+            prepare_demo_data(cfg, workspace)
+        except ConfigError as exc:
+            for problem in exc.problems:
+                print(problem, file=sys.stderr, flush=True)
+            return EXIT_INVALID
         if not args.resume:
             demo_output_dir(cfg, workspace)
     say("== check")

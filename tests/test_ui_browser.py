@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 from test_ui_support import CHROMIUM_ARGS, chromium, running_app
 
+from core.config import load_config
+from core.presets import PRESETS_DIR
+
 pytestmark = pytest.mark.slow
 
 TIMEOUT_MS = 240_000
@@ -87,9 +90,11 @@ def export_and_import_the_config(page, workspace: Path) -> None:
     page.click("#config-export")
     exported = workspace / "configs/exports/demo.toml"
     page.wait_for_selector("#config-file a")
-    assert "max_steps = 200" in exported.read_text()
+    text = exported.read_text()
+    preset_steps = load_config(PRESETS_DIR / "demo.toml").train.max_steps
+    assert f"\nmax_steps = {preset_steps}\n" in text
     edited = workspace / "edited.toml"
-    edited.write_text(exported.read_text().replace("max_steps = 200", "max_steps = 123"))
+    edited.write_text(text.replace(f"max_steps = {preset_steps}", "max_steps = 123"))
     page.set_input_files("#config-upload input[type=file]", str(edited))
     page.wait_for_function("document.querySelector('#preset-message').innerText"
                            ".includes('imported edited.toml')")

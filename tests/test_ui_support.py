@@ -16,7 +16,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 # Small overrides so the demo finishes fast on 2 CPU cores (the preset trains 128 px,
-# 200 steps).
+# for hundreds of steps).
 FAST = {"train.max_steps": "8", "train.checkpoint_every": "4", "train.eval_every": "4",
         "train.eval_images": "4", "validation.every": "4", "validation.steps": "2",
         "validation.resolution": "64", "datasets.0.resolution": "64"}

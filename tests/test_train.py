@@ -184,6 +184,7 @@ def test_killed_run_is_marked_failed_and_resumes(tmp_path: Path, tiny_workspace:
 def test_two_process_cpu_run(tmp_path: Path, tiny_workspace: Path):
     cfg, run_dir = _config(tmp_path, tiny_workspace, 4)
     cfg.launch.num_processes = 2
+    cfg.train.grad_accum = 2
     handle = _start(cfg, tiny_workspace)
     assert handle.wait(timeout=600) == "done", (run_dir / "train.log").read_text()[-3000:]
     starting = [e for e in events(run_dir) if e.get("state") == "starting"]
@@ -192,9 +193,20 @@ def test_two_process_cpu_run(tmp_path: Path, tiny_workspace: Path):
     assert (run_dir / "lora/pytorch_lora_weights.safetensors").is_file()
 
 
+# Each family run also exercises one training option, so every option runs for real.
+FAMILY_OPTIONS = {
+    "sd2": {"gradient_checkpointing": True, "grad_accum": 2, "min_snr_gamma": 5.0},
+    "sdxl": {"mixed_precision": "bf16"},
+    "sd3": {"ema": True, "lr_scheduler": "cosine", "lr_warmup_steps": 1},
+    "flux": {"method": "full", "lr_scheduler": "linear"},
+}
+
+
 @pytest.mark.parametrize("family", ["sd2", "sdxl", "sd3", "flux"])
 def test_each_family_trains_a_few_steps(tmp_path: Path, tiny_workspace: Path, family: str):
     cfg = small_config(tmp_path, images=4, family=family)
+    for key, value in FAMILY_OPTIONS[family].items():
+        setattr(cfg.train, key, value)
     cfg.train.max_steps = 3
     cfg.train.eval_every = 3
     cfg.validation.every = 3
@@ -207,7 +219,24 @@ def test_each_family_trains_a_few_steps(tmp_path: Path, tiny_workspace: Path, fa
     run_dir = Path(cfg.output.dir)
     assert sorted(step_losses(run_dir)) == [1, 2, 3]
     assert (run_dir / "validation/step_000003/00.png").is_file()
-    assert (run_dir / "lora/pytorch_lora_weights.safetensors").is_file()
+    weights = "model/model_index.json" if cfg.train.method == "full" else \
+        "lora/pytorch_lora_weights.safetensors"
+    assert (run_dir / weights).is_file()
+
+
+def test_a_crash_is_recorded_as_failed_with_the_error(tmp_path: Path, tiny_workspace: Path):
+    cfg = small_config(tmp_path, images=2)
+    cfg.model.path = str(tmp_path / "missing/model.safetensors")
+    save_config(cfg, tmp_path / "run.toml")
+    done = subprocess.run([PYTHON, "-m", "core.train.main", "--config", str(tmp_path / "run.toml"),
+                           "--workspace", str(tiny_workspace)], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 1
+    run_dir = Path(cfg.output.dir)
+    status = read_status(run_dir)
+    assert status["state"] == "failed" and "missing/model.safetensors" in status["error"]
+    errors = [e for e in events(run_dir) if e["type"] == "error"]
+    assert errors and "does not exist" in errors[0]["message"]
 
 
 def test_full_fine_tune_saves_a_loadable_model(tmp_path: Path, tiny_workspace: Path):

@@ -100,9 +100,10 @@ class Loop:
 
     def validate(self, step: int) -> None:
         if self.acc.is_main_process and self.cfg.validation.prompts:
-            paths = generate_validation_images(self.s.family, self.s.components,
-                                               self.cfg.validation, self.run_dir, step,
-                                               self.acc.device)
+            with self.acc.autocast():  # bf16/fp16 weights next to fp32 text encoders
+                paths = generate_validation_images(self.s.family, self.s.components,
+                                                   self.cfg.validation, self.run_dir, step,
+                                                   self.acc.device)
             self.reporter.event("validation", step=step, images=[str(p) for p in paths])
             self.reporter.say(f"validation images for step {step}: {paths[0].parent}")
         self.acc.wait_for_everyone()

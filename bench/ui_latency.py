@@ -74,39 +74,38 @@ def server_watch(seen: dict, key: str, check, t0: float) -> threading.Thread:
     return thread
 
 
-def sample_log(page, ctx, run_dir: Path, follower, i: int) -> tuple[float, float | None]:
-    token = f"latency-probe-{i}-{random.randrange(10**9)}"
+def time_both(page, t0: float, server_check, browser_js: str) -> tuple[float, float | None]:
+    """Seconds from `t0` until the server sees the change (`server_check`) and until the
+    browser shows it (`browser_js`, only with a page), both measured at once."""
     seen: dict[str, float] = {}
-    t0 = time.monotonic()
-    with open(run_dir / "train.log", "a", encoding="utf-8") as fh:
-        fh.write(f"{token}\n")
-    thread = server_watch(seen, "server", lambda: token in follower.poll().log_text(), t0)
+    thread = server_watch(seen, "server", server_check, t0)
     browser = None
     if page is not None:
-        page.wait_for_function(
-            f"(document.querySelector('#train-log textarea') || {{value: ''}})"
-            f".value.includes('{token}')", polling="raf", timeout=15_000)
+        page.wait_for_function(browser_js, polling="raf", timeout=15_000)
         browser = time.monotonic() - t0
     thread.join()
     return seen.get("server", float("nan")), browser
+
+
+def sample_log(page, ctx, run_dir: Path, follower, i: int) -> tuple[float, float | None]:
+    token = f"latency-probe-{i}-{random.randrange(10**9)}"
+    t0 = time.monotonic()
+    with open(run_dir / "train.log", "a", encoding="utf-8") as fh:
+        fh.write(f"{token}\n")
+    return time_both(page, t0, lambda: token in follower.poll().log_text(),
+                     f"(document.querySelector('#train-log textarea') || {{value: ''}})"
+                     f".value.includes('{token}')")
 
 
 def sample_image(page, ctx, run_dir: Path, i: int) -> tuple[float, float | None]:
     step = 100_000 + i
     watcher = ctx.watchers.get(run_dir)
-    seen: dict[str, float] = {}
     t0 = time.monotonic()
     write_png(run_dir, step)
-    thread = server_watch(seen, "server", lambda: any(
-        image.step == step for image in watcher.snapshot()[1]), t0)
-    browser = None
-    if page is not None:
-        page.wait_for_function(
-            f"(document.querySelector('#validation-gallery') || {{innerText: ''}})"
-            f".innerText.includes('step {step}')", polling="raf", timeout=15_000)
-        browser = time.monotonic() - t0
-    thread.join()
-    return seen.get("server", float("nan")), browser
+    return time_both(page, t0, lambda: any(image.step == step
+                                           for image in watcher.snapshot()[1]),
+                     f"(document.querySelector('#validation-gallery') || {{innerText: ''}})"
+                     f".innerText.includes('step {step}')")
 
 
 def summary(name: str, values: list[float]) -> str:

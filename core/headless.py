@@ -55,7 +55,7 @@ def stage_check(cfg: Config, workspace: Path) -> int:
     return EXIT_OK if report.ok else EXIT_INVALID
 
 
-def summarize_run(run_dir: Path, state: str) -> None:
+def summarize_run(run_dir: Path, state: str, workspace: Path) -> None:
     say(f"run {state}: {run_dir}")
     lora = run_dir / "lora" / "pytorch_lora_weights.safetensors"
     if lora.exists():
@@ -64,7 +64,9 @@ def summarize_run(run_dir: Path, state: str) -> None:
     if validation:
         say(f"validation images: {validation[-1]}")
     if state in ("stopped", "failed"):
-        say(f"resume with: python app.py --no-ui --config {run_dir / 'config.toml'} --resume")
+        # The saved config's relative paths resolve against this run's workspace.
+        say(f"resume with: python app.py --no-ui --workspace {workspace} "
+            f"--config {run_dir / 'config.toml'} --resume")
 
 
 def stage_train(cfg: Config, workspace: Path, resume: str | None) -> int:
@@ -90,7 +92,7 @@ def stage_train(cfg: Config, workspace: Path, resume: str | None) -> int:
         return EXIT_FAILED
     say(f"== train: {run_dir} (log: {run_dir / 'train.log'})")
     state = follow_run(handle, say, grace_s=120.0)
-    summarize_run(run_dir, state)
+    summarize_run(run_dir, state, workspace)
     return exit_code_for_state(state)
 
 
@@ -110,7 +112,11 @@ def stage_cache(cfg: Config, workspace: Path) -> int:
         spec = build_accelerate_command(cfg, Path(tmp), workspace, resume=None,
                                         script=["--module", "core.cache.main"])
         say("== cache")
-        done = subprocess.run(spec.argv, cwd=spec.cwd, env={**os.environ, **spec.env})
+        try:
+            done = subprocess.run(spec.argv, cwd=spec.cwd, env={**os.environ, **spec.env})
+        except KeyboardInterrupt:  # the child got the same Ctrl-C; finished entries stay
+            say("cache build stopped; entries written so far are kept")
+            return EXIT_STOPPED
     return {0: EXIT_OK, 2: EXIT_INVALID}.get(done.returncode, EXIT_FAILED)
 
 

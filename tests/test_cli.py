@@ -113,3 +113,14 @@ def test_relative_workspace_resolves_from_the_current_folder(tmp_path: Path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert not (tmp_path / "ws/cache").exists()
     assert os.listdir(tmp_path / "ws") == ["data"]
+
+
+def test_resume_hint_after_a_stop_names_the_workspace(tmp_path: Path, capsys) -> None:
+    from core.headless import summarize_run
+
+    workspace = tmp_path / "elsewhere"
+    summarize_run(workspace / "runs/demo", "stopped", workspace)
+    hint = capsys.readouterr().out.splitlines()[-1]
+    # Without --workspace the saved config's relative paths would resolve to ./workspace.
+    assert hint.startswith("resume with:") and f"--workspace {workspace} " in hint
+    assert hint.endswith(f"--config {workspace / 'runs/demo/config.toml'} --resume")

@@ -222,6 +222,14 @@ def test_each_family_trains_a_few_steps(tmp_path: Path, tiny_workspace: Path, fa
     weights = "model/model_index.json" if cfg.train.method == "full" else \
         "lora/pytorch_lora_weights.safetensors"
     assert (run_dir / weights).is_file()
+    if cfg.train.ema:  # the last checkpoint holds the raw weights a resume continues from
+        import torch
+        from safetensors.torch import load_file
+
+        last = run_dir / "checkpoints/step_000003"
+        raw = sorted(float(t.norm()) for t in load_file(last / "trainable.safetensors").values())
+        ema = torch.load(last / "ema.pt", weights_only=False)["shadow_params"]
+        assert raw != sorted(float(t.norm()) for t in ema)
 
 
 def test_a_crash_is_recorded_as_failed_with_the_error(tmp_path: Path, tiny_workspace: Path):

@@ -29,3 +29,32 @@ def test_adamw_uses_the_configured_rate_and_decay():
     optimizer = make_optimizer([torch.nn.Parameter(torch.zeros(2))], cfg)
     assert optimizer.param_groups[0]["lr"] == 3e-4
     assert optimizer.param_groups[0]["weight_decay"] == 0.05
+
+
+class _Items:
+    """A dataset of `n` items that records which indices the eval set loads."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def load(self, index: int) -> dict:
+        return {"index": index}
+
+
+def test_eval_set_takes_every_image_of_a_dataset_smaller_than_eval_images():
+    from core.train.evaluation import _pick_items
+
+    picked = [item["index"] for item in _pick_items([_Items(3)], count=8)]
+    assert picked == [0, 1, 2]  # not item 0 three times
+    spread = [item["index"] for item in _pick_items([_Items(10)], count=4)]
+    assert spread == [0, 2, 5, 7]
+
+
+def test_resume_without_a_checkpoint_is_a_user_error_that_says_what_to_do(tmp_path):
+    from core.train.loop import restore
+
+    with pytest.raises(TrainingError, match="no checkpoint in .*checkpoints.*another output.dir"):
+        restore(None, tmp_path, "latest", print)  # fails before the setup is touched

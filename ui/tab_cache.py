@@ -141,14 +141,20 @@ def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: gr.Timer, page: gr.T
 def _wire_clear(ctx: AppContext, form: Form, tab: CacheTab, refresh: Any) -> None:
     ins = form.inputs() | {tab.clear_id}
 
-    @guarded("Clear cache")
-    def ask(data: dict[Any, Any]) -> tuple:
+    def on_dataset(action: Any, data: dict[Any, Any]) -> tuple[Any, str]:
+        """(`action`'s result, "") for the chosen dataset, or (None, error panel)."""
         cfg, _ = form.read(data)
         try:
-            files = actions.cache_files(ctx, cfg, data[tab.clear_id] or "")
+            return action(ctx, cfg, data[tab.clear_id] or ""), ""
         except ActionError as exc:
             gr.Warning(exc.message)
-            return gr.Group(visible=False), "", render.message_html(exc.message, "error")
+            return None, render.message_html(exc.message, "error")
+
+    @guarded("Clear cache")
+    def ask(data: dict[Any, Any]) -> tuple:
+        files, problem = on_dataset(actions.cache_files, data)
+        if files is None:
+            return gr.Group(visible=False), "", problem
         if not files.files:
             return (gr.Group(visible=False), "",
                     render.message_html(f"nothing to clear in {files.folder}", "info"))
@@ -158,12 +164,9 @@ def _wire_clear(ctx: AppContext, form: Form, tab: CacheTab, refresh: Any) -> Non
 
     @guarded("Clear cache")
     def do_clear(data: dict[Any, Any]) -> tuple:
-        cfg, _ = form.read(data)
-        try:
-            done = actions.clear_cache(ctx, cfg, data[tab.clear_id] or "")
-        except ActionError as exc:
-            gr.Warning(exc.message)
-            return gr.Group(visible=False), render.message_html(exc.message, "error")
+        done, problem = on_dataset(actions.clear_cache, data)
+        if done is None:
+            return gr.Group(visible=False), problem
         return gr.Group(visible=False), render.message_html(f"deleted {done.describe()}", "ok")
 
     tab.clear.click(ask, ins, [tab.confirm_box, tab.confirm_text, tab.message],

@@ -84,17 +84,19 @@ def atomic_save(tensors: dict[str, Any], metadata: dict[str, str], path: Path) -
                               f"{exc.strerror or exc}; pick a writable folder") from exc
     meta = {"cache_format": CACHE_FORMAT, **{k: str(v) for k, v in metadata.items()}}
     data = save({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, metadata=meta)
-    fd, tmp_name = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=".part", dir=path.parent)
-    tmp = Path(tmp_name)
-    try:
+    tmp: Path | None = None
+    try:  # creating the temp file fails too on a read-only folder
+        fd, tmp_name = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=".part", dir=path.parent)
+        tmp = Path(tmp_name)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
         reason = "the disk is full" if exc.errno == errno.ENOSPC else exc.strerror or str(exc)
         raise CacheWriteError(f"cannot write cache file {path}: {reason}; the partial file "
                               "was removed. Free space or pick another cache folder, then "

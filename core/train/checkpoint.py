@@ -58,7 +58,8 @@ def find_checkpoint(run_dir: Path, which: str) -> Path:
         found = list_checkpoints(run_dir)
         if not found:
             raise FileNotFoundError(f"no checkpoint in {run_dir / 'checkpoints'} to resume "
-                                    "from; start without --resume")
+                                    "from (the run ended before its first one); start a new "
+                                    "run with another output.dir")
         return found[-1]
     candidate = Path(which)
     if which.isdigit():

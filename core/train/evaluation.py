@@ -33,7 +33,8 @@ def _pick_items(datasets: list[Any], count: int) -> list[dict[str, Any]]:
     spreads = []
     for ds in datasets:
         n = len(ds)
-        spreads.append([i * n // count for i in range(min(count, n))] if n else [])
+        take = min(count, n)  # a dataset smaller than `count` gives each item once
+        spreads.append([i * n // take for i in range(take)])
     picked = []
     for rank in range(count):
         for ds, indices in zip(datasets, spreads, strict=True):

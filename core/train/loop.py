@@ -29,7 +29,10 @@ def trainable_state(setup: Setup) -> dict[str, Any]:
 
 def restore(setup: Setup, run_dir: Path, which: str, say: Any) -> int:
     """Load a checkpoint into the setup; returns the step to continue from."""
-    folder = find_checkpoint(run_dir, which)
+    try:
+        folder = find_checkpoint(run_dir, which)
+    except FileNotFoundError as exc:  # a user's choice, not a crash: no traceback
+        raise TrainingError(str(exc)) from None
     weights, states, state = load_checkpoint(folder, setup.accelerator.process_index)
     own = trainable_state(setup)
     missing = sorted(set(own) - set(weights))
@@ -183,15 +186,19 @@ class Loop:
             self.reporter.step(step, loss, s.lr_scheduler.get_last_lr()[0], s.sampler.epoch)
             if stop:
                 self.reporter.status("stopping", step=step)
-                self.checkpoint(step)
-                self.save_weights()
+                self.finish(step)
                 return "stopped"
             self.periodic(step, final=step == cfg.train.max_steps)
-        if s.ema is not None:
-            s.ema.copy_to(s.params)
-        self.checkpoint(step)
-        self.save_weights()
+        self.finish(step)
         return "done"
+
+    def finish(self, step: int) -> None:
+        """The last checkpoint (the raw weights, which a resume continues from), then the
+        weights users load: the EMA average when EMA is on, on a stop as on completion."""
+        self.checkpoint(step)
+        if self.s.ema is not None:
+            self.s.ema.copy_to(self.s.params)
+        self.save_weights()
 
 
 def _with_denoiser(components: Any, denoiser: Any) -> Any:

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
     from core.train.loop import Loop, restore
     from core.train.report import Reporter
-    from core.train.setup import build_setup
+    from core.train.setup import TrainingError, build_setup
 
     accelerator = Accelerator(mixed_precision=cfg.train.mixed_precision,
                               gradient_accumulation_steps=cfg.train.grad_accum,
@@ -89,8 +89,12 @@ def run(args: argparse.Namespace) -> int:
         reporter.status("stopped")
         return 130
     except Exception as exc:  # every failure is recorded for the UI, then reported
-        traceback.print_exc()
-        message = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, TrainingError):  # the user's to fix: the message, no traceback
+            message = str(exc)
+            print(f"error: {message}", flush=True)
+        else:
+            traceback.print_exc()
+            message = f"{type(exc).__name__}: {exc}"
         reporter.event("error", message=message)
         reporter.status("failed", error=message)
         return 1

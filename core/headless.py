@@ -81,7 +81,9 @@ def stage_train(cfg: Config, workspace: Path, resume: str | None) -> int:
     try:
         for problem in prepare_run_dir(cfg, run_dir, resume=bool(resume)):
             say(str(problem))
-        spec = build_accelerate_command(cfg, run_dir, workspace, resume=resume)
+        # A resumed run keeps its saved config (the trainer reads it), launch layout too.
+        launch_cfg = load_config(run_dir / "config.toml") if resume else cfg
+        spec = build_accelerate_command(launch_cfg, run_dir, workspace, resume=resume)
         handle = start_run(spec, run_dir)
     except ConfigError as exc:
         for problem in exc.problems:

@@ -49,10 +49,7 @@ def load_for_caching(config: Path, workspace: Path) -> tuple[Config, Any, Any, P
     cfg = load_resolved_config(config, workspace)
     if cfg is None:
         return None
-    state = PartialState(cpu=_force_cpu(cfg))
+    state = PartialState(cpu=cfg.launch.cpu)
     family, components = load_model(cfg, workspace.absolute(), state)
     return cfg, family, components, process_group(state)
 
-
-def _force_cpu(cfg: Config) -> bool:
-    return cfg.launch.cpu

@@ -140,7 +140,11 @@ def entry_lock(path: Path) -> Iterator[None]:
     (two runs sharing a text cache). Locks are sharded over a few files per folder so the
     cache does not fill with one lock file per entry."""
     locks = path.parent / ".locks"
-    locks.mkdir(parents=True, exist_ok=True)
+    try:
+        locks.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CacheWriteError(f"cannot create cache folder {locks}: {exc.strerror or exc}; "
+                              "pick a writable folder") from exc
     lock_path = locks / f"{zlib.crc32(path.name.encode()) % LOCK_SHARDS:02d}.lock"
     with open(lock_path, "a+b") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)

@@ -231,3 +231,14 @@ def test_reproduce_lines_name_the_saved_config_and_hide_secrets(tmp_path):
     assert f"--config {run / 'config.toml'}" in text and "--resume" in text
     assert "--set output.dir=runs/demo-new" in text
     json.dumps(text)  # plain text, safe for any component
+
+
+def test_cache_progress_sums_the_shares_of_every_process():
+    from core.cache.job import CacheProgress
+
+    progress = CacheProgress()
+    for process, done in ((0, 3), (1, 2), (0, 5)):
+        progress.update({"type": "cache_progress", "kind": "vae", "process": process,
+                         "done": done, "total": 5}, float(done))
+    vae = progress.kinds["vae"]
+    assert (vae.done, vae.total) == (7, 10), "two shares of 5: process 0 done, 1 at 2"

@@ -37,6 +37,7 @@ class KindProgress:
 
     done: int = 0
     total: int = 0
+    shares: dict[int, tuple[int, int]] = field(default_factory=dict)  # process: (done, total)
     first_seen: tuple[float, int] | None = None  # (monotonic time, done) at the first event
     last_seen: float = 0.0
 
@@ -59,7 +60,11 @@ class CacheProgress:
             return
         kind = str(event.get("kind", "?"))
         entry = self.kinds.setdefault(kind, KindProgress())
-        entry.done, entry.total = int(event.get("done", 0)), int(event.get("total", 0))
+        # Each process reports its own share of the work; the job's progress is their sum.
+        share = (int(event.get("done", 0)), int(event.get("total", 0)))
+        entry.shares[int(event.get("process", 0))] = share
+        entry.done = sum(d for d, _ in entry.shares.values())
+        entry.total = sum(t for _, t in entry.shares.values())
         if entry.first_seen is None:
             entry.first_seen = (now, entry.done)
         entry.last_seen = now

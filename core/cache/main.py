@@ -17,7 +17,7 @@ from pathlib import Path
 from core.problems import errors_first
 
 
-def _progress_sink(events: Path | None, show_bar: bool):
+def _progress_sink(events: Path | None, show_bar: bool, process: int):
     from tqdm import tqdm
 
     bars: dict[str, tqdm] = {}
@@ -30,7 +30,8 @@ def _progress_sink(events: Path | None, show_bar: bool):
         if events:
             with open(events, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps({"type": "cache_progress", "kind": kind,
-                                         "done": done, "total": total}) + "\n")
+                                         "process": process, "done": done,
+                                         "total": total}) + "\n")
 
     return report, bars
 
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cfg, family, components, group = setup
     report_progress, bars = _progress_sink(Path(args.events) if args.events else None,
-                                           show_bar=group.is_main)
+                                           show_bar=group.is_main, process=group.index)
     try:
         report = build_caches(cfg, family, components, group, progress=report_progress)
     except CacheWriteError as exc:

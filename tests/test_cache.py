@@ -206,3 +206,24 @@ def test_two_process_accelerate_build_writes_each_entry_once(tmp_path: Path,
     assert len(entries(tmp_path / "cache/text")) == 2
     for path in (tmp_path / "cache").rglob("*.safetensors"):
         load_entry(path)
+
+
+def test_entry_whose_image_went_bad_says_so_at_train_time(tmp_path: Path, sd15):
+    from core.cache.build import build_vae_entries
+    from core.cache.dataset import cached_datasets
+
+    family, comps = sd15
+    cfg = small_config(tmp_path, images=2)
+    report = build_caches(cfg, family, comps)
+
+    def rebuild(job):
+        build_vae_entries(lambda px: family.encode_images(comps, px), [job])
+
+    dataset = cached_datasets(cfg, report.plan, rebuild)[0]
+    assert dataset.load(0)["latents"].shape == (4, 8, 8)
+    item = dataset.items[1]
+    item.vae.entry.write_bytes(b"not a safetensors file")
+    item.vae.image.write_bytes(b"")  # and the image is gone bad too
+    with pytest.raises(CacheReadError, match="could not be rebuilt"):
+        dataset.load(1)
+    assert not item.vae.entry.exists(), "the broken entry is never trained on"

@@ -50,6 +50,11 @@ class CachedDataset:
                 raise
             print(f"warning: {exc}; rebuilding it now", flush=True)
             self.rebuild(job)
+            if not job.entry.exists():  # the rebuild skipped it: the source went bad
+                source = getattr(job, "image", None) or repr(getattr(job, "caption", ""))
+                raise CacheReadError(f"cache entry for {source} could not be rebuilt (the "
+                                     "source no longer loads); fix or remove it, then resume"
+                                     ) from exc
             return load_entry(job.entry)[0]
 
     def load(self, index: int) -> dict[str, Any]:

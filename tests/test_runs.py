@@ -24,6 +24,7 @@ from core.runs import (
     LogTail,
     RunDirError,
     RunStartError,
+    RunStatus,
     append_event,
     attach,
     build_accelerate_command,
@@ -34,6 +35,7 @@ from core.runs import (
     list_runs,
     prepare_run_dir,
     read_status,
+    reconcile_runs,
     start_run,
     stop_run,
     write_status,
@@ -120,10 +122,10 @@ def test_cpu_multi_process_uses_multi_gpu_and_accelerate_use_cpu(tmp_path):
 
 def test_single_cpu_process_uses_cpu_flag(tmp_path):
     spec = build_accelerate_command(make_cfg(cpu=True), tmp_path / "r", tmp_path, resume=None,
-                                    stage="cache")
+                                    script=["--module", "core.cache.main"])
     assert "--cpu" in spec.argv and "--multi_gpu" not in spec.argv
     assert "ACCELERATE_USE_CPU" not in spec.env
-    assert "--resume" not in spec.argv and flag(spec.argv, "--stage") == "cache"
+    assert "--resume" not in spec.argv and flag(spec.argv, "--module") == "core.cache.main"
 
 
 def test_multi_machine_flags_and_total_process_count(tmp_path):
@@ -207,8 +209,8 @@ def test_status_is_merged_atomically_and_read_tolerantly(tmp_path):
     write_status(tmp_path, state="running", step=3, launcher_pid=123)
     write_status(tmp_path, step=4)
     status = read_status(tmp_path)
-    assert status["state"] == "running" and status["step"] == 4
-    assert status["launcher_pid"] == 123  # the trainer's updates keep the manager's fields
+    assert status.state == "running" and status.step == 4
+    assert status.launcher_pid == 123  # the trainer's updates keep the manager's fields
     (tmp_path / "status.json").write_text('{"state": "runn')  # a partial file
     assert read_status(tmp_path) is None
     assert not list(tmp_path.glob("*.tmp"))
@@ -238,7 +240,8 @@ def test_status_is_merged_atomically_and_read_tolerantly(tmp_path):
 )
 def test_final_state_is_decided_from_exit_code_and_trainer_status(rc, status, stop, forced,
                                                                   expected):
-    state, reason = decide_final_state(rc, status, stop_requested=stop, forced=forced)
+    typed = RunStatus.from_dict(status) if status is not None else None
+    state, reason = decide_final_state(rc, typed, stop_requested=stop, forced=forced)
     assert state == expected
     if expected == "failed" and rc not in (None,) and (status or {}).get("state") == "running":
         assert ("code 1" in reason) or ("SIGKILL" in reason)
@@ -284,7 +287,7 @@ def test_accelerate_launch_runs_to_done_with_log_command_and_events(tmp_path):
     handle = start_run(spec, run_dir)
     assert handle.wait(timeout=60) == "done"
     status = read_status(run_dir)
-    assert status["state"] == "done" and status["exit_code"] == 0 and status["step"] == 5
+    assert status.state == "done" and status.exit_code == 0 and status.step == 5
     assert (run_dir / "command.txt").read_text().strip() == format_command(spec)
     lines = LogTail(run_dir / "train.log").read()
     assert "step 5 loss 0.2000" in lines
@@ -308,7 +311,7 @@ def test_stop_kills_every_process_including_an_orphan_in_its_own_session(tmp_pat
     handle = start_run(spec, run_dir)
     reaper[0].append(handle)
     reaper[1].append(pid_file)
-    wait_for(lambda: (read_status(run_dir) or {}).get("state") == "running", 60, "running")
+    wait_for(lambda: getattr(read_status(run_dir), "state", None) == "running", 60, "running")
     wait_for(lambda: "stubborn" in pid_file.read_text(), 10, "the stubborn child")
     pids = pids_in(pid_file)
     assert os.getpgid(pids["stubborn"]) != handle.pid  # not reachable through the group
@@ -322,7 +325,7 @@ def test_stop_kills_every_process_including_an_orphan_in_its_own_session(tmp_pat
         assert not is_running(pid), f"pid {pid} survived the stop"
     assert (run_dir / "fake_checkpoint.txt").exists()  # the trainer saved before exiting
     status = read_status(run_dir)
-    assert status["state"] == "stopped" and status["stop_forced"] is True
+    assert status.state == "stopped" and status.stop_forced is True
 
 
 def test_stop_escalates_to_sigkill_when_the_trainer_ignores_sigint_and_sigterm(tmp_path,
@@ -331,14 +334,14 @@ def test_stop_escalates_to_sigkill_when_the_trainer_ignores_sigint_and_sigterm(t
     handle = start_run(direct_spec(run_dir, tmp_path, "--steps", "100000", "--ignore-stop"),
                        run_dir)
     reaper[0].append(handle)
-    wait_for(lambda: (read_status(run_dir) or {}).get("state") == "running", 30, "running")
+    wait_for(lambda: getattr(read_status(run_dir), "state", None) == "running", 30, "running")
     t0 = time.monotonic()
     result = stop_run(run_dir, grace_s=1.0, term_grace_s=0.5, handle=handle)
     assert time.monotonic() - t0 < 10
     assert result.killed == [handle.pid] and not is_running(handle.pid)
     assert handle.popen.returncode == -signal.SIGKILL
     status = read_status(run_dir)
-    assert status["state"] == "stopped" and "was killed" in status["reason"]
+    assert status.state == "stopped" and "was killed" in status.reason
 
 
 def test_crash_is_reported_failed_with_the_error_line(tmp_path):
@@ -347,9 +350,9 @@ def test_crash_is_reported_failed_with_the_error_line(tmp_path):
                        run_dir)
     assert handle.wait(timeout=30) == "failed"
     status = read_status(run_dir)
-    assert status["exit_code"] == 1
-    assert "exited with code 1" in status["reason"]
-    assert "simulated crash at step 3" in status["reason"]
+    assert status.exit_code == 1
+    assert "exited with code 1" in status.reason
+    assert "simulated crash at step 3" in status.reason
     errors = [e for e in events_of(run_dir) if e["type"] == "error"]
     assert len(errors) == 1 and "simulated crash" in errors[0]["message"]
 
@@ -360,7 +363,7 @@ def test_restarted_manager_finds_live_run_and_marks_killed_run_failed(tmp_path, 
     dead = start_run(direct_spec(dead_dir, tmp_path, "--steps", "100000"), dead_dir)
     reaper[0].extend([live, dead])
     for d in (live_dir, dead_dir):
-        wait_for(lambda d=d: (read_status(d) or {}).get("state") == "running", 30, "running")
+        wait_for(lambda d=d: getattr(read_status(d), "state", None) == "running", 30, "running")
     with pytest.raises(RunDirError, match="still going"):  # even when resuming
         prepare_run_dir(make_cfg(), live_dir, resume=True)
     with pytest.raises(RunStartError, match="still going"):
@@ -373,9 +376,17 @@ def test_restarted_manager_finds_live_run_and_marks_killed_run_failed(tmp_path, 
     assert runs[live_dir].alive and runs[live_dir].state == "running"
     assert runs[live_dir].pid == live.pid and "fake_trainer.py" in runs[live_dir].command
     assert not runs[dead_dir].alive and runs[dead_dir].state == "failed"
+    assert "is gone" in runs[dead_dir].reason
+    # Listing only reads: the dead run's folder still says what its trainer last wrote.
+    assert read_status(dead_dir).state == "running"
+    assert not any(e["type"] == "error" for e in events_of(dead_dir))
+    # Reconciling is the explicit step that records it.
+    reconcile_runs(tmp_path)
     dead_status = read_status(dead_dir)
-    assert dead_status["state"] == "failed" and "is gone" in dead_status["reason"]
+    assert dead_status.state == "failed" and "is gone" in dead_status.reason
     assert any(e["type"] == "error" for e in events_of(dead_dir))
+    reconcile_runs(tmp_path)  # once only: a second reconcile adds no second error
+    assert sum(e["type"] == "error" for e in events_of(dead_dir)) == 1
 
     handle = attach(live_dir)
     assert handle is not None and handle.popen is None and attach(dead_dir) is None
@@ -386,7 +397,7 @@ def test_restarted_manager_finds_live_run_and_marks_killed_run_failed(tmp_path, 
     assert {r.run_dir.name: r.state for r in list_runs(tmp_path)} == {
         "live": "stopped", "dead": "failed"}
     assert stop_run(dead_dir).state == "failed"  # stopping a dead run changes nothing
-    json.dumps([r.status for r in list_runs(tmp_path)])  # plain data for the UI
+    json.dumps([r.status.to_dict() for r in list_runs(tmp_path)])  # plain data for the UI
 
 
 def test_two_cpu_processes_both_ranks_get_sigint_and_save(tmp_path, reaper):
@@ -404,7 +415,7 @@ def test_two_cpu_processes_both_ranks_get_sigint_and_save(tmp_path, reaper):
     wait_for(lambda: pid_file.read_text().count("trainer") == 2, 60, "two ranks")
     ranks = [int(line.split()[1]) for line in pid_file.read_text().splitlines()]
     assert all(os.getsid(pid) != handle.pid for pid in ranks)
-    wait_for(lambda: (read_status(run_dir) or {}).get("state") == "running", 30, "running")
+    wait_for(lambda: getattr(read_status(run_dir), "state", None) == "running", 30, "running")
 
     result = stop_run(run_dir, grace_s=20.0, handle=handle)
 
@@ -434,7 +445,7 @@ def test_follow_run_echoes_the_log_and_turns_sigterm_into_a_graceful_stop(tmp_pa
     (run_dir / "train.log").write_text("output of an earlier run\n")
     handle = start_run(direct_spec(run_dir, tmp_path, "--steps", "100000"), run_dir)
     reaper[0].append(handle)
-    wait_for(lambda: (read_status(run_dir) or {}).get("step", 0) >= 2, 30, "two steps")
+    wait_for(lambda: (getattr(read_status(run_dir), "step", 0) or 0) >= 2, 30, "two steps")
     timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM))  # e.g. a scheduler
     timer.start()
     lines: list[str] = []
@@ -455,5 +466,5 @@ def test_a_program_that_cannot_start_is_reported(tmp_path):
     with pytest.raises(RunStartError, match="could not start .*no-such-python"):
         start_run(spec, run_dir)
     status = read_status(run_dir)
-    assert status["state"] == "failed" and "no-such-python" in status["reason"]
+    assert status.state == "failed" and "no-such-python" in status.reason
     assert "no-such-python" in (run_dir / "train.log").read_text()

@@ -16,7 +16,7 @@ from core.config import Config, load_config, save_config
 from core.runs.command import build_accelerate_command
 from core.runs.process import start_run
 from core.runs.rundir import prepare_run_dir
-from core.runs.tail import read_status
+from core.runs.status import read_status
 
 pytestmark = pytest.mark.slow
 
@@ -57,8 +57,8 @@ def test_demo_run_writes_the_whole_run_folder(demo_run):
     for name in ("config.toml", "command.txt", "train.log", "events.jsonl", "status.json"):
         assert (run_dir / name).is_file(), name
     assert "accelerate" in (run_dir / "command.txt").read_text()
-    assert read_status(run_dir)["state"] == "done"
-    assert read_status(run_dir)["step"] == 8
+    assert read_status(run_dir).state == "done"
+    assert read_status(run_dir).step == 8
     kinds = {e["type"] for e in events(run_dir)}
     assert {"step", "eval", "validation", "checkpoint", "status"} <= kinds
     assert sorted(step_losses(run_dir)) == list(range(1, 9))
@@ -100,8 +100,8 @@ def test_demo_runs_again_into_a_new_folder(demo_run):
                 "--set", "train.max_steps=1", workspace=workspace)
     assert again.returncode == 0, again.stdout[-3000:]
     assert "holds an earlier demo run" in again.stdout
-    assert read_status(workspace / "runs/demo-2")["state"] == "done"
-    assert read_status(run_dir)["step"] == 8, "the first run is untouched"
+    assert read_status(workspace / "runs/demo-2").state == "done"
+    assert read_status(run_dir).step == 8, "the first run is untouched"
 
 
 def test_same_output_folder_is_refused_with_instructions(demo_run):
@@ -132,7 +132,7 @@ def _start(cfg: Config, workspace: Path, resume: str | None = None):
 
 def _wait_for_step(run_dir: Path, step: int, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
-    while (read_status(run_dir) or {}).get("step", 0) < step:
+    while (getattr(read_status(run_dir), "step", 0) or 0) < step:
         assert time.monotonic() < deadline, f"no step {step}: {read_status(run_dir)}"
         time.sleep(0.2)
 
@@ -147,7 +147,7 @@ def test_stop_then_resume_continues_the_same_curve(tmp_path: Path, tiny_workspac
     _wait_for_step(run_dir, 7)
     result = handle.stop(grace_s=120)
     assert result.state == "stopped" and not result.forced
-    stopped_at = read_status(run_dir)["step"]
+    stopped_at = read_status(run_dir).step
     assert stopped_at < 60
     assert (run_dir / f"checkpoints/step_{stopped_at:06d}").is_dir()
     assert (run_dir / "lora/pytorch_lora_weights.safetensors").is_file()
@@ -172,13 +172,13 @@ def test_killed_run_is_marked_failed_and_resumes(tmp_path: Path, tiny_workspace:
         time.sleep(0.2)
     os.killpg(handle.pid, signal.SIGKILL)
     assert handle.wait(timeout=60) == "failed"
-    assert read_status(run_dir)["state"] == "failed"
+    assert read_status(run_dir).state == "failed"
     resumed = app("--config", str(run_dir / "config.toml"), "--resume",
                   workspace=tiny_workspace)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     log = (run_dir / "train.log").read_text()
     assert "resumed from" in log and "checkpoints/step_0000" in log
-    assert read_status(run_dir)["state"] == "done" and read_status(run_dir)["step"] == 60
+    assert read_status(run_dir).state == "done" and read_status(run_dir).step == 60
 
 
 def test_two_process_cpu_run(tmp_path: Path, tiny_workspace: Path):
@@ -242,7 +242,7 @@ def test_a_crash_is_recorded_as_failed_with_the_error(tmp_path: Path, tiny_works
     assert done.returncode == 1
     run_dir = Path(cfg.output.dir)
     status = read_status(run_dir)
-    assert status["state"] == "failed" and "missing/model.safetensors" in status["error"]
+    assert status.state == "failed" and "missing/model.safetensors" in status.reason
     errors = [e for e in events(run_dir) if e["type"] == "error"]
     assert errors and "does not exist" in errors[0]["message"]
 

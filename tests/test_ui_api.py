@@ -112,6 +112,7 @@ def test_launch_status_stop_resume(app):
 
 def test_restarted_app_reattaches_a_live_run_and_marks_a_dead_one_failed(app):
     from core.runs.registry import run_info
+    from core.runs.status import read_status
     from ui.context import AppContext
     from ui.tab_runs import newest_live
 
@@ -136,6 +137,7 @@ def test_restarted_app_reattaches_a_live_run_and_marks_a_dead_one_failed(app):
         info = next(i for i in third.startup_runs if i.run_dir == run_dir)
         assert info.state == "failed" and not info.alive
         assert "killed or crashed" in info.reason
+        assert read_status(run_dir).state == "failed", "a starting app records what it found"
         assert newest_live(third) is None
     finally:
         third.close()

@@ -1,21 +1,25 @@
-"""What the buttons do, without gradio: the UI's events and its API endpoints both call
-these, and they call the same `core` functions as `python app.py --no-ui`.
+"""What the buttons do: `core.ops` (the same actions `python app.py --no-ui` takes), with
+its refusals turned into messages for a person in the browser.
 
-Refusals raise `ActionError` (a message for the user plus the problems behind it);
-the UI turns it into a warning and a visible panel, the API into an error message.
+The UI's events and its API endpoints both call these. Refusals raise `ActionError` (a
+message plus the problems behind it); the UI shows it as a warning and a visible panel,
+the API as an error message. What is the app's own state (the runs it follows, its one
+cache build) lives in `AppContext`; everything else is in `core.ops`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 
-from core.check import CheckReport, run_check
+from core import ops
+from core.check import CheckReport
 from core.config import Config, resolved
-from core.problems import ConfigError, Problem, errors, warnings
-from core.runs.status import COMMAND_FILE, CONFIG_FILE
+from core.problems import Problem
+from core.runs.folder import RunFolder
 from ui.context import AppContext
 
 STOP_GRACE_S = 60.0
@@ -28,114 +32,75 @@ class ActionError(Exception):
         super().__init__(message + "".join(f"\n{p}" for p in self.problems))
 
 
+def _for_the_browser(message: str) -> str:
+    """CLI wording in core's messages, said as the UI's controls are named."""
+    message = message.replace("--set output.dir=", "Output folder = ")
+    message = message.replace("with --resume", "with Resume")
+    return message.replace("; fix them first", "; fix them first (the check panel on the "
+                                                "Dataset tab lists them)")
+
+
+@contextlib.contextmanager
+def refusals() -> Iterator[None]:
+    """Turn `core.ops` refusals into `ActionError`s worded for the browser."""
+    try:
+        yield
+    except ops.OpError as exc:
+        raise ActionError(_for_the_browser(exc.message), exc.problems) from None
+
+
 def check(ctx: AppContext, cfg: Config, form_problems: list[Problem] | None = None
           ) -> CheckReport:
     """`--stage check` on the form's config; form problems (an empty number) come first."""
-    report = run_check(cfg, ctx.workspace)
-    report.problems[:0] = form_problems or []
-    return report
-
-
-def require_ok(ctx: AppContext, cfg: Config, what: str,
-               form_problems: list[Problem] | None = None) -> CheckReport:
-    """Errors block `what`; warnings do not."""
-    report = check(ctx, cfg, form_problems)
-    found = errors(report.problems)
-    if found:
-        raise ActionError(f"{len(found)} error(s) block {what}; fix them first (the check "
-                          "panel on the Dataset tab lists them)", found)
-    return report
+    return ops.check(cfg, ctx.workspace, form_problems)
 
 
 # ---------------------------------------------------------------- training runs
 
 
-@dataclass
-class Launched:
-    run_dir: Path
-    command: str
-    warnings: list[Problem] = field(default_factory=list)
-    log_offset: int = 0
-
-
 def launch(ctx: AppContext, cfg: Config, resume: bool = False,
-           form_problems: list[Problem] | None = None) -> Launched:
-    """Check, prepare the output folder and start `accelerate launch` (as the CLI does)."""
-    from core.runs.command import build_accelerate_command, format_command
-    from core.runs.process import RunStartError, start_run
-    from core.runs.rundir import prepare_run_dir
+           form_problems: list[Problem] | None = None) -> ops.Launched:
+    """Check, prepare the output folder and start `accelerate launch` (as the CLI does).
 
-    report = require_ok(ctx, cfg, "resuming" if resume else "the launch", form_problems)
-    run_dir = Path(resolved(cfg, ctx.workspace).output.dir)
-    try:
-        notes = prepare_run_dir(cfg, run_dir, resume=resume)
-    except ConfigError as exc:
-        raise ActionError(_rundir_message(exc.problems, resume), exc.problems) from None
-    spec = build_accelerate_command(cfg, run_dir, ctx.workspace,
-                                    resume="latest" if resume else None)
-    try:
-        handle = start_run(spec, run_dir)
-    except RunStartError as exc:
-        raise ActionError(str(exc)) from None
-    ctx.track(handle)
-    return Launched(run_dir, format_command(spec), warnings(report.problems) + notes,
-                    handle.log_offset)
+    With `resume`, the run in the form's output folder continues with its saved config."""
+    with refusals():
+        launched = ops.launch(cfg, ctx.workspace, resume="latest" if resume else None,
+                              extra_problems=form_problems)
+    ctx.track(launched.handle)
+    return launched
 
 
 def output_dir(ctx: AppContext, cfg: Config) -> Path:
-    return Path(resolved(cfg, ctx.workspace).output.dir)
+    return ops.output_dir(cfg, ctx.workspace)
 
 
-def resume(ctx: AppContext, run_dir: str | Path) -> Launched:
+def resume(ctx: AppContext, run_dir: str | Path) -> ops.Launched:
     """Continue a run from its last checkpoint with the config it was started with."""
-    from core.config import load_config
-
-    run_dir = Path(run_dir)
-    saved = run_dir / CONFIG_FILE
-    if not saved.exists():
-        raise ActionError(f"{run_dir}: nothing to resume (no {CONFIG_FILE}); launch it instead")
-    try:
-        cfg = load_config(saved)
-    except ConfigError as exc:
-        raise ActionError(f"cannot resume: {saved} does not load", exc.problems) from None
-    cfg.output.dir = str(run_dir)
-    return launch(ctx, cfg, resume=True)
-
-
-def _rundir_message(problems: list[Problem], resume: bool) -> str:
-    text = problems[0].message if problems else "the output folder cannot be used"
-    text = text.replace("--set output.dir=", "Output folder = ")
-    text = text.replace("with --resume", "with Resume")
-    return f"cannot {'resume' if resume else 'launch'}: {text}"
+    with refusals():
+        launched = ops.resume(Path(run_dir), ctx.workspace)
+    ctx.track(launched.handle)
+    return launched
 
 
 def stop(ctx: AppContext, run_dir: str | Path, grace_s: float = STOP_GRACE_S) -> str:
     """Stop a run (the trainer saves first); returns its final state."""
-    from core.runs.process import stop_run
-    from core.runs.registry import run_info
-
     run_dir = Path(run_dir)
-    if not (run_dir / "status.json").exists():
-        raise ActionError(f"{run_dir}: no run here (no status.json)")
-    with ctx.exclusive(run_dir):
-        handle = ctx.handle(run_dir)
-        if handle is None:
-            return run_info(run_dir).state
-        state = stop_run(run_dir, grace_s=grace_s, handle=handle).state
+    with refusals(), ctx.exclusive(run_dir):
+        state = ops.stop(run_dir, grace_s, handle=ctx.handle(run_dir))
     ctx.forget(run_dir)
     return state
 
 
 def reproduce_lines(ctx: AppContext, run_dir: Path) -> str:
     """Copyable commands: the exact command the run used, and the CLI equivalents."""
+    folder = RunFolder(run_dir)
     ws = shlex.quote(str(ctx.workspace))
-    config = shlex.quote(str(run_dir / CONFIG_FILE))
+    config = shlex.quote(str(folder.config))
     python = shlex.quote(sys.executable)
     lines = []
-    command = run_dir / COMMAND_FILE
-    if command.exists():
-        lines += ["# the exact command this run used (command.txt):",
-                  command.read_text(encoding="utf-8").strip()]
+    if folder.command.exists():
+        lines += [f"# the exact command this run used ({folder.command.name}):",
+                  folder.command.read_text(encoding="utf-8").strip()]
     lines += ["# continue it from its last checkpoint:",
               f"{python} app.py --no-ui --config {config} --workspace {ws} --resume",
               "# the same config as a new run (pick a new output folder):",
@@ -150,14 +115,9 @@ def reproduce_lines(ctx: AppContext, run_dir: Path) -> str:
 def start_cache(ctx: AppContext, cfg: Config,
                 form_problems: list[Problem] | None = None):
     """Start a cache build in the background (one at a time per app)."""
-    from core.cache.job import start_cache_job
-
-    job = ctx.cache_job
-    if job is not None and job.poll() is None:
-        raise ActionError(f"a cache build is already running (log: {job.log_path}); wait "
-                          "for it or stop it")
-    require_ok(ctx, cfg, "the cache build", form_problems)
-    ctx.cache_job = start_cache_job(cfg, ctx.workspace)
+    with refusals():
+        ctx.cache_job = ops.start_cache(cfg, ctx.workspace, running=ctx.cache_job,
+                                        extra_problems=form_problems)
     return ctx.cache_job
 
 

@@ -14,9 +14,10 @@ from typing import Any
 
 import gradio as gr
 
+from core import ops
 from core.config import loads_config
 from core.problems import ConfigError
-from core.runs.registry import list_runs, run_info
+from core.runs.folder import RunFolder
 from core.runs.tail import last_lines
 from ui import actions
 from ui.actions import ActionError
@@ -38,22 +39,21 @@ def _problem(p: Any) -> dict[str, str]:
 def _run_dir(ctx: AppContext, run_dir: str) -> Path:
     path = Path(run_dir).expanduser()
     path = (path if path.is_absolute() else ctx.workspace / path).resolve()
-    known = {i.run_dir.resolve() for i in list_runs(ctx.workspace)}
+    known = {i.run_dir.resolve() for i in ops.list_runs(ctx.workspace)}
     if path not in known and not path.is_relative_to(ctx.workspace.resolve()):
         raise ActionError(f"{run_dir} is not a run of this workspace ({ctx.workspace})")
-    if not (path / "status.json").exists():
-        raise ActionError(f"{path}: no run here (no status.json)")
     return path
 
 
 def run_status(ctx: AppContext, run_dir: Path, lines: int = 40) -> dict[str, Any]:
-    info = run_info(run_dir)
-    images = sorted(str(p) for p in (run_dir / "validation").glob("step_*/*.png"))
-    log = [ctx.redact(line) for line in last_lines(run_dir / "train.log", lines)]
-    status = info.status
+    with actions.refusals():
+        info = ops.run_status(run_dir)
+    folder = RunFolder(run_dir)
+    images = [str(p) for p in folder.validation_images()]
+    log = [ctx.redact(line) for line in last_lines(folder.log, lines)]
     return {"run_dir": str(run_dir), "state": info.state, "alive": info.alive,
             "step": info.step, "max_steps": info.max_steps, "eta_s": info.eta_s,
-            "it_s": status.get("it_s"), "loss": status.get("loss"), "reason": info.reason,
+            "it_s": info.status.it_s, "loss": info.status.loss, "reason": info.reason,
             "log": log, "images": images}
 
 
@@ -126,7 +126,7 @@ class Endpoints:
         """Every run of the workspace, newest first."""
         return [{"run_dir": str(i.run_dir), "state": i.state, "alive": i.alive,
                  "step": i.step, "max_steps": i.max_steps}
-                for i in list_runs(self.ctx.workspace)]
+                for i in ops.list_runs(self.ctx.workspace)]
 
 
 def register(ctx: AppContext) -> None:

@@ -7,8 +7,9 @@
 - the current cache build job,
 - the pool of validation-image watchers.
 
-At start it reads the run registry: live runs are reattached, dead runs whose status
-still said "running" are marked failed (`core.runs.registry.list_runs` does that).
+At start it reads the run registry: live runs are reattached, and dead runs whose status
+still said "running" are recorded as failed (`core.ops.reconcile_runs`, the one explicit
+step that writes; listing runs elsewhere only reads).
 Nothing here is module-global: tests start several apps in one process.
 """
 
@@ -21,9 +22,11 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from core import ops
 from core.cache.job import CacheJob
+from core.runs.folder import RunFolder
 from core.runs.process import RunHandle, attach
-from core.runs.registry import RunInfo, list_runs
+from core.runs.registry import RunInfo
 from ui.watch import WatcherPool
 
 log = logging.getLogger(__name__)
@@ -58,11 +61,11 @@ class AppContext:
     # ------------------------------------------------------------ runs
 
     def reattach(self) -> list[RunInfo]:
-        """Follow every live run of the registry; marks dead ones failed (list_runs)."""
-        infos = list_runs(self.workspace)
+        """Follow every live run of the registry; records dead ones as failed."""
+        infos = ops.reconcile_runs(self.workspace)
         for info in infos:
             if info.alive:
-                handle = attach(info.run_dir)
+                handle = attach(RunFolder(info.run_dir))
                 if handle is not None:
                     self.track(handle)
         return infos
@@ -76,7 +79,7 @@ class AppContext:
         key = Path(run_dir).resolve()
         with self._lock:
             handle = self._handles.get(key)
-        if handle is None and (handle := attach(key)) is not None:
+        if handle is None and (handle := attach(RunFolder(key))) is not None:
             self.track(handle)
         return handle
 

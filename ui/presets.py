@@ -13,6 +13,7 @@ from pathlib import Path
 from core.config import Config, dumps_config, load_config, save_config
 from core.presets import PRESETS_DIR, is_demo, list_presets
 from core.problems import ConfigError
+from ui import actions
 from ui.actions import ActionError
 from ui.context import AppContext
 
@@ -46,14 +47,10 @@ def load_source(ctx: AppContext, source: str) -> tuple[Config, list[str]]:
     cfg = read_config_file(path)
     notes = [f"loaded {source.split(': ', 1)[-1]} ({path})"]
     if source.startswith(PRESET_PREFIX) and is_demo(str(path)):
-        from core.headless import demo_output_dir, prepare_demo_data
+        from core import ops
 
-        prepare_demo_data(cfg, ctx.workspace)
-        before = cfg.output.dir
-        demo_output_dir(cfg, ctx.workspace)
-        notes.append(f"demo images are in {ctx.workspace / cfg.datasets[0].images}")
-        if cfg.output.dir != before:
-            notes.append(f"{before} holds an earlier run; this one goes to {cfg.output.dir}")
+        with actions.refusals():
+            notes += ops.prepare_demo(cfg, ctx.workspace, new_output=True)
     return cfg, notes
 
 

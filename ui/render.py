@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from core.problems import Problem, errors, errors_first, warnings
+from core.runs.folder import RunFolder
 
 BAR = ("<div class='dt-bar' style='background:#e5e7eb;border-radius:6px;height:14px;"
        "overflow:hidden'><div style='background:{color};height:100%;width:{pct:.1f}%'>"
@@ -104,15 +105,16 @@ RUN_HEADERS = ["run folder", "state", "step", "started", "outputs", "note"]
 
 
 def run_outputs(run_dir: Path) -> str:
+    folder = RunFolder(run_dir)
     parts = []
-    if (run_dir / "lora" / "pytorch_lora_weights.safetensors").exists():
+    if folder.lora_weights.exists():
         parts.append("LoRA")
-    elif (run_dir / "model").is_dir():
+    elif folder.model.is_dir():
         parts.append("model")
-    steps = list((run_dir / "validation").glob("step_*"))
+    steps = folder.validation_rounds()
     if steps:
         parts.append(f"{len(steps)} validation step(s)")
-    checkpoints = [p for p in (run_dir / "checkpoints").glob("step_*") if p.is_dir()]
+    checkpoints = folder.checkpoint_folders()
     if checkpoints:
         parts.append(f"{len(checkpoints)} checkpoint(s)")
     return ", ".join(parts) or "-"

@@ -10,7 +10,6 @@ from typing import Any
 import gradio as gr
 
 from core.config import load_config
-from core.runs.status import CONFIG_FILE
 from ui import actions, render
 from ui.actions import ActionError
 from ui.context import AppContext
@@ -123,7 +122,7 @@ def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: gr.Timer, page: gr.T
         if not finished:
             return html, text, seen, gr.skip(), gr.skip()
         try:  # the status of what the job built, from the config it ran
-            rows, note = status_view(ctx, load_config(ctx.cache_job.job_dir / CONFIG_FILE))
+            rows, note = status_view(ctx, load_config(ctx.cache_job.folder.config))
         except Exception as exc:  # the table is a convenience; the bar already says it
             return html, text, seen, gr.skip(), f"cache status unavailable: {exc}"
         return html, text, seen, rows, note

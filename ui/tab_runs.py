@@ -1,6 +1,6 @@
 """Runs tab: past and live runs of the workspace (from the run registry) with state, step
 and outputs; open one to follow it on the Training tab. Listing a run whose processes
-are gone while its status said "running" marks it failed (core.runs.registry)."""
+are gone while its status said "running" shows as failed (core.runs.registry)."""
 
 from __future__ import annotations
 

@@ -18,9 +18,9 @@ from typing import Any
 import gradio as gr
 
 from core.config import load_config
+from core.runs.folder import RunFolder
 from core.runs.follow import RunFollower
 from core.runs.registry import run_info
-from core.runs.status import CONFIG_FILE
 from ui import actions, render
 from ui.actions import ActionError
 from ui.context import AppContext
@@ -60,7 +60,7 @@ def follow(ctx: AppContext, run_dir: str | Path, log_offset: int | None = None) 
     if run_info(run_dir).alive:
         ctx.handle(run_dir)
     try:
-        prompts = load_config(run_dir / CONFIG_FILE).validation.prompts
+        prompts = load_config(RunFolder(run_dir).config).validation.prompts
     except Exception:  # an old or hand-edited config: the gallery just shows no prompts
         prompts = []
     return Following(RunFollower(run_dir, log_offset=log_offset), prompts)

@@ -20,6 +20,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.runs.folder import RunFolder
+
 log = logging.getLogger(__name__)
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -50,7 +52,7 @@ class GalleryWatcher:
 
     def __init__(self, run_dir: Path, rescan_s: float = RESCAN_S):
         self.run_dir = Path(run_dir)
-        self.validation = self.run_dir / "validation"
+        self.validation = RunFolder(self.run_dir).validation
         self.rescan_s = rescan_s
         self.version = 0
         self._images: dict[Path, ValidationImage] = {}

@@ -1,11 +1,11 @@
-"""A cache build run in the background (for the UI): `accelerate launch -m core.cache.main`.
+"""A cache build: `accelerate launch -m core.cache.main`, run by the run manager.
 
-It is the same program `--stage cache` runs, started through the run manager
-(`core.runs.start_run`) so it gets its own process group, a log, a clean stop and an
-honest final state. Each build gets a job folder `<workspace>/.cache-jobs/<stamp>/` with
-the config it ran, `train.log` (the program's output) and `cache_events.jsonl` (its
-`--events` progress lines); the newest few job folders are kept. Jobs are not training
-runs, so they stay out of the run registry.
+The UI and `--stage cache` both start it here, through `core.runs.start_run`, so it gets
+its own process group, a log, a clean stop and an honest final state. Each build gets a
+job folder `<workspace>/.cache-jobs/<stamp>/` (a `RunFolder` of kind "cache"): the config
+it ran, `cache.log` (the program's output), `events.jsonl` (its progress lines) and
+`status.json`; the newest few job folders are kept. Jobs are not training runs, so they
+stay out of the run registry.
 """
 
 from __future__ import annotations
@@ -21,12 +21,11 @@ from typing import Any
 
 from core.config import Config, save_config
 from core.runs.command import build_accelerate_command
+from core.runs.folder import RunFolder
 from core.runs.process import RunHandle, start_run
-from core.runs.status import CONFIG_FILE, LOG_FILE
 from core.runs.tail import EventTail, last_lines
 
 JOBS_DIR = ".cache-jobs"
-EVENTS_FILE = "cache_events.jsonl"
 KEEP_JOBS = 5
 CACHE_MODULE = "core.cache.main"
 
@@ -73,15 +72,22 @@ class CacheProgress:
 @dataclass
 class CacheJob:
     handle: RunHandle
-    job_dir: Path
     started_at: float = field(default_factory=time.time)
     progress: CacheProgress = field(default_factory=CacheProgress)
     _events: EventTail | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
+    def folder(self) -> RunFolder:
+        return self.handle.folder
+
+    @property
+    def job_dir(self) -> Path:
+        return self.handle.folder.root
+
+    @property
     def log_path(self) -> Path:
-        return self.job_dir / LOG_FILE
+        return self.handle.folder.log
 
     def poll(self) -> str | None:
         """Read new progress events; the final state ("done", "failed", "stopped") or None.
@@ -89,7 +95,7 @@ class CacheJob:
         Thread-safe: a UI polls from its monitor thread and from request handlers."""
         with self._lock:
             if self._events is None:
-                self._events = EventTail(self.job_dir / EVENTS_FILE)
+                self._events = EventTail(self.folder.events)
             now = time.monotonic()
             for event in self._events.read():
                 self.progress.update(event, now)
@@ -115,11 +121,12 @@ def start_cache_job(cfg: Config, workspace: str | Path) -> CacheJob:
     jobs = workspace / JOBS_DIR
     jobs.mkdir(parents=True, exist_ok=True)
     _prune(jobs, KEEP_JOBS - 1)
-    job_dir = jobs / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    job_dir.mkdir()
-    save_config(cfg, job_dir / CONFIG_FILE)
+    folder = RunFolder(jobs / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}",
+                       kind="cache")
+    folder.root.mkdir()
+    save_config(cfg, folder.config)
     spec = build_accelerate_command(
-        cfg, job_dir, workspace, resume=None,
-        script=["--module", CACHE_MODULE, "--events", str(job_dir / EVENTS_FILE)])
+        cfg, folder.root, workspace, resume=None,
+        script=["--module", CACHE_MODULE, "--events", str(folder.events)])
     spec = dataclasses.replace(spec, workspace=None)  # not a training run: no registry record
-    return CacheJob(handle=start_run(spec, job_dir), job_dir=job_dir)
+    return CacheJob(handle=start_run(spec, folder))

@@ -1,10 +1,10 @@
 """`--stage cache`: the program `accelerate launch` runs to build the caches.
 
     accelerate launch [--multi_gpu --num_processes N] -m core.cache.main \
-        --config run.toml --workspace W [--events cache_events.jsonl]
+        --config JOB/config.toml --workspace W [--events JOB/events.jsonl]
 
 Prints a tqdm bar on the main process and, with --events, appends progress events as JSON
-lines for the UI. Exit codes: 0 done, 2 invalid input, 1 failed.
+lines for the UI. Exit codes (core.exits): 0 done, 2 invalid input, 1 failed.
 """
 
 from __future__ import annotations
@@ -13,8 +13,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from core.exits import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from core.problems import errors_first
+
+if TYPE_CHECKING:
+    from core.config import Config
+    from core.models.base import Components, ModelFamily
+    from core.startup import ProcessGroup
 
 
 def _progress_sink(events: Path | None, show_bar: bool, process: int):
@@ -36,6 +43,20 @@ def _progress_sink(events: Path | None, show_bar: bool, process: int):
     return report, bars
 
 
+def load_for_caching(config: Path, workspace: Path
+                     ) -> tuple[Config, ModelFamily, Components, ProcessGroup] | None:
+    from accelerate import PartialState
+
+    from core.startup import load_model, load_resolved_config, process_group
+
+    cfg = load_resolved_config(config, workspace)
+    if cfg is None:
+        return None
+    state = PartialState(cpu=cfg.launch.cpu)
+    family, components = load_model(cfg, workspace.absolute(), state)
+    return cfg, family, components, process_group(state)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", required=True)
@@ -43,7 +64,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", help="append progress events (JSON lines) here")
     args = parser.parse_args(argv)
 
-    from core.cache.session import load_for_caching
     from core.cache.stage import build_caches
     from core.cache.store import CacheWriteError
     from core.models.common import ModelLoadError
@@ -52,9 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         setup = load_for_caching(Path(args.config), Path(args.workspace))
     except ModelLoadError as exc:
         print(exc, flush=True)
-        return 2
+        return EXIT_INVALID
     if setup is None:
-        return 2
+        return EXIT_INVALID
     cfg, family, components, group = setup
     report_progress, bars = _progress_sink(Path(args.events) if args.events else None,
                                            show_bar=group.is_main, process=group.index)
@@ -62,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         report = build_caches(cfg, family, components, group, progress=report_progress)
     except CacheWriteError as exc:
         print(f"error: {exc}", flush=True)
-        return 1
+        return EXIT_FAILED
     for bar in bars.values():
         bar.close()
     # Plan problems are the same everywhere; build problems belong to one process.
@@ -74,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     if group.is_main:
         for line in report.lines():
             print(line, flush=True)
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ runs) and by the trainer, which builds missing entries before its first step.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,20 +22,7 @@ from core.cache.plan import CachePlan, plan_caches
 from core.cache.store import remove_stale_temp_files
 from core.config import Config
 from core.problems import Problem
-
-
-@dataclass
-class ProcessGroup:
-    """Who this process is among the launched ones, and how to wait for the others."""
-
-    index: int = 0
-    count: int = 1
-    barrier: Callable[[], None] = lambda: None
-    device: Any = "cpu"
-
-    @property
-    def is_main(self) -> bool:
-        return self.index == 0
+from core.startup import ProcessGroup
 
 
 @dataclass

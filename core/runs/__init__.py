@@ -1,5 +1,5 @@
 """Run manager: builds the accelerate command, owns the child's process group, keeps the
-run registry, tails logs and events, stops and resumes runs (DESIGN.md, run folder).
+run registry, tails logs and events, stops and resumes runs (docs/run-folder.md).
 
 Only the standard library and core.config are imported here: no torch, so the CLI's
 `--help` and `--stage check` paths stay fast.
@@ -8,6 +8,7 @@ Only the standard library and core.config are imported here: no torch, so the CL
 from __future__ import annotations
 
 from core.runs.command import LaunchSpec, build_accelerate_command, format_command
+from core.runs.folder import RunFolder
 from core.runs.foreground import follow_run
 from core.runs.process import (
     RunHandle,
@@ -20,22 +21,31 @@ from core.runs.process import (
     start_run,
     stop_run,
 )
-from core.runs.registry import RunInfo, list_runs, live_runs, run_info, run_is_alive
+from core.runs.registry import (
+    RunInfo,
+    list_runs,
+    reconcile_run,
+    reconcile_runs,
+    run_info,
+    run_is_alive,
+)
 from core.runs.rundir import RunDirError, prepare_run_dir
 from core.runs.status import (
     FINAL_STATES,
     STATES,
+    RunStatus,
     append_event,
     exit_code_for_state,
+    read_status,
     write_status,
 )
-from core.runs.tail import EventTail, LogTail, collapse_cr, read_status
+from core.runs.tail import EventTail, LogTail, collapse_cr
 
 __all__ = [
     "FINAL_STATES", "STATES", "EventTail", "LaunchSpec", "LogTail", "RunDirError",
-    "RunHandle", "RunInfo", "RunStartError", "StopResult", "append_event", "attach",
-    "build_accelerate_command", "collapse_cr", "decide_final_state", "exit_code_for_state",
-    "finalize_run", "follow_run", "format_command", "list_runs", "live_runs", "prepare_run_dir",
-    "read_status", "request_stop", "run_info", "run_is_alive", "start_run", "stop_run",
-    "write_status",
+    "RunFolder", "RunHandle", "RunInfo", "RunStartError", "RunStatus", "StopResult",
+    "append_event", "attach", "build_accelerate_command", "collapse_cr", "decide_final_state",
+    "exit_code_for_state", "finalize_run", "follow_run", "format_command", "list_runs",
+    "prepare_run_dir", "read_status", "reconcile_run", "reconcile_runs", "request_stop",
+    "run_info", "run_is_alive", "start_run", "stop_run", "write_status",
 ]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.config import Config
-from core.runs.status import CONFIG_FILE
+from core.runs.folder import RunFolder
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TRAINER_MODULE = "core.train.main"
@@ -83,26 +83,23 @@ def build_accelerate_command(
     workspace: Path,
     *,
     resume: str | None,
-    stage: str | None = None,
     python: str = sys.executable,
     script: list[str] | None = None,
 ) -> LaunchSpec:
-    """The launch spec for training `cfg` into `run_dir`.
+    """The launch spec for training `cfg` into `run_dir` (its config.toml is read).
 
-    `resume` is passed on as `--resume` ("latest" or a checkpoint path); `stage` as
-    `--stage` (cache or train). `script` replaces `--module core.train.main` with a
-    program and its own leading arguments (tests run a stand-in trainer this way).
+    `resume` is passed on as `--resume` ("latest" or a checkpoint path). `script`
+    replaces `--module core.train.main` with a program and its own leading arguments
+    (the cache builder; tests run a stand-in trainer this way).
     """
     flags, env = _launch_flags(cfg)
     target = list(script) if script else ["--module", TRAINER_MODULE]
     trainer_args = [
-        "--config", str(Path(run_dir) / CONFIG_FILE),
+        "--config", str(RunFolder(Path(run_dir)).config),
         "--workspace", str(workspace),
     ]
     if resume:
         trainer_args += ["--resume", resume]
-    if stage:
-        trainer_args += ["--stage", stage]
     argv = [python, "-m", "accelerate.commands.launch", *flags, "--quiet", *target,
             *trainer_args]
     env["PYTHONUNBUFFERED"] = "1"

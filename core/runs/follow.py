@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.runs.status import EVENTS_FILE, FINAL_STATES, LOG_FILE
-from core.runs.tail import EventTail, LogTail, read_status
+from core.runs.folder import RunFolder
+from core.runs.status import FINAL_STATES, read_status
+from core.runs.tail import EventTail, LogTail
 
 MAX_LINES = 400  # log lines kept for display
 REOPEN_BYTES = 64 << 10  # reopening a run shows the end of its log, not all of it
@@ -61,12 +62,12 @@ class RunFollower:
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir)
-        log = self.run_dir / LOG_FILE
+        folder = RunFolder(self.run_dir)
         if self.log_offset is None:
-            self._log = LogTail(log, from_end=REOPEN_BYTES)
+            self._log = LogTail(folder.log, from_end=REOPEN_BYTES)
         else:
-            self._log = LogTail(log, offset=self.log_offset)
-        self._events = EventTail(self.run_dir / EVENTS_FILE)
+            self._log = LogTail(folder.log, offset=self.log_offset)
+        self._events = EventTail(folder.events)
 
     def poll(self) -> RunFollower:
         """Read whatever is new; bumps the version counters of what changed."""
@@ -111,20 +112,20 @@ class RunFollower:
         status = read_status(self.run_dir)
         if not status:
             return
-        stamp = (status.get("updated_at"), status.get("state"), status.get("step"))
+        stamp = (status.updated_at, status.state, status.step)
         if stamp == self._status_stamp:
             return
         self._status_stamp = stamp
         p = self.progress
-        p.state = status.get("state") or p.state
-        p.max_steps = status.get("max_steps") or p.max_steps
-        if isinstance(status.get("step"), int):
-            p.step = max(p.step, status["step"])
+        p.state = status.state or p.state
+        p.max_steps = status.max_steps or p.max_steps
+        if isinstance(status.step, int):
+            p.step = max(p.step, status.step)
         if p.final:
             p.eta_s = None
-        elif status.get("eta_s") is not None:
-            p.eta_s = status["eta_s"]
-        p.reason = status.get("reason") or status.get("error") or ""
+        elif status.eta_s is not None:
+            p.eta_s = status.eta_s
+        p.reason = status.reason
         self.status_version += 1
 
     def log_text(self) -> str:

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from types import FrameType
 
 from core.runs.process import DEFAULT_GRACE_S, RunHandle
-from core.runs.status import LOG_FILE
 from core.runs.tail import LogTail
 
 
@@ -33,7 +32,7 @@ def follow_run(
 
     Map the state to the CLI exit code with `core.runs.status.exit_code_for_state`.
     """
-    tail = LogTail(handle.run_dir / LOG_FILE, offset=handle.log_offset)
+    tail = LogTail(handle.folder.log, offset=handle.log_offset)
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt) if in_main else None
     try:

@@ -1,9 +1,10 @@
 """Start, follow and stop a training run: the child process group and the run folder.
 
 The child (`accelerate launch ...`) runs in its own session and process group, with
-stdout and stderr appended to `<run_dir>/train.log`. Every launched process carries a
-run token in its environment, so `core.runs.procs` finds all of them at stop time even
-after accelerate's launcher has exited and orphaned them.
+stdout and stderr appended to the folder's log (`train.log`; `cache.log` for a cache
+job). Every launched process carries a run token in its environment, so
+`core.runs.procs` finds all of them at stop time even after accelerate's launcher has
+exited and orphaned them.
 
 Stopping:
 - A SIGINT to the whole group makes accelerate 1.15's launcher die of KeyboardInterrupt
@@ -29,31 +30,24 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from core.runs import procs
 from core.runs.command import LaunchSpec, format_command
+from core.runs.folder import RunFolder, as_folder
 from core.runs.registry import (
-    launcher_identity,
     new_record,
+    reconcile_run,
     register_run,
     run_info,
     run_is_alive,
 )
-from core.runs.status import (
-    COMMAND_FILE,
-    FINAL_STATES,
-    LOG_FILE,
-    STOP_FILE,
-    append_event,
-    write_status,
-)
-from core.runs.tail import last_lines, read_status
+from core.runs.status import RunStatus, append_event, read_status, write_status
+from core.runs.tail import last_lines
 
 DEFAULT_GRACE_S = 60.0  # time to finish the step and save a checkpoint after SIGINT
 TERM_GRACE_S = 5.0  # between SIGTERM and SIGKILL
 STRAGGLER_LINGER_S = 10.0  # leftovers after the launcher ended are killed after this
-_STALE_KEYS = ("exit_code", "reason", "finalized_by", "eta_s", "stop_forced")
+_STALE_FIELDS = ("exit_code", "reason", "finalized_by", "eta_s", "stop_forced")
 
 
 class RunStartError(RuntimeError):
@@ -62,7 +56,7 @@ class RunStartError(RuntimeError):
 
 def request_stop(run_dir: str | Path) -> None:
     """The soft stop: the trainer checks for this file every step, saves and exits."""
-    path = Path(run_dir) / STOP_FILE
+    path = RunFolder(Path(run_dir)).stop_file
     path.write_text(f"stop requested at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
 
 
@@ -79,7 +73,7 @@ def _describe_exit(returncode: int | None) -> str:
 
 def decide_final_state(
     returncode: int | None,
-    status: dict[str, Any] | None,
+    status: RunStatus | None,
     *,
     stop_requested: bool = False,
     forced: bool = False,
@@ -92,15 +86,15 @@ def decide_final_state(
     when it had to be forced), anything else failed. The launcher turns a trainer's
     130 into 1, which is why the trainer's own "stopped" is trusted.
     """
-    status = status or {}
-    trainer_state = None if status.get("finalized_by") == "manager" else status.get("state")
+    status = status or RunStatus()
+    trainer_state = None if status.finalized_by == "manager" else status.state
     if trainer_state in ("failed", "stopped"):
-        return trainer_state, status.get("reason", "")
+        return trainer_state, status.reason
     if trainer_state == "done":
         if returncode in (0, None) or stop_requested:
             return "done", ""
         return "failed", (f"the trainer reported done but the launcher "
-                          f"{_describe_exit(returncode)}; see {LOG_FILE}")
+                          f"{_describe_exit(returncode)}; see its log")
     if returncode == 0:
         return "done", ""
     if returncode in (130, -signal.SIGINT):
@@ -111,40 +105,39 @@ def decide_final_state(
                                "period and was killed, so the last checkpoint may be older "
                                "than the last step")
         return "stopped", "stopped by the user"
-    return "failed", f"the training process {_describe_exit(returncode)}; see {LOG_FILE}"
+    return "failed", f"the training process {_describe_exit(returncode)}; see its log"
 
 
 def finalize_run(
-    run_dir: str | Path,
+    folder: RunFolder,
     returncode: int | None,
     *,
     stop_requested: bool = False,
     forced: bool = False,
 ) -> str:
     """Decide the final state and record it in status.json and events.jsonl."""
-    run_dir = Path(run_dir)
-    status = read_status(run_dir) or {}
+    status = read_status(folder.root) or RunStatus()
     state, reason = decide_final_state(returncode, status, stop_requested=stop_requested,
                                        forced=forced)
     if state == "failed":
-        tail = last_lines(run_dir / LOG_FILE, 1)
+        reason = reason.replace("see its log", f"see {folder.log}")
+        tail = last_lines(folder.log, 1)
         if tail and "last line:" not in reason:
             reason += f" (last line: {tail[-1].strip()[:200]})"
-    fields: dict[str, Any] = {"exit_code": returncode}
-    if forced:
-        fields["stop_forced"] = True
-    if status.get("state") == state and status.get("finalized_by") != "manager":
-        write_status(run_dir, **fields)  # the trainer said it already; add the exit code
+    stop_forced = True if forced else None
+    if status.state == state and status.finalized_by != "manager":
+        # the trainer said it already; add the exit code
+        write_status(folder.root, exit_code=returncode, stop_forced=stop_forced)
         return state
-    already = status.get("state") == state  # e.g. the registry marked it failed first
-    write_status(run_dir, state=state, reason=reason, finalized_by="manager", eta_s=None,
-                 **fields)
+    already = status.state == state  # e.g. a reconcile marked it failed first
+    write_status(folder.root, state=state, reason=reason, finalized_by="manager", eta_s=None,
+                 exit_code=returncode, stop_forced=stop_forced)
     if not already:
         if state == "failed":
-            append_event(run_dir, {"type": "error", "step": status.get("step"),
-                                   "message": reason})
-        append_event(run_dir, {"type": "status", "state": state, "step": status.get("step"),
-                               "reason": reason})
+            append_event(folder.root, {"type": "error", "step": status.step,
+                                       "message": reason})
+        append_event(folder.root, {"type": "status", "state": state, "step": status.step,
+                                   "reason": reason})
     return state
 
 
@@ -163,16 +156,20 @@ class StopResult:
 class RunHandle:
     """A started (or reattached) run. `popen` is None after a reattach."""
 
-    run_dir: Path
+    folder: RunFolder
     pid: int
     start_ticks: int | None
     token: str
     popen: subprocess.Popen[bytes] | None = None
-    log_offset: int = 0  # where this run's part of train.log begins (for LogTail)
+    log_offset: int = 0  # where this run's part of the log begins (for LogTail)
     linger_s: float = STRAGGLER_LINGER_S
     term_grace_s: float = TERM_GRACE_S
     final_state: str | None = None
     _leader_ended_at: float | None = None
+
+    @property
+    def run_dir(self) -> Path:
+        return self.folder.root
 
     @property
     def returncode(self) -> int | None:
@@ -201,14 +198,14 @@ class RunHandle:
         self._leader_ended_at = self._leader_ended_at or now
         left = self.processes()
         if left:
-            status = read_status(self.run_dir) or {}
-            trainer_pid = status.get("pid") if status.get("pid") != self.pid else None
-            saving = trainer_pid in left and status.get("state") not in FINAL_STATES
+            status = read_status(self.run_dir) or RunStatus()
+            trainer_pid = status.pid if status.pid != self.pid else None
+            saving = trainer_pid in left and not status.final
             if saving or now - self._leader_ended_at < self.linger_s:
                 return None
             _terminate(left, self.term_grace_s)
-        stop = (self.run_dir / STOP_FILE).exists()
-        self.final_state = finalize_run(self.run_dir, self.returncode, stop_requested=stop)
+        stop = self.folder.stop_file.exists()
+        self.final_state = finalize_run(self.folder, self.returncode, stop_requested=stop)
         return self.final_state
 
     def wait(self, timeout: float | None = None, poll_s: float = 0.2) -> str | None:
@@ -227,58 +224,59 @@ class RunHandle:
         return state
 
     def stop(self, grace_s: float = DEFAULT_GRACE_S) -> StopResult:
-        return stop_run(self.run_dir, grace_s=grace_s, handle=self)
+        return stop_run(self.folder, grace_s=grace_s, handle=self)
 
 
-def attach(run_dir: str | Path) -> RunHandle | None:
+def attach(where: RunFolder | str | Path) -> RunHandle | None:
     """A handle on a live run started by another process (a restarted UI); else None."""
-    run_dir = Path(run_dir)
-    status = read_status(run_dir)
-    pid, ticks, token = launcher_identity(status)
-    if pid is None or not run_is_alive(status):
+    folder = as_folder(where)
+    status = read_status(folder.root)
+    if status is None or status.launcher_pid is None or not run_is_alive(status):
         return None
-    return RunHandle(run_dir=run_dir, pid=pid, start_ticks=ticks, token=token)
+    return RunHandle(folder=folder, pid=status.launcher_pid,
+                     start_ticks=status.launcher_start, token=status.run_token)
 
 
 # ---------------------------------------------------------------- start
 
 
-def _open_log(run_dir: Path, command: str) -> tuple[int, int]:
+def _open_log(folder: RunFolder, command: str) -> tuple[int, int]:
     """The log opened for appending, after a header line; (fd, offset of the header)."""
-    fd = os.open(run_dir / LOG_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(folder.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     offset = os.fstat(fd).st_size
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     os.write(fd, f"=== run started {stamp}\n$ {command}\n".encode())
     return fd, offset
 
 
-def _reset_status(run_dir: Path) -> None:
+def _reset_status(folder: RunFolder) -> None:
     """State "starting", keeping step/max_steps of a resumed run, dropping old results."""
-    old = read_status(run_dir) or {}
-    kept = {k: v for k, v in old.items() if k not in _STALE_KEYS}
+    old = (read_status(folder.root) or RunStatus()).to_dict()
+    kept = {k: v for k, v in old.items() if k not in _STALE_FIELDS}
     kept["state"] = "starting"
-    write_status(run_dir, replace=True, **kept)
+    write_status(folder.root, replace=True, **kept)
 
 
-def start_run(spec: LaunchSpec, run_dir: str | Path) -> RunHandle:
-    """Start the child in its own session, logging to train.log; record it everywhere.
+def start_run(spec: LaunchSpec, where: RunFolder | str | Path) -> RunHandle:
+    """Start the child in its own session, logging to the folder's log; record it.
 
     Writes command.txt, status.json (state "starting", the launcher's pid, start time
     and token) and, when `spec.workspace` is set, the registry record. Call
     `prepare_run_dir` first; this only refuses a folder whose run is still alive.
     """
-    run_dir = Path(run_dir)
+    folder = as_folder(where)
+    run_dir = folder.root
     run_dir.mkdir(parents=True, exist_ok=True)
     if run_is_alive(read_status(run_dir)):
         raise RunStartError(f"{run_dir}: a run is still going in this folder; stop it "
                             f"first or choose another output.dir")
-    (run_dir / STOP_FILE).unlink(missing_ok=True)
+    folder.stop_file.unlink(missing_ok=True)
     command = format_command(spec)
-    (run_dir / COMMAND_FILE).write_text(command + "\n", encoding="utf-8")
-    _reset_status(run_dir)
+    folder.command.write_text(command + "\n", encoding="utf-8")
+    _reset_status(folder)
     token = uuid.uuid4().hex
     env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1", procs.RUN_TOKEN_ENV: token}
-    log_fd, log_offset = _open_log(run_dir, command)
+    log_fd, log_offset = _open_log(folder, command)
     try:
         popen = subprocess.Popen(
             spec.argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log_fd,
@@ -299,7 +297,7 @@ def start_run(spec: LaunchSpec, run_dir: str | Path) -> RunHandle:
                  run_token=token, started_at=round(time.time(), 3))
     if spec.workspace is not None:
         register_run(spec.workspace, new_record(run_dir, popen.pid, ticks, token, command))
-    return RunHandle(run_dir=run_dir, pid=popen.pid, start_ticks=ticks, token=token,
+    return RunHandle(folder=folder, pid=popen.pid, start_ticks=ticks, token=token,
                      popen=popen, log_offset=log_offset)
 
 
@@ -347,7 +345,7 @@ def _wait_all(handle: RunHandle, found: dict[int, int], timeout_s: float) -> dic
 
 
 def stop_run(
-    run_dir: str | Path,
+    where: RunFolder | str | Path,
     grace_s: float = DEFAULT_GRACE_S,
     *,
     term_grace_s: float = TERM_GRACE_S,
@@ -358,12 +356,13 @@ def stop_run(
     Every pid of the run is collected before the first signal. Returns the final state
     as decided by `finalize_run`; a run that is not alive is only finalized.
     """
-    run_dir = Path(run_dir)
-    handle = handle or attach(run_dir)
-    if handle is None:  # nothing runs; a run that died unnoticed is marked failed
+    folder = handle.folder if handle is not None else as_folder(where)
+    run_dir = folder.root
+    handle = handle or attach(folder)
+    if handle is None:  # nothing runs; a run that died unnoticed is recorded as failed
         if read_status(run_dir) is None:
             raise FileNotFoundError(f"{run_dir}: no run here (no status.json)")
-        return StopResult(state=run_info(run_dir).state, forced=False)
+        return StopResult(state=reconcile_run(run_info(run_dir)).state, forced=False)
     found = handle.processes()
     if not found and (state := handle.poll()) is not None:  # it had ended already
         return StopResult(state=state, forced=False)
@@ -378,6 +377,6 @@ def stop_run(
             handle.popen.wait(timeout=5.0)
         except subprocess.TimeoutExpired:
             pass
-    state = finalize_run(run_dir, handle.returncode, stop_requested=True, forced=bool(alive))
+    state = finalize_run(folder, handle.returncode, stop_requested=True, forced=bool(alive))
     handle.final_state = state
     return StopResult(state=state, forced=bool(alive), pids=sorted(found), killed=killed)

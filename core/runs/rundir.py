@@ -7,9 +7,9 @@ from typing import Any
 
 from core.config import Config, config_to_dict, load_config, save_config
 from core.problems import ConfigError, Problem, error, warning
+from core.runs.folder import RunFolder
 from core.runs.registry import run_is_alive
-from core.runs.status import CONFIG_FILE, STATUS_FILE, STOP_FILE
-from core.runs.tail import read_status
+from core.runs.status import read_status
 
 
 class RunDirError(ConfigError):
@@ -25,10 +25,10 @@ def _next_free_name(cfg: Config, run_dir: Path) -> str:
 
 
 def _describe(run_dir: Path) -> str:
-    status = read_status(run_dir) or {}
-    state, step, total = status.get("state"), status.get("step"), status.get("max_steps")
-    if not state:
+    status = read_status(run_dir)
+    if status is None or not status.state:
         return "it holds a run's config.toml"
+    state, step, total = status.state, status.step, status.max_steps
     at = f" at step {step}" + (f"/{total}" if total else "") if step is not None else ""
     return f"it holds a run ({state}{at})"
 
@@ -73,26 +73,26 @@ def prepare_run_dir(cfg: Config, run_dir: str | Path, resume: bool) -> list[Prob
       config.toml (warning about every setting given that differs from it).
     """
     run_dir = Path(run_dir)
+    folder = RunFolder(run_dir)
     status = read_status(run_dir)
     if status and run_is_alive(status):
         other = _next_free_name(cfg, run_dir)
         raise RunDirError([error("output.dir", (
-            f"{run_dir}: a run is still going in this folder (pid {status.get('pid')}); "
+            f"{run_dir}: a run is still going in this folder (pid {status.pid}); "
             f"stop it first, or start a new run with --set output.dir={other}"))])
-    has_run = (run_dir / CONFIG_FILE).exists() or (run_dir / STATUS_FILE).exists()
     if resume:
-        if not (run_dir / CONFIG_FILE).exists():
+        if not folder.config.exists():
             raise RunDirError([error("output.dir", f"{run_dir}: nothing to resume (no "
-                                     f"{CONFIG_FILE}); start it without --resume")])
-        problems = _resume_differences(cfg, run_dir / CONFIG_FILE)
-    elif has_run:
+                                     f"{folder.config.name}); start it without --resume")])
+        problems = _resume_differences(cfg, folder.config)
+    elif folder.holds_run():
         raise RunDirError([error("output.dir", (
             f"{run_dir}: {_describe(run_dir)}; it is not overwritten. Start a new run in "
             f"another folder with --set output.dir={_next_free_name(cfg, run_dir)}, or "
             f"continue this one with --resume"))])
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, run_dir / CONFIG_FILE)
+        save_config(cfg, folder.config)
         problems = []
-    (run_dir / STOP_FILE).unlink(missing_ok=True)
+    folder.stop_file.unlink(missing_ok=True)
     return problems

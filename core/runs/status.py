@@ -1,10 +1,11 @@
-"""Writers for a run folder's status.json and events.jsonl (see DESIGN.md, run folder).
+"""status.json as a typed record, and the writers for status.json and events.jsonl.
 
 The trainer (rank 0) and the run manager both use these, so the files have one format:
 
 - `status.json` is replaced atomically (temp file + rename), so a reader never sees half
   a file. `write_status` *merges* the given fields into what is there: the manager's
-  launcher fields (`launcher_pid`, ...) survive the trainer's per-step updates.
+  launcher fields survive the trainer's per-step updates. Only `RunStatus` fields are
+  accepted, so a misspelt field is an error, not a silent second name.
 - `events.jsonl` gets one JSON object per line, each appended with a single write to a
   file opened in append mode, so concurrent readers see whole lines or a partial last
   line (which `core.runs.tail.EventTail` leaves for its next read).
@@ -14,32 +15,71 @@ Only the standard library is imported here: the trainer imports it before torch.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-STATUS_FILE = "status.json"
-EVENTS_FILE = "events.jsonl"
-LOG_FILE = "train.log"
-CONFIG_FILE = "config.toml"
-COMMAND_FILE = "command.txt"
-STOP_FILE = "STOP"
+from core.exits import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
+from core.runs.folder import RunFolder
 
 STATES = ("starting", "running", "stopping", "done", "failed", "stopped")
 FINAL_STATES = ("done", "failed", "stopped")
 LIVE_STATES = ("starting", "running", "stopping")
 EVENT_TYPES = ("step", "eval", "validation", "checkpoint", "status", "error")
 
+
+@dataclass
+class RunStatus:
+    """What status.json holds. The identity fields (`launcher_pid`, `launcher_start`,
+    `run_token`) have the same names in the run registry's records."""
+
+    state: str | None = None
+    pid: int | None = None  # the trainer's main process once it runs, else the launcher
+    step: int | None = None
+    max_steps: int | None = None
+    eta_s: float | None = None
+    it_s: float | None = None
+    loss: float | None = None
+    phase: str | None = None
+    processes: int | None = None
+    reason: str = ""  # why the run failed or stopped; the one message field
+    exit_code: int | None = None
+    stop_forced: bool | None = None
+    finalized_by: str | None = None  # "manager" when the run manager decided the state
+    launcher_pid: int | None = None
+    launcher_start: int | None = None  # the launcher's start time in clock ticks
+    run_token: str = ""
+    started_at: float | None = None
+    updated_at: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunStatus:
+        """Known fields only: a newer writer's extra fields do not break an older reader."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names and v is not None})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def final(self) -> bool:
+        return self.state in FINAL_STATES
+
+
+STATUS_FIELDS = frozenset(f.name for f in dataclasses.fields(RunStatus))
+
 # Exit codes of the CLI contract, by final state.
-EXIT_CODES = {"done": 0, "failed": 1, "stopped": 130}
+_EXIT_BY_STATE = {"done": EXIT_OK, "failed": EXIT_FAILED, "stopped": EXIT_STOPPED}
 
 
 def exit_code_for_state(state: str | None) -> int:
     """The CLI exit code for a run's final state: 0 done, 130 stopped, 1 anything else."""
-    return EXIT_CODES.get(state or "", 1)
+    return _EXIT_BY_STATE.get(state or "", EXIT_FAILED)
 
 
 def _finite(value: Any) -> Any:
@@ -71,21 +111,32 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def write_status(run_dir: str | Path, *, replace: bool = False, **fields: Any) -> dict[str, Any]:
-    """Merge `fields` into `<run_dir>/status.json` (atomically) and return the new content.
+def read_status(run_dir: str | Path) -> RunStatus | None:
+    """status.json, or None when it is missing, partial or not an object."""
+    data = read_json_file(RunFolder(Path(run_dir)).status)
+    return None if data is None else RunStatus.from_dict(data)
 
-    `replace=True` drops the fields already there. `state`, when given, must be one of
-    STATES. `updated_at` (epoch seconds) is set on every write.
+
+def write_status(run_dir: str | Path, *, replace: bool = False, **fields: Any) -> RunStatus:
+    """Merge `fields` into `<run_dir>/status.json` (atomically) and return the new status.
+
+    `replace=True` drops the fields already there. Every field must be a `RunStatus`
+    field; `state`, when given, one of STATES. `updated_at` is set on every write.
     """
+    unknown = sorted(set(fields) - STATUS_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown status.json field(s) {', '.join(unknown)}; expected "
+                         f"fields of RunStatus")
     state = fields.get("state")
     if state is not None and state not in STATES:
         raise ValueError(f"unknown run state {state!r}; expected one of {', '.join(STATES)}")
-    path = Path(run_dir) / STATUS_FILE
+    path = RunFolder(Path(run_dir)).status
     data = {} if replace else (read_json_file(path) or {})
     data.update(fields)
     data["updated_at"] = round(time.time(), 3)
+    data = {k: v for k, v in data.items() if v is not None and v != ""}
     write_json_atomic(path, data)
-    return data
+    return RunStatus.from_dict(data)
 
 
 def append_event(run_dir: str | Path, event: dict[str, Any], *, fsync: bool = False) -> None:
@@ -100,7 +151,7 @@ def append_event(run_dir: str | Path, event: dict[str, Any], *, fsync: bool = Fa
     record = dict(event)
     record.setdefault("time", round(time.time(), 3))
     line = json.dumps(_finite(record), allow_nan=False, ensure_ascii=False) + "\n"
-    path = Path(run_dir) / EVENTS_FILE
+    path = RunFolder(Path(run_dir)).events
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -113,4 +164,4 @@ def append_event(run_dir: str | Path, event: dict[str, Any], *, fsync: bool = Fa
 
 def stop_requested(run_dir: str | Path) -> bool:
     """True when the soft-stop file exists; the trainer checks this once per step."""
-    return (Path(run_dir) / STOP_FILE).exists()
+    return RunFolder(Path(run_dir)).stop_file.exists()

@@ -1,4 +1,4 @@
-"""Follow a run's train.log and events.jsonl by byte offset, and read its status.json.
+"""Follow a run's log and events.jsonl by byte offset.
 
 Readers poll (the UI on a timer, the CLI in a loop): each call reads only the bytes
 written since the last one. Both tails survive the file not existing yet and being
@@ -14,8 +14,6 @@ import logging
 import os
 from pathlib import Path
 from typing import Any
-
-from core.runs.status import STATUS_FILE, read_json_file
 
 log = logging.getLogger(__name__)
 
@@ -143,11 +141,6 @@ class EventTail(_ByteTail):
                 log.warning("%s: skipped a line that is not a JSON object: %.120r",
                             self.path, raw)
         return events
-
-
-def read_status(run_dir: str | Path) -> dict[str, Any] | None:
-    """status.json as a dict, or None when it is missing, partial or not an object."""
-    return read_json_file(Path(run_dir) / STATUS_FILE)
 
 
 def last_lines(path: str | Path, n: int = 20, max_bytes: int = 64 << 10) -> list[str]:

@@ -7,7 +7,7 @@
         ema.pt                  EMA weights, when EMA is on
         sampler.json            the multi-dataset sampler's position
         rng_<rank>.pt           python, torch (and CUDA) RNG of every process
-        meta.json               step, epoch, config digest
+        meta.json               step, epoch, training method and model family
 
 Every process writes its RNG into `.tmp-step_...`; after a barrier the main process writes
 the rest and renames the folder, so a folder named step_* is always complete. Only the
@@ -20,13 +20,12 @@ import contextlib
 import json
 import os
 import random
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-CHECKPOINT_RE = re.compile(r"^step_(\d{6,})$")
+from core.runs.folder import RunFolder, step_name
 
 
 @dataclass
@@ -38,18 +37,9 @@ class TrainState:
     sampler: dict[str, Any]
 
 
-def checkpoint_name(step: int) -> str:
-    return f"step_{step:06d}"
-
-
 def list_checkpoints(run_dir: Path) -> list[Path]:
     """Complete checkpoints, oldest first."""
-    folder = run_dir / "checkpoints"
-    if not folder.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir()
-             if p.is_dir() and (m := CHECKPOINT_RE.match(p.name))]
-    return [p for _, p in sorted(found)]
+    return RunFolder(run_dir).checkpoint_folders()
 
 
 def find_checkpoint(run_dir: Path, which: str) -> Path:
@@ -57,15 +47,15 @@ def find_checkpoint(run_dir: Path, which: str) -> Path:
     if which in ("latest", ""):
         found = list_checkpoints(run_dir)
         if not found:
-            raise FileNotFoundError(f"no checkpoint in {run_dir / 'checkpoints'} to resume "
-                                    "from (the run ended before its first one); start a new "
-                                    "run with another output.dir")
+            raise FileNotFoundError(f"no checkpoint in {RunFolder(run_dir).checkpoints} to "
+                                    "resume from (the run ended before its first one); "
+                                    "start a new run with another output.dir")
         return found[-1]
     candidate = Path(which)
     if which.isdigit():
-        candidate = run_dir / "checkpoints" / checkpoint_name(int(which))
+        candidate = RunFolder(run_dir).checkpoint(int(which))
     elif not candidate.is_absolute():
-        candidate = run_dir / "checkpoints" / which
+        candidate = RunFolder(run_dir).checkpoints / which
     if not (candidate / "meta.json").exists():
         raise FileNotFoundError(f"checkpoint {candidate} not found or incomplete")
     return candidate
@@ -96,8 +86,8 @@ def save_checkpoint(run_dir: Path, step: int, rank: int, barrier: Any, *, traina
     import torch
     from safetensors.torch import save_file
 
-    folder = run_dir / "checkpoints"
-    tmp = folder / f".tmp-{checkpoint_name(step)}"
+    final = RunFolder(run_dir).checkpoint(step)
+    tmp = final.with_name(f".tmp-{step_name(step)}")
     if rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -116,7 +106,6 @@ def save_checkpoint(run_dir: Path, step: int, rank: int, barrier: Any, *, traina
     (tmp / "sampler.json").write_text(json.dumps(state.sampler), encoding="utf-8")
     (tmp / "meta.json").write_text(json.dumps({"step": step, "epoch": state.epoch, **meta},
                                               indent=1), encoding="utf-8")
-    final = folder / checkpoint_name(step)
     if final.exists():  # a resumed run passing the same step again
         shutil.rmtree(final)
     os.replace(tmp, final)

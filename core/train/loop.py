@@ -9,6 +9,7 @@ from typing import Any
 from core.config import Config
 from core.data.collate import collate
 from core.models.common import unwrap
+from core.runs.folder import RunFolder
 from core.train.batches import to_device
 from core.train.checkpoint import (
     TrainState,
@@ -132,12 +133,13 @@ class Loop:
         if self.acc.is_main_process:
             comps = _with_denoiser(self.s.components, self.s.base_denoiser)
             if self.cfg.train.method == "lora":
-                files = self.s.family.save_lora(comps, self.run_dir / "lora")
+                files = self.s.family.save_lora(comps, RunFolder(self.run_dir).lora)
                 self.reporter.say("LoRA saved: " + ", ".join(str(p) for p in files.values()))
             else:
                 pipe = self.s.family.validation_pipeline(comps)
-                pipe.save_pretrained(str(self.run_dir / "model"), safe_serialization=True)
-                self.reporter.say(f"model saved: {self.run_dir / 'model'}")
+                model_dir = RunFolder(self.run_dir).model
+                pipe.save_pretrained(str(model_dir), safe_serialization=True)
+                self.reporter.say(f"model saved: {model_dir}")
         self.acc.wait_for_everyone()
 
     def loss_and_stop(self, losses: list[Any]) -> tuple[float, bool]:

@@ -17,9 +17,8 @@ import sys
 import traceback
 from pathlib import Path
 
-from core.runs.status import stop_requested
-
-EXIT_CODES = {"done": 0, "stopped": 130}
+from core.exits import EXIT_FAILED, EXIT_INVALID, EXIT_STOPPED
+from core.runs.status import exit_code_for_state, stop_requested
 
 
 class StopSignal:
@@ -55,12 +54,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:
-    from core.cache.session import load_resolved_config
+    from core.startup import load_resolved_config
 
     workspace = Path(args.workspace).absolute()
     cfg = load_resolved_config(Path(args.config), workspace)
     if cfg is None:
-        return 2
+        return EXIT_INVALID
     run_dir = Path(cfg.output.dir)
     stop = StopSignal(run_dir).install()
 
@@ -87,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         reporter.event("error", message="stopped at once by a second interrupt; the last "
                                         "checkpoint is the one to resume from")
         reporter.status("stopped")
-        return 130
+        return EXIT_STOPPED
     except Exception as exc:  # every failure is recorded for the UI, then reported
         if isinstance(exc, TrainingError):  # the user's to fix: the message, no traceback
             message = str(exc)
@@ -96,11 +95,11 @@ def run(args: argparse.Namespace) -> int:
             traceback.print_exc()
             message = f"{type(exc).__name__}: {exc}"
         reporter.event("error", message=message)
-        reporter.status("failed", error=message)
-        return 1
+        reporter.status("failed", reason=message)
+        return EXIT_FAILED
     reporter.status(state)
     reporter.say(f"training {state}: {run_dir}")
-    return EXIT_CODES[state]
+    return exit_code_for_state(state)
 
 
 def main(argv: list[str] | None = None) -> int:

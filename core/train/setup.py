@@ -8,10 +8,10 @@ from typing import Any
 
 from core.cache.dataset import CachedDataset, cached_datasets
 from core.cache.plan import TextJob, VaeJob
-from core.cache.session import load_model, process_group
 from core.cache.stage import build_caches
 from core.config import Config
 from core.data.sampler import MultiDatasetSampler
+from core.startup import load_model, process_group
 
 
 class TrainingError(Exception):

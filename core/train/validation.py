@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from core.config import ValidationConfig
+from core.runs.folder import RunFolder
 
 
 def generate_validation_images(family: Any, components: Any, cfg: ValidationConfig,
@@ -18,7 +19,7 @@ def generate_validation_images(family: Any, components: Any, cfg: ValidationConf
     if not cfg.prompts:
         return []
     pipe = family.validation_pipeline(components)
-    folder = run_dir / "validation" / f"step_{step:06d}"
+    folder = RunFolder(run_dir).validation_step(step)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for index, prompt in enumerate(cfg.prompts):

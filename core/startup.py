@@ -1,13 +1,35 @@
-"""Shared start-up for the programs `accelerate launch` runs: config, processes, model."""
+"""Start-up shared by the programs `accelerate launch` runs (the trainer and the cache
+builder): read the run's config, describe the process group, load the model.
+
+Nothing heavy at module level: accelerate and the model code load inside the functions.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from core.cache.stage import ProcessGroup
 from core.config import Config, load_config, resolved, validate_config
 from core.problems import ConfigError, errors
+
+if TYPE_CHECKING:
+    from core.models.base import Components, ModelFamily
+
+
+@dataclass
+class ProcessGroup:
+    """Who this process is among the launched ones, and how to wait for the others."""
+
+    index: int = 0
+    count: int = 1
+    barrier: Callable[[], None] = lambda: None
+    device: Any = "cpu"
+
+    @property
+    def is_main(self) -> bool:
+        return self.index == 0
 
 
 def load_resolved_config(config: Path, workspace: Path) -> Config | None:
@@ -30,7 +52,8 @@ def process_group(state: Any) -> ProcessGroup:
                         barrier=state.wait_for_everyone, device=state.device)
 
 
-def load_model(cfg: Config, workspace: Path, state: Any, dtype: Any = None) -> tuple[Any, Any]:
+def load_model(cfg: Config, workspace: Path, state: Any,
+               dtype: Any = None) -> tuple[ModelFamily, Components]:
     """The family and its loaded components; a tiny model is built once, by the main
     process, while the others wait."""
     from core.models.registry import get_family
@@ -41,15 +64,3 @@ def load_model(cfg: Config, workspace: Path, state: Any, dtype: Any = None) -> t
         path = resolve_model_path(cfg.model.path, workspace)
     components = family.load(path, dtype=dtype, device=state.device)
     return family, components
-
-
-def load_for_caching(config: Path, workspace: Path) -> tuple[Config, Any, Any, ProcessGroup] | None:
-    from accelerate import PartialState
-
-    cfg = load_resolved_config(config, workspace)
-    if cfg is None:
-        return None
-    state = PartialState(cpu=cfg.launch.cpu)
-    family, components = load_model(cfg, workspace.absolute(), state)
-    return cfg, family, components, process_group(state)
-

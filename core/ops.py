@@ -1,0 +1,240 @@
+"""The actions of the tool, one set for both front ends.
+
+`python app.py --no-ui` (core/headless.py) and the web UI (ui/actions.py, behind its
+buttons and API endpoints) call these and nothing below them, so a click, an API call
+and a command line do the same thing: check, prepare the demo data, build the caches,
+launch or resume a run, stop it, read its status, list the runs.
+
+Refusals raise `OpError`: a message for a person, the problems behind it (each naming a
+key or a path) and the CLI exit code it maps to. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from core.check import CheckReport, run_check
+from core.config import Config, apply_overrides, load_config, resolved
+from core.exits import EXIT_FAILED, EXIT_INVALID
+from core.presets import list_presets, preset_path
+from core.problems import ConfigError, Problem, error, errors, warnings
+from core.runs.folder import RunFolder
+
+if TYPE_CHECKING:
+    from core.cache.job import CacheJob
+    from core.runs.process import RunHandle
+    from core.runs.registry import RunInfo
+
+
+class OpError(Exception):
+    """An action was refused or could not start; nothing was left half done."""
+
+    def __init__(self, message: str, problems: list[Problem] | None = None,
+                 exit_code: int = EXIT_INVALID):
+        self.message = message
+        self.problems = problems or []
+        self.exit_code = exit_code
+        super().__init__(message + "".join(f"\n{p}" for p in self.problems))
+
+
+# ---------------------------------------------------------------- configs and checks
+
+
+def load_run_config(config: str | None, preset: str | None, overrides: list[str]) -> Config:
+    """The config of `--config FILE` or `--preset NAME`, with `--set` overrides applied."""
+    if not config and not preset:
+        raise OpError("no config given", [error("--config", "give --config FILE or --preset "
+                                                            "NAME (e.g. --preset demo)")])
+    path = Path(config) if config else preset_path(preset or "")
+    if preset and not path.exists():
+        raise OpError(f"no preset named {preset!r}", [error("--preset", (
+            f"no preset named {preset!r}; choose one of {', '.join(list_presets())} "
+            "or give a path"))])
+    try:
+        return apply_overrides(load_config(path), overrides)
+    except ConfigError as exc:
+        raise OpError(f"{path} is not a valid config", exc.problems) from None
+
+
+def output_dir(cfg: Config, workspace: Path) -> Path:
+    return Path(resolved(cfg, workspace).output.dir)
+
+
+def check(cfg: Config, workspace: Path, extra_problems: list[Problem] | None = None
+          ) -> CheckReport:
+    """`--stage check`: changes nothing. `extra_problems` (the form's) come first."""
+    report = run_check(cfg, workspace)
+    report.problems[:0] = extra_problems or []
+    return report
+
+
+def require_ok(cfg: Config, workspace: Path, what: str,
+               extra_problems: list[Problem] | None = None) -> CheckReport:
+    """The check, raising when it finds errors: errors block `what`, warnings do not."""
+    report = check(cfg, workspace, extra_problems)
+    found = errors(report.problems)
+    if found:
+        raise OpError(f"{len(found)} error(s) block {what}; fix them first", found)
+    return report
+
+
+# ---------------------------------------------------------------- the demo
+
+
+def prepare_demo(cfg: Config, workspace: Path, *, new_output: bool) -> list[str]:
+    """The demo preset brings its own images: generate them once into the workspace.
+
+    With `new_output`, a demo never refuses to run again: an output folder that holds a
+    run gets a free `-N` sibling (cfg is changed). Returns notes for the user.
+    """
+    from core.data.synthetic import generate_demo_dataset
+
+    folder = Path(resolved(cfg, workspace).datasets[0].images)
+    try:
+        count = generate_demo_dataset(folder)
+    except FileExistsError as exc:
+        raise OpError(str(exc), [error("datasets.0.images", str(exc))]) from None
+    notes = [f"demo images: {count}, with captions, in {folder}"]
+    if new_output:
+        base = cfg.output.dir.rstrip("/")
+        candidate, n = base, 2
+        while RunFolder(workspace / candidate).config.exists():
+            candidate, n = f"{base}-{n}", n + 1
+        if candidate != base:
+            notes.append(f"{workspace / base} holds an earlier demo run; this one goes to "
+                         f"{workspace / candidate}")
+        cfg.output.dir = candidate
+    return notes
+
+
+# ---------------------------------------------------------------- caches
+
+
+def start_cache(cfg: Config, workspace: Path, *, running: CacheJob | None = None,
+                extra_problems: list[Problem] | None = None,
+                checked: CheckReport | None = None) -> CacheJob:
+    """Start a cache build under the run manager; returns at once (follow its handle).
+
+    `running` is the caller's current build: one at a time. `checked` skips the check
+    when the caller just ran it.
+    """
+    from core.cache.job import start_cache_job
+    from core.runs.process import RunStartError
+
+    if running is not None and running.poll() is None:
+        raise OpError(f"a cache build is already running (log: {running.log_path}); wait "
+                      "for it or stop it")
+    if checked is None or errors(checked.problems):
+        require_ok(cfg, workspace, "the cache build", extra_problems)
+    try:
+        return start_cache_job(cfg, workspace)
+    except RunStartError as exc:
+        raise OpError(str(exc), exit_code=EXIT_FAILED) from None
+
+
+# ---------------------------------------------------------------- runs
+
+
+@dataclass
+class Launched:
+    handle: RunHandle
+    command: str
+    warnings: list[Problem] = field(default_factory=list)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.handle.run_dir
+
+    @property
+    def log_offset(self) -> int:
+        return self.handle.log_offset
+
+
+def saved_config(run_dir: Path) -> Config:
+    """The config a run started with (its config.toml), which a resume keeps."""
+    path = RunFolder(run_dir).config
+    if not path.exists():
+        raise OpError(f"{run_dir}: nothing to resume (no {path.name}); launch it instead",
+                      [error("output.dir", f"{run_dir}: nothing to resume (no {path.name}); "
+                                           "start it without --resume")])
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        raise OpError(f"cannot resume: {path} does not load", exc.problems) from None
+
+
+def launch(cfg: Config, workspace: Path, *, resume: str | None = None,
+           extra_problems: list[Problem] | None = None,
+           checked: CheckReport | None = None) -> Launched:
+    """Start training `cfg` into its output.dir, or (`resume`: "latest" or a checkpoint)
+    continue the run there.
+
+    A resume always runs with the run's saved config, launch layout included, whatever
+    the caller's config says; settings that differ are returned as warnings.
+    `checked` skips the check when the caller just ran it on `cfg`.
+    """
+    from core.runs.command import build_accelerate_command, format_command
+    from core.runs.process import RunStartError, start_run
+    from core.runs.rundir import prepare_run_dir
+
+    what = "resuming" if resume else "the launch"
+    if checked is None or errors(checked.problems):
+        checked = require_ok(cfg, workspace, what, extra_problems)
+    run_dir = output_dir(cfg, workspace)
+    try:
+        notes = prepare_run_dir(cfg, run_dir, resume=bool(resume))
+    except ConfigError as exc:
+        message = exc.problems[0].message if exc.problems else "the folder cannot be used"
+        raise OpError(f"cannot {'resume' if resume else 'launch'}: {message}",
+                      exc.problems) from None
+    launch_cfg = saved_config(run_dir) if resume else cfg
+    spec = build_accelerate_command(launch_cfg, run_dir, workspace, resume=resume)
+    try:
+        handle = start_run(spec, RunFolder(run_dir))
+    except RunStartError as exc:
+        raise OpError(str(exc), exit_code=EXIT_FAILED) from None
+    return Launched(handle, format_command(spec), warnings(checked.problems) + notes)
+
+
+def resume(run_dir: Path, workspace: Path, checkpoint: str = "latest") -> Launched:
+    """Continue a run folder from a checkpoint with the config it was started with."""
+    cfg = saved_config(run_dir)
+    cfg.output.dir = str(run_dir)
+    return launch(cfg, workspace, resume=checkpoint)
+
+
+def stop(run_dir: Path, grace_s: float, handle: RunHandle | None = None) -> str:
+    """Stop a run (the trainer saves first); its final state. A run found dead is
+    recorded as failed."""
+    from core.runs.process import stop_run
+
+    folder = RunFolder(run_dir)
+    if not folder.status.exists():
+        raise OpError(f"{run_dir}: no run here (no {folder.status.name})")
+    return stop_run(folder, grace_s=grace_s, handle=handle).state
+
+
+def run_status(run_dir: Path) -> RunInfo:
+    """A run's state, progress and failure message. Reads only."""
+    from core.runs.registry import run_info
+
+    folder = RunFolder(run_dir)
+    if not folder.status.exists():
+        raise OpError(f"{run_dir}: no run here (no {folder.status.name})")
+    return run_info(run_dir)
+
+
+def list_runs(workspace: Path) -> list[RunInfo]:
+    """Every run of the workspace, newest first. Reads only."""
+    from core.runs.registry import list_runs as registry_runs
+
+    return registry_runs(workspace)
+
+
+def reconcile_runs(workspace: Path) -> list[RunInfo]:
+    """`list_runs`, recording each run whose processes died unnoticed as failed."""
+    from core.runs.registry import reconcile_runs as reconcile
+
+    return reconcile(workspace)

@@ -1,0 +1,125 @@
+"""The run folder as one object: every file name of the run-folder contract lives here.
+
+    <output.dir>/
+      config.toml  command.txt  train.log  events.jsonl  status.json  STOP
+      validation/step_NNNNNN/NN.png
+      checkpoints/step_NNNNNN/
+      lora/pytorch_lora_weights.safetensors   (LoRA runs)
+      model/                                  (full fine-tunes)
+
+A cache build's job folder has the same shape with `cache.log` for its log, so the run
+manager starts, follows and stops both the same way. The trainer, the run manager, the
+CLI and the UI ask a `RunFolder` for paths and never spell a file name themselves.
+
+Only the standard library is imported: the trainer imports this before torch.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+FolderKind = Literal["train", "cache"]
+
+_LOG_NAMES: dict[str, str] = {"train": "train.log", "cache": "cache.log"}
+LORA_WEIGHTS_NAME = "pytorch_lora_weights.safetensors"  # diffusers' load_lora_weights name
+STEP_PREFIX = "step_"
+STEP_RE = re.compile(r"^step_(\d{6,})$")
+
+
+def as_folder(where: RunFolder | str | Path) -> RunFolder:
+    """A run folder from a RunFolder or a path (a training run's, by default)."""
+    return where if isinstance(where, RunFolder) else RunFolder(Path(where))
+
+
+def step_name(step: int) -> str:
+    """`step_000250`: the folder name of a checkpoint or a validation round."""
+    return f"{STEP_PREFIX}{step:06d}"
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """Paths of one run (or cache job) folder; nothing is created by asking."""
+
+    root: Path
+    kind: FolderKind = "train"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.toml"
+
+    @property
+    def command(self) -> Path:
+        return self.root / "command.txt"
+
+    @property
+    def log(self) -> Path:
+        return self.root / _LOG_NAMES[self.kind]
+
+    @property
+    def events(self) -> Path:
+        return self.root / "events.jsonl"
+
+    @property
+    def status(self) -> Path:
+        return self.root / "status.json"
+
+    @property
+    def stop_file(self) -> Path:
+        """The soft stop: the trainer checks for it every step, saves and exits."""
+        return self.root / "STOP"
+
+    @property
+    def validation(self) -> Path:
+        return self.root / "validation"
+
+    def validation_step(self, step: int) -> Path:
+        return self.validation / step_name(step)
+
+    def validation_rounds(self) -> list[Path]:
+        """The validation folders written so far, oldest first."""
+        if not self.validation.is_dir():
+            return []
+        return sorted(p for p in self.validation.glob(f"{STEP_PREFIX}*") if p.is_dir())
+
+    def validation_images(self) -> list[Path]:
+        return sorted(self.validation.glob(f"{STEP_PREFIX}*/*.png"))
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    def checkpoint(self, step: int) -> Path:
+        return self.checkpoints / step_name(step)
+
+    def checkpoint_folders(self) -> list[Path]:
+        """Complete checkpoints (a temp folder is renamed to step_* when whole), oldest
+        first."""
+        if not self.checkpoints.is_dir():
+            return []
+        found = [(int(m.group(1)), p) for p in self.checkpoints.iterdir()
+                 if p.is_dir() and (m := STEP_RE.match(p.name))]
+        return [p for _, p in sorted(found)]
+
+    @property
+    def lora(self) -> Path:
+        return self.root / "lora"
+
+    @property
+    def lora_weights(self) -> Path:
+        """The diffusers-format LoRA file (loads with `load_lora_weights`)."""
+        return self.lora / LORA_WEIGHTS_NAME
+
+    @property
+    def model(self) -> Path:
+        """A full fine-tune's diffusers folder."""
+        return self.root / "model"
+
+    def holds_run(self) -> bool:
+        """True when a run was started here (its config or status was written)."""
+        return self.config.exists() or self.status.exists()

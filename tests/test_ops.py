@@ -1,0 +1,114 @@
+"""One set of actions for both front ends: the web UI (and its API) and the headless CLI
+take the same path through `core.ops`, so they launch the same command."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+import pytest
+
+from core import ops
+from core.config import Config, DatasetConfig, save_config
+from core.runs.folder import RunFolder
+from core.runs.status import read_status
+from tests.conftest import write_shapes
+
+FAKE_TRAINER = "tests.fixtures.fake_trainer"
+
+
+@pytest.fixture
+def fake_trainer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Launch the stand-in trainer (a real program, seconds long) instead of the real one;
+    everything else (check, run folder, accelerate launch, registry) is the real path."""
+    monkeypatch.setattr("core.runs.command.TRAINER_MODULE", FAKE_TRAINER)
+
+
+def workspace_config(workspace: Path, processes: int) -> Config:
+    write_shapes(workspace / "data/a", 2)
+    cfg = Config(datasets=[DatasetConfig(id="a", images="data/a", vae_cache="cache/a",
+                                         resolution=64)])
+    cfg.output.dir = "runs/r"
+    cfg.launch.cpu = True
+    cfg.launch.num_processes = processes
+    return cfg
+
+
+def launch_layout(command: str) -> tuple[str, str]:
+    argv = shlex.split(command)
+    return argv[argv.index("--num_processes") + 1], argv[argv.index("--resume") + 1]
+
+
+def resumed_command(run_dir: Path) -> str:
+    """command.txt of the resume just started, once the run has ended."""
+    return RunFolder(run_dir).command.read_text(encoding="utf-8").strip()
+
+
+def test_ui_api_and_headless_resume_launch_the_same_command(tmp_path: Path, fake_trainer):
+    from ui import actions
+    from ui.context import AppContext
+
+    workspace = tmp_path / "ws"
+    first = ops.launch(workspace_config(workspace, processes=1), workspace)
+    assert first.handle.wait(timeout=120) == "done"
+    run_dir = first.run_dir
+    (run_dir / "fake_checkpoint.txt").write_text("40")  # where the stand-in resumes from
+
+    # The caller's config asks for two processes; a resume keeps the run's saved layout.
+    caller = workspace_config(workspace, processes=2)
+    ctx = AppContext(workspace, monitor=False)
+    try:
+        via_api = actions.launch(ctx, caller, resume=True)  # what /launch resume=True does
+        assert via_api.handle.wait(timeout=120) == "done"
+        api_command = resumed_command(run_dir)
+        via_button = actions.resume(ctx, run_dir)  # the Resume button
+        assert via_button.handle.wait(timeout=120) == "done"
+        button_command = resumed_command(run_dir)
+    finally:
+        ctx.close()
+    assert any(p.where == "launch.num_processes" for p in via_api.warnings)
+
+    from core.headless import run_headless
+
+    save_config(caller, tmp_path / "caller.toml")
+    args = argparse.Namespace(workspace=str(workspace), config=str(tmp_path / "caller.toml"),
+                              preset=None, overrides=[], stage="all", resume="latest")
+    assert run_headless(args) == 0
+    headless_command = resumed_command(run_dir)
+
+    assert api_command == button_command == headless_command
+    assert launch_layout(headless_command) == ("1", "latest")
+    assert read_status(run_dir).state == "done"
+
+
+def test_a_resume_without_a_run_is_refused_with_the_key(tmp_path: Path):
+    workspace = tmp_path / "ws"
+    with pytest.raises(ops.OpError) as refused:
+        ops.launch(workspace_config(workspace, processes=1), workspace, resume="latest")
+    assert refused.value.problems[0].where == "output.dir"
+    assert "nothing to resume" in refused.value.message
+    assert not (workspace / "runs/r").exists()
+
+
+def test_headless_cache_stage_runs_under_the_run_manager_and_logs_to_cache_log(
+        tmp_path: Path, tiny_workspace: Path, capsys: pytest.CaptureFixture[str]):
+    from core.headless import run_headless
+
+    cfg = workspace_config(tiny_workspace / "cache-stage", processes=1)
+    cfg.datasets[0].images = str(tiny_workspace / "cache-stage/data/a")
+    cfg.datasets[0].vae_cache = str(tmp_path / "cache/a")
+    cfg.text_cache.dir = str(tmp_path / "cache/text")
+    save_config(cfg, tmp_path / "run.toml")
+    args = argparse.Namespace(workspace=str(tiny_workspace), config=str(tmp_path / "run.toml"),
+                              preset=None, overrides=[], stage="cache", resume=None)
+    assert run_headless(args) == 0
+    out = capsys.readouterr().out
+    jobs = sorted((tiny_workspace / ".cache-jobs").iterdir())
+    log = RunFolder(jobs[-1], kind="cache").log
+    assert log.name == "cache.log" and f"(log: {log})" in out
+    assert "vae cache: 2 image(s)" in log.read_text()
+    assert "vae cache: 2 image(s)" in out  # the builder's log is echoed
+    assert len(list((tmp_path / "cache/a").rglob("*.safetensors"))) == 2
+    assert not (jobs[-1] / "train.log").exists()
+    assert read_status(jobs[-1]).state == "done"

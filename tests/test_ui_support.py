@@ -61,13 +61,13 @@ def stop_runs(ctx) -> None:
 def demo_config(workspace: Path, changes: dict[str, str] | None = None) -> str:
     """The demo preset as TOML with the fast overrides (and `changes`), data generated."""
     from core.config import apply_overrides, dumps_config, load_config
-    from core.headless import prepare_demo_data
+    from core.ops import prepare_demo
     from core.presets import preset_path
 
     cfg = load_config(preset_path("demo"))
     items = {**FAST, **(changes or {})}
     apply_overrides(cfg, [f"{k}={v}" for k, v in items.items()])
-    prepare_demo_data(cfg, workspace)
+    prepare_demo(cfg, workspace, new_output=False)
     return dumps_config(cfg)
 
 

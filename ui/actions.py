@@ -25,11 +25,8 @@ from ui.context import AppContext
 STOP_GRACE_S = 60.0
 
 
-class ActionError(Exception):
-    def __init__(self, message: str, problems: list[Problem] | None = None):
-        self.message = message
-        self.problems = problems or []
-        super().__init__(message + "".join(f"\n{p}" for p in self.problems))
+class ActionError(ops.OpError):
+    """A refusal worded for the browser (the UI shows `message` and the problems)."""
 
 
 def _for_the_browser(message: str) -> str:

@@ -84,13 +84,14 @@ def _bare_steps(cfg: Any, model_dir: Path, shapes: dict[str, tuple[int, ...]],
     optimizer = make_optimizer(params, cfg)
     batch = cfg.train.batch_size
     latents = torch.randn(batch, *shapes["latents"])
-    text = {"prompt_embeds": torch.randn(batch, *shapes["prompt_embeds"]),
-            "prompt_mask": torch.ones(batch, shapes["prompt_embeds"][0], dtype=torch.bool)}
+    conditioning = {"prompt_embeds": torch.randn(batch, *shapes["prompt_embeds"]),
+                    "prompt_mask": torch.ones(batch, shapes["prompt_embeds"][0],
+                                              dtype=torch.bool)}
     times = []
     for i in range(warmup + steps):
         start = time.perf_counter()
         sample = family.noise_and_target(comps, latents)
-        prediction = family.predict(comps, sample, text, text)
+        prediction = family.predict(comps, sample, conditioning)
         loss = family.loss(comps, prediction.float(), sample, cfg.train.min_snr_gamma)
         loss.backward()
         if cfg.train.max_grad_norm > 0:

@@ -93,7 +93,7 @@ def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummar
 
 def run_check(cfg: Config, workspace: str | Path) -> CheckReport:
     workspace = Path(workspace).expanduser().absolute()
-    from core.models.common import check_model_source
+    from core.models.loading import check_model_source
 
     problems = validate_config(cfg)
     full = resolved(cfg, workspace)

@@ -17,10 +17,11 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from core.models import common
+from core.models import loading
 from core.models.flux import FAMILY as FLUX
 from core.models.registry import get_family
 from core.models.sd3 import FAMILY as SD3
+from core.models.tiny import build_tiny_folder
 
 FAMILIES = {"sd3": SD3, "flux": FLUX}
 # LoRA-wrapped modules in the tiny models: SD3 2 joint blocks (the last has no context
@@ -41,9 +42,9 @@ def tree_hashes(root: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {}
-    for name, fam in FAMILIES.items():
+    for name in FAMILIES:
         folder = tmp_path_factory.mktemp(f"tiny-{name}")
-        fam.build_tiny(folder, seed=0)
+        build_tiny_folder(name, folder, seed=0)
         out[name] = folder
     return out
 
@@ -71,7 +72,7 @@ def pixels(n: int, size: int = 64, seed: int = 0) -> torch.Tensor:
 
 
 def generate(pipe, c, prompt: str = "a red circle"):
-    kwargs = {"max_sequence_length": c.extras["max_sequence_length"]}
+    kwargs = {"max_sequence_length": c.max_sequence_length}
     out = pipe(prompt, num_inference_steps=2, height=64, width=64, output_type="np",
                generator=torch.Generator().manual_seed(0), **kwargs)
     return torch.from_numpy(out.images[0])
@@ -86,7 +87,7 @@ def test_registry_finds_family(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["sd3", "flux"])
 def test_tiny_build_is_deterministic(built, tmp_path: Path, name: str) -> None:
-    FAMILIES[name].build_tiny(tmp_path / "again", seed=0)
+    build_tiny_folder(name, tmp_path / "again", seed=0)
     first, second = tree_hashes(built[name]), tree_hashes(tmp_path / "again")
     assert any(k.endswith(".safetensors") for k in first)
     assert first == second
@@ -130,7 +131,7 @@ def test_sd3_without_t5_loads_and_zeroes_t5_part(built, tmp_path: Path) -> None:
     shutil.rmtree(folder / "text_encoder_3")
     shutil.rmtree(folder / "tokenizer_3")
     c = SD3.load(str(folder))
-    assert len(c.text_encoders) == 2 and c.extras["has_t5"] is False
+    assert len(c.text_encoders) == 2 and c.has_t5 is False
     item = SD3.encode_prompts(c, ["a red circle"])[0]
     assert item["prompt_embeds"].shape[0] == 77 + 256
     assert torch.count_nonzero(item["prompt_embeds"][77:]) == 0
@@ -215,12 +216,12 @@ def test_predict_rejects_stale_text_length(built, name: str) -> None:
 
 def test_flux_guidance_reaches_the_transformer(built) -> None:
     c = FLUX.load(str(built["flux"]))
-    assert c.denoiser.config.guidance_embeds and c.extras["guidance"] == 1.0
+    assert c.denoiser.config.guidance_embeds and c.guidance == 1.0
     text = batch_text(FLUX.encode_prompts(c, ["a red circle"]))
     s = FLUX.noise_and_target(c, torch.randn(1, 16, 8, 8), timesteps=500.0)
     with torch.no_grad():
         base = FLUX.predict(c, s, text)
-        c.extras["guidance"] = 3.5
+        c.guidance = 3.5
         other = FLUX.predict(c, s, text)
     assert not torch.allclose(base, other)
 
@@ -314,7 +315,7 @@ def write_fake_checkpoint(path: Path, marker: str) -> Path:
                                                        ("flux", "sd3", "joint_blocks")])
 def test_wrong_family_single_file(tmp_path: Path, name: str, other: str, marker: str) -> None:
     ckpt = write_fake_checkpoint(tmp_path / f"{other}_model.safetensors", marker)
-    with pytest.raises(common.ModelLoadError) as info:
+    with pytest.raises(loading.ModelLoadError) as info:
         FAMILIES[name].load(str(ckpt))
     message = str(info.value)
     assert str(ckpt) in message
@@ -324,16 +325,16 @@ def test_wrong_family_single_file(tmp_path: Path, name: str, other: str, marker:
 
 def test_single_file_that_cannot_load_names_the_file(built, tmp_path: Path) -> None:
     ckpt = write_fake_checkpoint(tmp_path / "broken_sd3.safetensors", "joint_blocks")
-    with pytest.raises(common.ModelLoadError) as info:
+    with pytest.raises(loading.ModelLoadError) as info:
         SD3.load(str(ckpt), config=str(built["sd3"]))
     assert str(ckpt) in str(info.value)
     assert "cannot load this sd3 single-file checkpoint" in str(info.value)
 
 
 def test_wrong_family_folder_and_missing_path(built, tmp_path: Path) -> None:
-    with pytest.raises(common.ModelLoadError, match='model.family = "flux"'):
+    with pytest.raises(loading.ModelLoadError, match='model.family = "flux"'):
         SD3.load(str(built["flux"]))
-    with pytest.raises(common.ModelLoadError, match="does not exist"):
+    with pytest.raises(loading.ModelLoadError, match="does not exist"):
         FLUX.load(str(tmp_path / "nowhere" / "model.safetensors"))
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.models import common
+from core.models import loading, objectives
 from core.models.registry import FAMILY_NAMES, get_family, list_families
 from core.models.tiny import (
     MARKER,
@@ -179,8 +179,8 @@ def test_min_snr_weights_differ_for_epsilon_and_v(tiny_paths) -> None:
     _, c = _load("sd2", tiny_paths)
     sched = c.noise_scheduler
     t = torch.tensor([10, 500, 990])
-    s = common.snr(sched, t)
-    v = common.min_snr_weights(sched, t, 5.0)
+    s = objectives.snr(sched, t)
+    v = objectives.min_snr_weights(sched, t, 5.0)
     assert torch.allclose(v, torch.minimum(s, torch.tensor(5.0)) / (s + 1))
     assert v[0] < 1 and v[-1] < 1  # low-noise steps damped; v weights never reach 1
 
@@ -192,10 +192,10 @@ def test_sdxl_size_ids_reach_the_unet(tiny_paths) -> None:
     s = fam.noise_and_target(c, latents, timesteps=torch.tensor([300]),
                              noise=torch.randn_like(latents))
     default = fam.predict(c, s, text)
-    same = fam.predict(c, s, text, {"original_size": (64, 64), "crop_top_left": (0, 0),
-                                    "target_size": (64, 64)})
-    cropped = fam.predict(c, s, text, {"original_size": [(1024, 768)],
-                                       "crop_top_left": [(32, 0)], "target_size": [(64, 64)]})
+    same = fam.predict(c, s, {**text, "original_size": (64, 64), "crop_top_left": (0, 0),
+                              "target_size": (64, 64)})
+    cropped = fam.predict(c, s, {**text, "original_size": [(1024, 768)],
+                                 "crop_top_left": [(32, 0)], "target_size": [(64, 64)]})
     assert torch.allclose(default, same)
     assert not torch.allclose(default, cropped)
 
@@ -260,13 +260,13 @@ def _fake_checkpoint(path: Path, prefix: str) -> Path:
 
 def test_path_that_is_nothing_is_named(tmp_path) -> None:
     missing = str(tmp_path / "no_such_model")
-    with pytest.raises(common.ModelLoadError, match="no_such_model: does not exist"):
+    with pytest.raises(loading.ModelLoadError, match="no_such_model: does not exist"):
         get_family("sd15").load(missing)
-    with pytest.raises(common.ModelLoadError, match="not a diffusers model folder"):
+    with pytest.raises(loading.ModelLoadError, match="not a diffusers model folder"):
         get_family("sd15").load(str(tmp_path))
     ckpt = tmp_path / "model.ckpt"
     ckpt.write_bytes(b"x")
-    with pytest.raises(common.ModelLoadError, match=r"model\.ckpt.*only \.safetensors"):
+    with pytest.raises(loading.ModelLoadError, match=r"model\.ckpt.*only \.safetensors"):
         get_family("sd15").load(str(ckpt))
 
 
@@ -278,7 +278,7 @@ def test_path_that_is_nothing_is_named(tmp_path) -> None:
 ])
 def test_single_file_of_another_family_is_refused(prefix, looks_like, asked, tmp_path) -> None:
     f = _fake_checkpoint(tmp_path / "weird.safetensors", prefix)
-    with pytest.raises(common.ModelLoadError) as info:
+    with pytest.raises(loading.ModelLoadError) as info:
         get_family(asked).load(str(f))
     msg = str(info.value)
     assert "weird.safetensors" in msg and f"looks like a {looks_like} checkpoint" in msg
@@ -286,7 +286,7 @@ def test_single_file_of_another_family_is_refused(prefix, looks_like, asked, tmp
 
 
 def test_folder_of_another_family_is_refused(tiny_paths) -> None:
-    with pytest.raises(common.ModelLoadError, match="StableDiffusionXLPipeline.*not sd15"):
+    with pytest.raises(loading.ModelLoadError, match="StableDiffusionXLPipeline.*not sd15"):
         get_family("sd15").load(tiny_paths["sdxl"])
 
 
@@ -296,31 +296,31 @@ def test_corrupt_component_names_the_folder(tiny_paths, tmp_path) -> None:
     broken = tmp_path / "broken"
     shutil.copytree(tiny_paths["sd15"], broken)
     (broken / "unet" / "diffusion_pytorch_model.safetensors").write_bytes(b"garbage")
-    with pytest.raises(common.ModelLoadError, match=r"broken/unet: cannot load unet"):
+    with pytest.raises(loading.ModelLoadError, match=r"broken/unet: cannot load unet"):
         get_family("sd15").load(str(broken))
 
 
 def test_hub_id_offline_fails_fast_with_message(monkeypatch) -> None:
-    monkeypatch.setattr(common, "hub_reachable", lambda timeout=3.0: False)
-    with pytest.raises(common.ModelLoadError, match="no network and not in the HF cache"):
+    monkeypatch.setattr(loading, "hub_reachable", lambda timeout=3.0: False)
+    with pytest.raises(loading.ModelLoadError, match="no network and not in the HF cache"):
         get_family("sd15").load("nobody-xyz/not-a-model")
-    [problem] = common.check_model_source("nobody-xyz/not-a-model", "sd15")
+    [problem] = loading.check_model_source("nobody-xyz/not-a-model", "sd15")
     assert problem.where == "model.path" and "not in the HF cache" in problem.message
 
 
 def test_check_model_source_without_loading(tiny_paths, tmp_path) -> None:
     """What `--stage check` reports: key, path and the fix, one problem per path."""
-    assert common.check_model_source("tiny:sd15", "sd15") == []
-    assert common.check_model_source(tiny_paths["sd2"], "sd2") == []
-    [p] = common.check_model_source("tiny:sdxl", "sd15")
+    assert loading.check_model_source("tiny:sd15", "sd15") == []
+    assert loading.check_model_source(tiny_paths["sd2"], "sd2") == []
+    [p] = loading.check_model_source("tiny:sdxl", "sd15")
     assert p.where == "model.path" and "use tiny:sd15" in p.message
-    [p] = common.check_model_source(tiny_paths["sdxl"], "sd2")
+    [p] = loading.check_model_source(tiny_paths["sdxl"], "sd2")
     assert tiny_paths["sdxl"] in p.message and 'model.family = "sdxl"' in p.message
     f = _fake_checkpoint(tmp_path / "x.safetensors", "double_blocks.0.a")
-    [p] = common.check_model_source(str(f), "sdxl")
+    [p] = loading.check_model_source(str(f), "sdxl")
     assert str(f) in p.message and "looks like a flux checkpoint" in p.message
     (tmp_path / "bad.safetensors").write_bytes(b"\x00" * 3)
-    [p] = common.check_model_source(str(tmp_path / "bad.safetensors"), "sd15")
+    [p] = loading.check_model_source(str(tmp_path / "bad.safetensors"), "sd15")
     assert "not a readable .safetensors file" in p.message
 
 
@@ -352,13 +352,13 @@ def test_materialize_reuses_and_replaces_half_builds(workspace, tiny_paths, tmp_
 
 
 def test_crashed_build_leaves_nothing_loadable(tmp_path, monkeypatch) -> None:
-    fam = get_family("sd15")
+    import core.models.tiny.sd15 as tiny_sd15
 
     def crash(out_dir: Path, seed: int = 0) -> None:
         (Path(out_dir) / "unet").mkdir(parents=True)
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(fam, "build_tiny", crash)
+    monkeypatch.setattr(tiny_sd15, "build", crash)
     with pytest.raises(RuntimeError, match="disk full"):
         materialize_tiny("sd15", tmp_path)
     models = tmp_path / "models"
@@ -386,10 +386,10 @@ def test_fingerprint_is_stable_and_tracks_weights(tiny_paths, tmp_path) -> None:
 
     copy = tmp_path / "copy"
     shutil.copytree(tiny_paths["sd15"], copy)
-    first = common.fingerprint(str(copy), "folder")
-    assert first == common.fingerprint(str(copy), "folder")
+    first = loading.fingerprint(str(copy), "folder")
+    assert first == loading.fingerprint(str(copy), "folder")
     assert get_family("sd15").load(str(copy)).fingerprint == first
     weights = copy / "unet" / "diffusion_pytorch_model.safetensors"
     os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
-    assert common.fingerprint(str(copy), "folder") != first
-    assert common.fingerprint("org/model", "hub") != common.fingerprint("org/other", "hub")
+    assert loading.fingerprint(str(copy), "folder") != first
+    assert loading.fingerprint("org/model", "hub") != loading.fingerprint("org/other", "hub")

@@ -128,7 +128,7 @@ def test_cache_status_counts_cached_stale_missing_and_clear_keeps_images(tmp_pat
 
 
 def _fingerprint(path: str) -> str:
-    from core.models.common import fingerprint
+    from core.models.loading import fingerprint
 
     return fingerprint(path, "hub")
 

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from core.cache.stage import build_caches
     from core.cache.store import CacheWriteError
-    from core.models.common import ModelLoadError
+    from core.models.loading import ModelLoadError
 
     try:
         setup = load_for_caching(Path(args.config), Path(args.workspace))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from core.cache.build import (
     BuildStats,
@@ -23,6 +23,9 @@ from core.cache.store import remove_stale_temp_files
 from core.config import Config
 from core.problems import Problem
 from core.startup import ProcessGroup
+
+if TYPE_CHECKING:
+    from core.models.base import Components, ModelFamily
 
 
 @dataclass
@@ -45,12 +48,13 @@ class CacheReport:
         ]
 
 
-def model_identity(components: Any) -> dict[str, str]:
+def model_identity(components: Components) -> dict[str, str]:
     return {"family": components.family, "model": components.fingerprint}
 
 
-def build_caches(cfg: Config, family: Any, components: Any, group: ProcessGroup | None = None,
-                 progress: Progress | None = None, vae_batch: int = 4) -> CacheReport:
+def build_caches(cfg: Config, family: ModelFamily, components: Components,
+                 group: ProcessGroup | None = None, progress: Progress | None = None,
+                 vae_batch: int = 4) -> CacheReport:
     """Bring every cache entry of a resolved config up to date.
 
     All processes compute the same plan and the same stale list before any of them writes

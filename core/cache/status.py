@@ -55,7 +55,7 @@ class CacheStatus:
 
 def model_identity(cfg: Config, workspace: Path) -> tuple[dict[str, str] | None, str]:
     """(identity the cache entries record, note). None when it cannot be computed yet."""
-    from core.models.common import ModelLoadError, classify_source, fingerprint
+    from core.models.loading import ModelLoadError, classify_source, fingerprint
 
     path = cfg.model.path
     if path.startswith("tiny:"):

@@ -10,18 +10,21 @@ Tensor conventions:
 - text: `encode_prompts` returns one dict per prompt with unbatched tensors:
   "prompt_embeds" [L, D], "prompt_mask" [L] (bool, True for real tokens) and, where the
   family has them, "pooled_prompt_embeds" [P]. L may differ between prompts; collate pads
-  to the batch's longest and `predict` receives the padded batch with its mask.
-  CLIP-only families (sd15, sd2, sdxl) always return the full padded L = 77, as their
-  pipelines encode at inference; the mask then only marks the real tokens.
+  to the batch's longest. Every family here encodes at a fixed L, padded as its pipeline
+  pads at inference (CLIP 77; SD3 77 + T5 256; Flux T5 512), and gives its denoiser no
+  mask, as the pipelines do: the mask only marks the real tokens.
 - extra conditioning per item (SDXL's size/crop ids): "original_size" (h, w),
-  "crop_top_left" (top, left), "target_size" (h, w), in pixels. `predict` takes them
-  batched: each a (h, w) pair for the whole batch or a [B, 2] tensor/list of pairs; or
-  "time_ids" [B, 6] directly. Missing ones default to the batch's pixel size, (0, 0).
+  "crop_top_left" (top, left), "target_size" (h, w), in pixels; each a (h, w) pair for
+  the whole batch or a [B, 2] tensor/list of pairs; or "time_ids" [B, 6] directly.
+  Missing ones default to the batch's pixel size, (0, 0).
+- `predict` takes the collated batch (core/data/collate.py) once and reads the text and
+  the conditioning it needs from it.
 
-Errors: `load` raises core.models.common.ModelLoadError, whose `.problem` (a Problem)
+Errors: `load` raises core.models.loading.ModelLoadError, whose `.problem` (a Problem)
 names the path or hub id and what to do. `registry.get_family` raises ValueError for an
-unknown name. Tiny models: `core.models.tiny.resolve_model_path("tiny:sd15", workspace)`
-turns `tiny:<family>` into a built folder before `load`.
+unknown name. Tiny models live apart from the families, in core/models/tiny/:
+`core.models.tiny.resolve_model_path("tiny:sd15", workspace)` turns `tiny:<family>` into
+a built folder before `load`.
 
 Loading: every module comes back on `device`, in eval mode, with requires_grad False;
 the trainer enables what it trains (peft `add_adapter` does so for LoRA weights; a full
@@ -31,7 +34,7 @@ modules; an fp16 VAE whose config says force_upcast encodes in float32.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -48,7 +51,11 @@ class Components:
     text_encoders: list[Any]
     tokenizers: list[Any]
     noise_scheduler: Any
-    extras: dict[str, Any] = field(default_factory=dict)
+    # Per-family settings, set by `load` and read by that family only; a trainer or a
+    # test may change them on a loaded model.
+    max_sequence_length: int | None = None  # sd3/flux: T5 tokens the text is padded to
+    has_t5: bool = False  # sd3: whether the T5 encoder was loaded (it may be left out)
+    guidance: float | None = None  # flux: guidance value given to a distilled model
 
 
 @dataclass
@@ -63,9 +70,6 @@ class ModelFamily(Protocol):
     name: str  # "sd15"
     prediction: str  # "epsilon" | "v_prediction" | "flow_matching"
     text_encoder_count: int
-
-    def build_tiny(self, out_dir: Path, seed: int = 0) -> None:
-        """Write a tiny random model of this family as a diffusers folder (offline)."""
 
     def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",
              config: str | None = None) -> Components:
@@ -87,9 +91,9 @@ class ModelFamily(Protocol):
         """Noise the latents at random timesteps (or the given ones, with the given noise,
         for reproducible evaluation). Random draws use `generator` (may be a CPU one)."""
 
-    def predict(self, c: Components, sample: NoiseSample, text: dict[str, Any],
-                extra: dict[str, Any] | None = None) -> Any:
-        """Run the denoiser on a collated batch (text holds padded embeds and mask)."""
+    def predict(self, c: Components, sample: NoiseSample, batch: dict[str, Any]) -> Any:
+        """Run the denoiser on a collated batch: its padded text embeds (and mask, pooled
+        embeds, size ids) condition `sample.noisy`."""
 
     def loss(self, c: Components, prediction: Any, sample: NoiseSample,
              min_snr_gamma: float = 0.0) -> Any:

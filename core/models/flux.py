@@ -13,22 +13,21 @@ are both [B, 16, h, w].
 
 Guidance: guidance-distilled models (FLUX.1-dev, `guidance_embeds=True`) are given the
 guidance value `train_guidance` = 1.0 during training, as ai-toolkit and SimpleTuner
-do for LoRA training (diffusers' script uses 3.5; set the attribute to change it).
+do for LoRA training (diffusers' script uses 3.5; set the attribute, or a loaded model's
+`Components.guidance`, to change it).
 Models without guidance embeddings (FLUX.1-schnell) get None. Validation uses the
 pipeline's default guidance_scale unless the caller passes one.
 
-Flow matching and LoRA details: see flow.py.
+Flow matching and LoRA details: see flow.py. The tiny model: core/models/tiny/flux.py.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from core.models import common
 from core.models.base import Components, NoiseSample
-from core.models.flow import FlowFamily, tiny_flow_vae
-from core.models.t5 import build_t5_tokenizer, tiny_t5_encoder
+from core.models.flow import FlowFamily
+from core.models.modules import unwrap
 
 # diffusers' train_dreambooth_lora_flux.py default: attention projections of both
 # streams and the feed-forwards of the double blocks (single blocks match attn.to_*).
@@ -38,55 +37,13 @@ LORA_TARGETS = [
     "ff.net.0.proj", "ff.net.2", "ff_context.net.0.proj", "ff_context.net.2",
 ]
 
-# The real FLUX.1 VAE's latent normalisation.
-VAE_SCALING = 0.3611
-VAE_SHIFT = 0.1159
-TINY_DIM = 32  # T5 width = joint_attention_dim = CLIP width = pooled_projection_dim
-
 
 class FluxFamily(FlowFamily):
     name = "flux"
     text_encoder_count = 2
     pipeline_class_name = "FluxPipeline"
-    default_max_sequence_length = 512
+    max_sequence_length = 512
     train_guidance = 1.0
-
-    # ------------------------------------------------------------ tiny model
-
-    def build_tiny(self, out_dir: Path, seed: int = 0) -> None:
-        """Write a tiny random FLUX.1-dev-shaped model (guidance embeds) as a diffusers
-        folder."""
-        import torch
-        from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
-        from transformers import CLIPTextModel, CLIPTokenizer, T5TokenizerFast
-
-        from core.models.sd15 import tiny_clip_config
-        from core.models.tokenizers import build_clip_tokenizer
-
-        out_dir = Path(out_dir)
-        torch.manual_seed(seed)
-        transformer = FluxTransformer2DModel(
-            patch_size=1, in_channels=64, num_layers=1, num_single_layers=1,
-            attention_head_dim=16, num_attention_heads=2, joint_attention_dim=TINY_DIM,
-            pooled_projection_dim=TINY_DIM, guidance_embeds=True, axes_dims_rope=(4, 6, 6))
-        torch.manual_seed(seed + 1)
-        vae = tiny_flow_vae(VAE_SCALING, VAE_SHIFT)
-        common.calibrate_tiny_vae(vae, seed, with_shift=True)
-        torch.manual_seed(seed + 2)
-        clip = CLIPTextModel(tiny_clip_config(TINY_DIM, "quick_gelu", TINY_DIM, 2))
-        build_clip_tokenizer(out_dir / "tokenizer")
-        vocab = build_t5_tokenizer(out_dir / "tokenizer_2")
-        t5 = tiny_t5_encoder(vocab, TINY_DIM, seed + 3)
-        scheduler = FlowMatchEulerDiscreteScheduler(
-            num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=True, base_shift=0.5,
-            max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096)
-        load = {"local_files_only": True}
-        pipe = FluxPipeline(
-            transformer=transformer, vae=vae, scheduler=scheduler, text_encoder=clip,
-            tokenizer=CLIPTokenizer.from_pretrained(str(out_dir / "tokenizer"), **load),
-            text_encoder_2=t5,
-            tokenizer_2=T5TokenizerFast.from_pretrained(str(out_dir / "tokenizer_2"), **load))
-        pipe.save_pretrained(str(out_dir), safe_serialization=True)
 
     # ------------------------------------------------------------ loading
 
@@ -95,8 +52,7 @@ class FluxFamily(FlowFamily):
             family=self.name, source=source, fingerprint=fp, vae=pipe.vae,
             denoiser=pipe.transformer, text_encoders=[pipe.text_encoder, pipe.text_encoder_2],
             tokenizers=[pipe.tokenizer, pipe.tokenizer_2], noise_scheduler=pipe.scheduler,
-            extras={"max_sequence_length": self.max_sequence_length,
-                    "guidance": self.train_guidance})
+            max_sequence_length=self.max_sequence_length, guidance=self.train_guidance)
 
     # ------------------------------------------------------------ text
 
@@ -105,7 +61,7 @@ class FluxFamily(FlowFamily):
         import torch
 
         pipe = self.validation_pipeline(c)
-        msl = c.extras.get("max_sequence_length", self.max_sequence_length)
+        msl = self.sequence_length(c)
         with torch.no_grad():
             embeds, pooled, _ = pipe.encode_prompt(
                 prompt=prompts, prompt_2=None, device=c.vae.device, max_sequence_length=msl)
@@ -116,16 +72,15 @@ class FluxFamily(FlowFamily):
 
     # ------------------------------------------------------------ training
 
-    def predict(self, c: Components, sample: NoiseSample, text: dict[str, Any],
-                extra: dict[str, Any] | None = None) -> Any:
-        """Pack, run the transformer with img/txt ids and guidance, unpack (see above)."""
+    def predict(self, c: Components, sample: NoiseSample, batch: dict[str, Any]) -> Any:
+        """Pack, run the transformer with img/txt ids and guidance, unpack (see above).
+        The text mask is not given: the transformer takes none, as in the pipeline."""
         import torch
         from diffusers import FluxPipeline
 
-        self.check_text_length(text, c.extras.get("max_sequence_length",
-                                                  self.max_sequence_length))
+        self.check_text_length(batch, self.sequence_length(c))
         model = c.denoiser
-        inner = common.unwrap(model)
+        inner = unwrap(model)
         dtype = inner.dtype
         noisy = sample.noisy.to(dtype)
         b, ch, h, w = noisy.shape
@@ -135,15 +90,15 @@ class FluxFamily(FlowFamily):
         device = noisy.device
         packed = FluxPipeline._pack_latents(noisy, b, ch, h, w)
         img_ids = FluxPipeline._prepare_latent_image_ids(b, h // 2, w // 2, device, dtype)
-        embeds = text["prompt_embeds"].to(device, dtype)
+        embeds = batch["prompt_embeds"].to(device, dtype)
         txt_ids = torch.zeros(embeds.shape[1], 3, device=device, dtype=dtype)
         guidance = None
         if inner.config.guidance_embeds:
-            value = c.extras.get("guidance", self.train_guidance)
+            value = self.train_guidance if c.guidance is None else c.guidance
             guidance = torch.full((b,), float(value), device=device, dtype=torch.float32)
         out = model(
             hidden_states=packed, timestep=(sample.timesteps.to(device) / 1000).to(dtype),
-            guidance=guidance, pooled_projections=text["pooled_prompt_embeds"].to(device, dtype),
+            guidance=guidance, pooled_projections=batch["pooled_prompt_embeds"].to(device, dtype),
             encoder_hidden_states=embeds, txt_ids=txt_ids, img_ids=img_ids,
             return_dict=False)[0]
         scale = 2 ** (len(c.vae.config.block_out_channels) - 1)
@@ -157,12 +112,12 @@ class FluxFamily(FlowFamily):
 
     def validation_pipeline(self, c: Components) -> Any:
         """A FluxPipeline sharing the loaded modules (its own scheduler). Its default
-        max_sequence_length (512) is the training one; if c.extras["max_sequence_length"]
-        was changed, pass the same value when calling it."""
+        max_sequence_length (512) is the training one; if c.max_sequence_length was
+        changed, pass the same value when calling it."""
         from diffusers import FluxPipeline
 
         pipe = FluxPipeline(
-            transformer=common.unwrap(c.denoiser), scheduler=self.validation_scheduler(c),
+            transformer=unwrap(c.denoiser), scheduler=self.validation_scheduler(c),
             vae=c.vae, text_encoder=c.text_encoders[0], tokenizer=c.tokenizers[0],
             text_encoder_2=c.text_encoders[1], tokenizer_2=c.tokenizers[1])
         pipe.set_progress_bar_config(disable=True)

@@ -19,42 +19,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from core.models import common
+from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.tokenizers import CLIP_VOCAB_SIZE, build_clip_tokenizer, clip_vocab
+from core.models.lora_files import adapter_weights, save_diffusers_lora, save_kohya
+from core.models.modules import encode_latents, freeze, unwrap
+from core.models.objectives import ddpm_noise_and_target, min_snr_weights, weighted_mse
 
 LORA_TARGETS = ["to_k", "to_q", "to_v", "to_out.0"]
 # LoCon-style extras: the resnets' convolutions, time projections, transformer in/out
 # projections and feed-forwards (not conv_in/conv_out).
 LORA_TARGETS_EXTRA = ["conv1", "conv2", "conv_shortcut", "time_emb_proj", "proj_in", "proj_out",
                       "ff.net.0.proj", "ff.net.2"]
-
-
-def tiny_clip_config(hidden_size: int = 32, hidden_act: str = "quick_gelu",
-                     projection_dim: int = 32, layers: int = 3) -> Any:
-    """A CLIPTextConfig matching the byte-level tiny tokenizer."""
-    from transformers import CLIPTextConfig
-
-    vocab = clip_vocab()
-    return CLIPTextConfig(
-        vocab_size=CLIP_VOCAB_SIZE, hidden_size=hidden_size, intermediate_size=hidden_size * 2,
-        num_hidden_layers=layers, num_attention_heads=4, max_position_embeddings=77,
-        hidden_act=hidden_act, projection_dim=projection_dim,
-        bos_token_id=vocab["<|startoftext|>"], eos_token_id=vocab["<|endoftext|>"],
-        pad_token_id=vocab["<|endoftext|>"],
-    )
-
-
-def tiny_vae(scaling_factor: float = 0.18215) -> Any:
-    """AutoencoderKL with 4 blocks: spatial scale factor 8, 4 latent channels."""
-    from diffusers import AutoencoderKL
-
-    return AutoencoderKL(
-        in_channels=3, out_channels=3, latent_channels=4,
-        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
-        block_out_channels=(8, 16, 32, 32), layers_per_block=1, norm_num_groups=8,
-        sample_size=128, scaling_factor=scaling_factor,
-    )
 
 
 class StableDiffusionFamily:
@@ -64,62 +39,6 @@ class StableDiffusionFamily:
     prediction = "epsilon"
     text_encoder_count = 1
     pipeline_class_name = "StableDiffusionPipeline"
-    default_resolution = 512
-    vae_scaling_factor = 0.18215
-    tiny_pad_token = "<|endoftext|>"
-
-    # ------------------------------------------------------------ tiny model
-
-    def tiny_scheduler(self) -> Any:
-        from diffusers import PNDMScheduler
-
-        return PNDMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
-                             num_train_timesteps=1000, skip_prk_steps=True,
-                             set_alpha_to_one=False, steps_offset=1,
-                             prediction_type=self.prediction)
-
-    def tiny_unet(self) -> Any:
-        from diffusers import UNet2DConditionModel
-
-        return UNet2DConditionModel(
-            sample_size=16, in_channels=4, out_channels=4, layers_per_block=2,
-            block_out_channels=(32, 64),
-            down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-            up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
-            **{"cross_attention_dim": 32, **self.tiny_unet_extra()},
-        )
-
-    def tiny_unet_extra(self) -> dict[str, Any]:
-        return {}
-
-    def build_tiny(self, out_dir: Path, seed: int = 0) -> None:
-        """Write a tiny random model as a diffusers folder; same seed, same bytes."""
-        out_dir = Path(out_dir)
-        parts = self.tiny_components(out_dir, seed)
-        pipe = self._pipeline_class()(**parts)
-        pipe.save_pretrained(str(out_dir), safe_serialization=True)
-
-    def tiny_components(self, out_dir: Path, seed: int) -> dict[str, Any]:
-        """Pipeline constructor arguments; tokenizers are written to out_dir first."""
-        import torch
-        from transformers import CLIPTextModel, CLIPTokenizer
-
-        torch.manual_seed(seed)
-        unet = self.tiny_unet()
-        torch.manual_seed(seed + 1)
-        vae = tiny_vae(self.vae_scaling_factor)
-        common.calibrate_tiny_vae(vae, seed)
-        torch.manual_seed(seed + 2)
-        text_encoder = CLIPTextModel(self.tiny_text_config())
-        build_clip_tokenizer(out_dir / "tokenizer", pad_token=self.tiny_pad_token)
-        tokenizer = CLIPTokenizer.from_pretrained(str(out_dir / "tokenizer"),
-                                                  local_files_only=True)
-        return {"vae": vae, "text_encoder": text_encoder, "tokenizer": tokenizer, "unet": unet,
-                "scheduler": self.tiny_scheduler(), "safety_checker": None,
-                "feature_extractor": None, "requires_safety_checker": False}
-
-    def tiny_text_config(self) -> Any:
-        return tiny_clip_config()
 
     # ------------------------------------------------------------ loading
 
@@ -128,31 +47,25 @@ class StableDiffusionFamily:
         """Load from a diffusers folder, a hub id or a single-file .safetensors.
 
         `config` (single files only): a diffusers folder or hub id with the configs.
-        Errors are `common.ModelLoadError` whose message names the path.
+        Errors are `loading.ModelLoadError` whose message names the path.
         """
-        dtype = common.resolve_dtype(dtype)
-        kind = common.classify_source(path)
+        dtype = loading.resolve_dtype(dtype)
+        kind = loading.checked_source(path, self.name)
         if kind == "file":
             c = self._load_single_file(path, dtype, config)
         else:
-            if kind == "folder":
-                common.check_folder_family(path, self.name)
             c = self._load_pretrained(path, kind, dtype)
         self._check_loaded(c)
-        for module in (c.vae, c.denoiser, *c.text_encoders):
-            module.to(device)
-            module.requires_grad_(False)
-        c.text_encoders = [t.eval() for t in c.text_encoders]
-        c.vae.eval()
+        freeze((c.vae, c.denoiser, *c.text_encoders), device)
         return c
 
-    def _load_pretrained(self, path: str, kind: common.SourceKind, dtype: Any) -> Components:
+    def _load_pretrained(self, path: str, kind: loading.SourceKind, dtype: Any) -> Components:
         from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
         from transformers import CLIPTextModel, CLIPTokenizer
 
-        load = common.load_component
+        load = loading.load_component
         return Components(
-            family=self.name, source=path, fingerprint=common.fingerprint(path, kind),
+            family=self.name, source=path, fingerprint=loading.fingerprint(path, kind),
             vae=load(AutoencoderKL, path, kind, "vae", dtype),
             denoiser=load(UNet2DConditionModel, path, kind, "unet", dtype),
             text_encoders=[load(CLIPTextModel, path, kind, "text_encoder", dtype)],
@@ -168,9 +81,9 @@ class StableDiffusionFamily:
     def _load_single_file(self, path: str, dtype: Any, config: str | None) -> Components:
         from diffusers import DDPMScheduler
 
-        pipe = common.load_single_file(self._pipeline_class(), path, self.name, dtype, config)
+        pipe = loading.load_single_file(self._pipeline_class(), path, self.name, dtype, config)
         return self._components_from_pipeline(
-            pipe, path, common.fingerprint(path, "file"),
+            pipe, path, loading.fingerprint(path, "file"),
             DDPMScheduler.from_config(pipe.scheduler.config))
 
     def _components_from_pipeline(self, pipe: Any, source: str, fp: str,
@@ -185,9 +98,9 @@ class StableDiffusionFamily:
         width = c.denoiser.config.cross_attention_dim
         other = {768: "sd15", 1024: "sd2"}.get(width)
         if self.name in ("sd15", "sd2") and other and other != self.name:
-            raise common.ModelLoadError(c.source, f"looks like an {other} model (text width "
-                                        f"{width}), not {self.name}: set model.family = "
-                                        f"\"{other}\"")
+            raise loading.ModelLoadError(c.source, f"looks like an {other} model (text width "
+                                         f"{width}), not {self.name}: set model.family = "
+                                         f"\"{other}\"")
 
     # ------------------------------------------------------------ text and images
 
@@ -209,7 +122,7 @@ class StableDiffusionFamily:
 
     def encode_images(self, c: Components, pixels: Any, generator: Any = None) -> Any:
         """Scaled latents [B, 4, H/8, W/8] of pixels in [-1, 1] (see module docstring)."""
-        return common.encode_latents(c.vae, pixels, generator)
+        return encode_latents(c.vae, pixels, generator)
 
     # ------------------------------------------------------------ training
 
@@ -217,41 +130,50 @@ class StableDiffusionFamily:
                          timesteps: Any = None, noise: Any = None) -> NoiseSample:
         """DDPM noise at random (or given) timesteps; target per the scheduler's
         prediction_type (epsilon: the noise; v_prediction: the velocity)."""
-        noisy, t, target = common.ddpm_noise_and_target(
+        noisy, t, target = ddpm_noise_and_target(
             c.noise_scheduler, latents, generator, timesteps, noise)
         return NoiseSample(noisy=noisy, timesteps=t, target=target)
 
-    def _unet_kwargs(self, c: Components, sample: NoiseSample, text: dict[str, Any],
-                     extra: dict[str, Any] | None) -> dict[str, Any]:
+    def _unet_kwargs(self, c: Components, sample: NoiseSample,
+                     batch: dict[str, Any]) -> dict[str, Any]:
+        """Conditioning beyond the text embeddings (SDXL's pooled embeds and size ids)."""
         return {}
 
-    def predict(self, c: Components, sample: NoiseSample, text: dict[str, Any],
-                extra: dict[str, Any] | None = None) -> Any:
-        """UNet output for a collated batch; text["prompt_embeds"] is [B, L, D]."""
+    def predict(self, c: Components, sample: NoiseSample, batch: dict[str, Any]) -> Any:
+        """UNet output for a collated batch; batch["prompt_embeds"] is [B, L, D]. The
+        prompt_mask is not given to the UNet (see the module docstring)."""
         unet = c.denoiser
-        dtype = common.unwrap(unet).dtype
-        embeds = text["prompt_embeds"].to(sample.noisy.device, dtype)
+        dtype = unwrap(unet).dtype
+        embeds = batch["prompt_embeds"].to(sample.noisy.device, dtype)
         return unet(sample.noisy.to(dtype), sample.timesteps, encoder_hidden_states=embeds,
-                    return_dict=False, **self._unet_kwargs(c, sample, text, extra))[0]
+                    return_dict=False, **self._unet_kwargs(c, sample, batch))[0]
 
     def loss(self, c: Components, prediction: Any, sample: NoiseSample,
              min_snr_gamma: float = 0.0) -> Any:
         """MSE against the target; min-SNR-gamma weighting when gamma > 0."""
         weights = sample.weights
         if min_snr_gamma and min_snr_gamma > 0:
-            w = common.min_snr_weights(c.noise_scheduler, sample.timesteps, min_snr_gamma)
+            w = min_snr_weights(c.noise_scheduler, sample.timesteps, min_snr_gamma)
             weights = w if weights is None else weights * w
-        return common.weighted_mse(prediction, sample.target, weights)
+        return weighted_mse(prediction, sample.target, weights)
 
     def lora_target_modules(self, scope: str = "attention") -> list[str]:
         return LORA_TARGETS + (LORA_TARGETS_EXTRA if scope == "all" else [])
 
     def save_lora(self, c: Components, out_dir: Path,
                   kohya_name: str = "lora_kohya") -> dict[str, Path]:
-        """pytorch_lora_weights.safetensors (diffusers) and <kohya_name>.safetensors."""
-        return common.save_lora_files(self._pipeline_class().save_lora_weights,
-                                      "unet_lora_layers", c.denoiser, Path(out_dir),
-                                      kohya_prefix="unet", kohya_name=kohya_name)
+        """pytorch_lora_weights.safetensors (diffusers names, converted from PEFT's) and
+        <kohya_name>.safetensors (see lora_files.py)."""
+        from diffusers.utils import convert_state_dict_to_diffusers
+
+        out_dir = Path(out_dir)
+        peft_sd, config = adapter_weights(c.denoiser)
+        save_fn = self._pipeline_class().save_lora_weights
+        layers = convert_state_dict_to_diffusers(peft_sd)
+        return {"diffusers": save_diffusers_lora(save_fn, "unet_lora_layers", layers, config,
+                                                 out_dir),
+                "kohya": save_kohya(peft_sd, config, out_dir / f"{kohya_name}.safetensors",
+                                    "unet")}
 
     # ------------------------------------------------------------ validation
 
@@ -267,7 +189,7 @@ class StableDiffusionFamily:
 
         pipe = StableDiffusionPipeline(
             vae=c.vae, text_encoder=c.text_encoders[0], tokenizer=c.tokenizers[0],
-            unet=common.unwrap(c.denoiser), scheduler=self.validation_scheduler(c),
+            unet=unwrap(c.denoiser), scheduler=self.validation_scheduler(c),
             safety_checker=None, feature_extractor=None, requires_safety_checker=False)
         pipe.set_progress_bar_config(disable=True)
         return pipe

@@ -8,7 +8,7 @@ The pooled embedding is both CLIPs' projected pooled outputs concatenated. A mod
 without its T5 (text_encoder_3 missing) loads with text_encoder_3=None and the pipeline's
 zero T5 states, which the mask marks as padding.
 
-Flow matching and LoRA details: see flow.py.
+Flow matching and LoRA details: see flow.py. The tiny model: core/models/tiny/sd3.py.
 """
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from core.models import common
 from core.models.base import Components, NoiseSample
-from core.models.flow import FlowFamily, tiny_flow_vae
-from core.models.t5 import build_t5_tokenizer, tiny_t5_encoder
+from core.models.flow import FlowFamily
+from core.models.modules import unwrap
 
 # diffusers' train_dreambooth_lora_sd3.py default: both streams' attention projections.
 LORA_TARGETS = [
@@ -27,62 +26,12 @@ LORA_TARGETS = [
     "attn.to_k", "attn.to_out.0", "attn.to_q", "attn.to_v",
 ]
 
-# The real SD3 VAE's latent normalisation.
-VAE_SCALING = 1.5305
-VAE_SHIFT = 0.0609
-TINY_T5_DIM = 64  # = the tiny transformer's joint_attention_dim
-
 
 class SD3Family(FlowFamily):
     name = "sd3"
     text_encoder_count = 3
     pipeline_class_name = "StableDiffusion3Pipeline"
-    default_max_sequence_length = 256
-
-    # ------------------------------------------------------------ tiny model
-
-    def build_tiny(self, out_dir: Path, seed: int = 0) -> None:
-        """Write a tiny random SD3 (all three text encoders) as a diffusers folder."""
-        import torch
-        from diffusers import (
-            FlowMatchEulerDiscreteScheduler,
-            SD3Transformer2DModel,
-            StableDiffusion3Pipeline,
-        )
-        from transformers import CLIPTextModelWithProjection, CLIPTokenizer, T5TokenizerFast
-
-        from core.models.sd15 import tiny_clip_config
-        from core.models.tokenizers import build_clip_tokenizer
-
-        out_dir = Path(out_dir)
-        torch.manual_seed(seed)
-        transformer = SD3Transformer2DModel(
-            sample_size=32, patch_size=2, in_channels=16, out_channels=16, num_layers=2,
-            attention_head_dim=8, num_attention_heads=4, caption_projection_dim=32,
-            joint_attention_dim=TINY_T5_DIM, pooled_projection_dim=16 + 32,
-            pos_embed_max_size=64)
-        torch.manual_seed(seed + 1)
-        vae = tiny_flow_vae(VAE_SCALING, VAE_SHIFT)
-        common.calibrate_tiny_vae(vae, seed, with_shift=True)
-        torch.manual_seed(seed + 2)
-        clip_l = CLIPTextModelWithProjection(tiny_clip_config(16, "quick_gelu", 16, 2))
-        torch.manual_seed(seed + 3)
-        clip_g = CLIPTextModelWithProjection(tiny_clip_config(32, "gelu", 32, 2))
-        build_clip_tokenizer(out_dir / "tokenizer")
-        build_clip_tokenizer(out_dir / "tokenizer_2", pad_token="!")
-        vocab = build_t5_tokenizer(out_dir / "tokenizer_3")
-        t5 = tiny_t5_encoder(vocab, TINY_T5_DIM, seed + 4)
-        load = {"local_files_only": True}
-        pipe = StableDiffusion3Pipeline(
-            transformer=transformer, vae=vae,
-            scheduler=FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0),
-            text_encoder=clip_l,
-            tokenizer=CLIPTokenizer.from_pretrained(str(out_dir / "tokenizer"), **load),
-            text_encoder_2=clip_g,
-            tokenizer_2=CLIPTokenizer.from_pretrained(str(out_dir / "tokenizer_2"), **load),
-            text_encoder_3=t5,
-            tokenizer_3=T5TokenizerFast.from_pretrained(str(out_dir / "tokenizer_3"), **load))
-        pipe.save_pretrained(str(out_dir), safe_serialization=True)
+    max_sequence_length = 256
 
     # ------------------------------------------------------------ loading
 
@@ -101,9 +50,8 @@ class SD3Family(FlowFamily):
         return Components(
             family=self.name, source=source, fingerprint=fp, vae=pipe.vae,
             denoiser=pipe.transformer, text_encoders=encoders, tokenizers=tokenizers,
-            noise_scheduler=pipe.scheduler,
-            extras={"max_sequence_length": self.max_sequence_length,
-                    "has_t5": pipe.text_encoder_3 is not None})
+            noise_scheduler=pipe.scheduler, max_sequence_length=self.max_sequence_length,
+            has_t5=pipe.text_encoder_3 is not None)
 
     # ------------------------------------------------------------ text
 
@@ -112,7 +60,7 @@ class SD3Family(FlowFamily):
         import torch
 
         pipe = self.validation_pipeline(c)
-        msl = c.extras.get("max_sequence_length", self.max_sequence_length)
+        msl = self.sequence_length(c)
         with torch.no_grad():
             embeds, _, pooled, _ = pipe.encode_prompt(
                 prompt=prompts, prompt_2=None, prompt_3=None, device=c.vae.device,
@@ -120,7 +68,7 @@ class SD3Family(FlowFamily):
         clip_mask = c.tokenizers[0](prompts, padding="max_length",
                                     max_length=pipe.tokenizer_max_length, truncation=True,
                                     return_tensors="pt").attention_mask.bool()
-        if len(c.tokenizers) > 2:
+        if c.has_t5:
             t5_mask = c.tokenizers[2](prompts, padding="max_length", max_length=msl,
                                       truncation=True, return_tensors="pt").attention_mask.bool()
         else:
@@ -131,23 +79,22 @@ class SD3Family(FlowFamily):
 
     def text_length(self, c: Components) -> int:
         clip_len = getattr(c.tokenizers[0], "model_max_length", 77)
-        return clip_len + c.extras.get("max_sequence_length", self.max_sequence_length)
+        return clip_len + self.sequence_length(c)
 
     # ------------------------------------------------------------ training
 
-    def predict(self, c: Components, sample: NoiseSample, text: dict[str, Any],
-                extra: dict[str, Any] | None = None) -> Any:
+    def predict(self, c: Components, sample: NoiseSample, batch: dict[str, Any]) -> Any:
         """The transformer's velocity for the batch; the text mask is not given to it
         (SD3 attends to all 333 text tokens, as in the pipeline)."""
-        self.check_text_length(text, self.text_length(c))
+        self.check_text_length(batch, self.text_length(c))
         model = c.denoiser
-        dtype = common.unwrap(model).dtype
+        dtype = unwrap(model).dtype
         device = sample.noisy.device
         return model(
             hidden_states=sample.noisy.to(dtype),
             timestep=sample.timesteps.to(device),
-            encoder_hidden_states=text["prompt_embeds"].to(device, dtype),
-            pooled_projections=text["pooled_prompt_embeds"].to(device, dtype),
+            encoder_hidden_states=batch["prompt_embeds"].to(device, dtype),
+            pooled_projections=batch["pooled_prompt_embeds"].to(device, dtype),
             return_dict=False)[0]
 
     def lora_target_modules(self, scope: str = "attention") -> list[str]:
@@ -161,9 +108,9 @@ class SD3Family(FlowFamily):
         """A StableDiffusion3Pipeline sharing the loaded modules (its own scheduler)."""
         from diffusers import StableDiffusion3Pipeline
 
-        has_t5 = len(c.text_encoders) > 2
+        has_t5 = c.has_t5
         pipe = StableDiffusion3Pipeline(
-            transformer=common.unwrap(c.denoiser), scheduler=self.validation_scheduler(c),
+            transformer=unwrap(c.denoiser), scheduler=self.validation_scheduler(c),
             vae=c.vae, text_encoder=c.text_encoders[0], tokenizer=c.tokenizers[0],
             text_encoder_2=c.text_encoders[1], tokenizer_2=c.tokenizers[1],
             text_encoder_3=c.text_encoders[2] if has_t5 else None,

@@ -1,20 +1,19 @@
 """Stable Diffusion XL: two CLIP text encoders (penultimate hidden states concatenated),
 the second one's pooled projection, and size/crop ids ("micro-conditioning").
 
-Per item, `extra` may carry "original_size" (h, w), "crop_top_left" (top, left) and
+Per item, the batch may carry "original_size" (h, w), "crop_top_left" (top, left) and
 "target_size" (h, w) in pixels, as the cache/collate records them; missing ones default
 to the latents' pixel size and (0, 0), which is what inference uses.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from core.models import common
+from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.sd15 import StableDiffusionFamily, tiny_clip_config
-from core.models.tokenizers import build_clip_tokenizer
+from core.models.modules import unwrap
+from core.models.sd15 import StableDiffusionFamily
 
 
 def time_ids(original_size: Any, crop_top_left: Any, target_size: Any) -> Any:
@@ -32,49 +31,14 @@ class StableDiffusionXLFamily(StableDiffusionFamily):
     prediction = "epsilon"
     text_encoder_count = 2
     pipeline_class_name = "StableDiffusionXLPipeline"
-    default_resolution = 1024
-    vae_scaling_factor = 0.13025
-
-    # ------------------------------------------------------------ tiny model
-
-    def tiny_scheduler(self) -> Any:
-        from diffusers import EulerDiscreteScheduler
-
-        return EulerDiscreteScheduler(beta_start=0.00085, beta_end=0.012,
-                                      beta_schedule="scaled_linear", num_train_timesteps=1000,
-                                      steps_offset=1, timestep_spacing="leading",
-                                      prediction_type=self.prediction)
-
-    def tiny_unet_extra(self) -> dict[str, Any]:
-        # cross_attention_dim = 32 + 32 (both encoders' hidden sizes, concatenated);
-        # the add embedding takes 6 time ids x 8 plus the 32-wide pooled projection.
-        return {"cross_attention_dim": 64, "use_linear_projection": True,
-                "attention_head_dim": (2, 4), "addition_embed_type": "text_time",
-                "addition_time_embed_dim": 8, "projection_class_embeddings_input_dim": 80}
-
-    def tiny_components(self, out_dir: Path, seed: int) -> dict[str, Any]:
-        import torch
-        from transformers import CLIPTextModelWithProjection, CLIPTokenizer
-
-        parts = super().tiny_components(out_dir, seed)
-        torch.manual_seed(seed + 3)
-        parts["text_encoder_2"] = CLIPTextModelWithProjection(
-            tiny_clip_config(hidden_act="gelu", projection_dim=32))
-        build_clip_tokenizer(out_dir / "tokenizer_2", pad_token="!")
-        parts["tokenizer_2"] = CLIPTokenizer.from_pretrained(str(out_dir / "tokenizer_2"),
-                                                             local_files_only=True)
-        for key in ("safety_checker", "requires_safety_checker"):
-            parts.pop(key)
-        parts["add_watermarker"] = False
-        return parts
 
     # ------------------------------------------------------------ loading
 
-    def _load_pretrained(self, path: str, kind: common.SourceKind, dtype: Any) -> Components:
+    def _load_pretrained(self, path: str, kind: loading.SourceKind, dtype: Any) -> Components:
         from transformers import CLIPTextModelWithProjection, CLIPTokenizer
 
         c = super()._load_pretrained(path, kind, dtype)
-        load = common.load_component
+        load = loading.load_component
         c.text_encoders.append(load(CLIPTextModelWithProjection, path, kind, "text_encoder_2",
                                     dtype))
         c.tokenizers.append(load(CLIPTokenizer, path, kind, "tokenizer_2"))
@@ -108,20 +72,20 @@ class StableDiffusionXLFamily(StableDiffusionFamily):
 
     # ------------------------------------------------------------ training
 
-    def _unet_kwargs(self, c: Components, sample: NoiseSample, text: dict[str, Any],
-                     extra: dict[str, Any] | None) -> dict[str, Any]:
-        extra = extra or {}
-        if "time_ids" in extra:
-            ids = extra["time_ids"]
+    def _unet_kwargs(self, c: Components, sample: NoiseSample,
+                     batch: dict[str, Any]) -> dict[str, Any]:
+        """The pooled text embedding and the size/crop ids, as the UNet's added_cond."""
+        if "time_ids" in batch:
+            ids = batch["time_ids"]
         else:
             h, w = (s * self._vae_scale(c) for s in sample.noisy.shape[-2:])
-            ids = time_ids(extra.get("original_size", (h, w)),
-                           extra.get("crop_top_left", (0, 0)),
-                           extra.get("target_size", (h, w)))
-        dtype = common.unwrap(c.denoiser).dtype
+            ids = time_ids(batch.get("original_size", (h, w)),
+                           batch.get("crop_top_left", (0, 0)),
+                           batch.get("target_size", (h, w)))
+        dtype = unwrap(c.denoiser).dtype
         b = sample.noisy.shape[0]
         ids = ids.to(sample.noisy.device, dtype).expand(b, 6)
-        pooled = text["pooled_prompt_embeds"].to(sample.noisy.device, dtype)
+        pooled = batch["pooled_prompt_embeds"].to(sample.noisy.device, dtype)
         return {"added_cond_kwargs": {"text_embeds": pooled, "time_ids": ids}}
 
     @staticmethod
@@ -136,7 +100,7 @@ class StableDiffusionXLFamily(StableDiffusionFamily):
         pipe = StableDiffusionXLPipeline(
             vae=c.vae, text_encoder=c.text_encoders[0], text_encoder_2=c.text_encoders[1],
             tokenizer=c.tokenizers[0], tokenizer_2=c.tokenizers[1],
-            unet=common.unwrap(c.denoiser), scheduler=self.validation_scheduler(c),
+            unet=unwrap(c.denoiser), scheduler=self.validation_scheduler(c),
             add_watermarker=False)
         pipe.set_progress_bar_config(disable=True)
         return pipe

@@ -8,10 +8,13 @@ with each image's own caption (`loss`) and with captions rotated across the set
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.data.collate import collate
 from core.train.batches import to_device
+
+if TYPE_CHECKING:
+    from core.models.base import Components, ModelFamily
 
 EVAL_SEED = 1234
 
@@ -54,7 +57,7 @@ def _rotate_text(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def build_eval_set(family: Any, components: Any, datasets: list[Any], count: int,
+def build_eval_set(family: ModelFamily, components: Components, datasets: list[Any], count: int,
                    batch_size: int) -> EvalSet | None:
     import torch
 
@@ -78,18 +81,18 @@ def build_eval_set(family: Any, components: Any, datasets: list[Any], count: int
     return out
 
 
-def _loss_at(family: Any, components: Any, data: dict[str, Any], noise: Any, t: int,
+def _loss_at(family: ModelFamily, components: Components, data: dict[str, Any], noise: Any, t: int,
              device: Any) -> float:
     import torch
 
     timesteps = torch.full((len(noise),), t, dtype=torch.long, device=device)
     sample = family.noise_and_target(components, data["latents"], timesteps=timesteps,
                                      noise=noise.to(device, data["latents"].dtype))
-    prediction = family.predict(components, sample, data, data)
+    prediction = family.predict(components, sample, data)
     return float(family.loss(components, prediction.float(), sample))
 
 
-def evaluate(family: Any, components: Any, eval_set: EvalSet, device: Any,
+def evaluate(family: ModelFamily, components: Components, eval_set: EvalSet, device: Any,
              dtype: Any) -> dict[str, Any]:
     """Mean loss with own and with rotated captions at fixed noise and timesteps, overall
     and per timestep (`by_t`: {t: [loss, loss_shuffled]}), weighted by batch size."""

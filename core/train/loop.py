@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.config import Config
 from core.data.collate import collate
-from core.models.common import unwrap
+from core.models.modules import unwrap
 from core.runs.folder import RunFolder
 from core.train.batches import to_device
 from core.train.checkpoint import (
@@ -22,6 +22,9 @@ from core.train.evaluation import EvalSet, build_eval_set, evaluate
 from core.train.report import Reporter
 from core.train.setup import Setup, TrainingError
 from core.train.validation import generate_validation_images
+
+if TYPE_CHECKING:
+    from core.models.base import Components
 
 
 def trainable_state(setup: Setup) -> dict[str, Any]:
@@ -69,7 +72,7 @@ def micro_step(setup: Setup, cfg: Config, batch_plan: Any) -> Any:
     with acc.accumulate(comps.denoiser):
         sample = family.noise_and_target(comps, batch["latents"])
         with acc.autocast():
-            prediction = family.predict(comps, sample, batch, batch)
+            prediction = family.predict(comps, sample, batch)
         loss = family.loss(comps, prediction.float(), sample, cfg.train.min_snr_gamma)
         acc.backward(loss)
         if acc.sync_gradients and cfg.train.max_grad_norm > 0:
@@ -203,7 +206,7 @@ class Loop:
         self.save_weights()
 
 
-def _with_denoiser(components: Any, denoiser: Any) -> Any:
+def _with_denoiser(components: Components, denoiser: Any) -> Components:
     import dataclasses
 
     return dataclasses.replace(components, denoiser=denoiser)

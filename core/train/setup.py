@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.cache.dataset import CachedDataset, cached_datasets
 from core.cache.plan import TextJob, VaeJob
@@ -12,6 +12,9 @@ from core.cache.stage import build_caches
 from core.config import Config
 from core.data.sampler import MultiDatasetSampler
 from core.startup import load_model, process_group
+
+if TYPE_CHECKING:
+    from core.models.base import Components, ModelFamily
 
 
 class TrainingError(Exception):
@@ -21,8 +24,8 @@ class TrainingError(Exception):
 @dataclasses.dataclass
 class Setup:
     accelerator: Any
-    family: Any
-    components: Any  # denoiser is the prepared (possibly DDP-wrapped) model
+    family: ModelFamily
+    components: Components  # denoiser is the prepared (possibly DDP-wrapped) model
     base_denoiser: Any  # the unwrapped module, for saving
     params: list[Any]  # trainable parameters
     optimizer: Any
@@ -39,7 +42,8 @@ def weight_dtype_for(mixed_precision: str) -> Any:
     return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(mixed_precision, torch.float32)
 
 
-def add_trainable(family: Any, denoiser: Any, cfg: Config, weight_dtype: Any) -> list[Any]:
+def add_trainable(family: ModelFamily, denoiser: Any, cfg: Config,
+                  weight_dtype: Any) -> list[Any]:
     """LoRA layers on the family's targets (frozen base in the compute dtype, LoRA in
     fp32, as diffusers' examples do), or the whole denoiser for a full fine-tune."""
     import torch
@@ -90,7 +94,7 @@ def make_lr_scheduler(optimizer: Any, cfg: Config) -> Any:
                          num_training_steps=cfg.train.max_steps)
 
 
-def make_rebuild(family: Any, components: Any) -> Any:
+def make_rebuild(family: ModelFamily, components: Components) -> Any:
     """Rebuild one cache entry that failed to load at train time."""
     from core.cache.build import build_text_entries, build_vae_entries
 
@@ -104,7 +108,7 @@ def make_rebuild(family: Any, components: Any) -> Any:
     return rebuild
 
 
-def prepare_data(cfg: Config, family: Any, components: Any, accelerator: Any,
+def prepare_data(cfg: Config, family: ModelFamily, components: Components, accelerator: Any,
                  say: Any) -> tuple[list[CachedDataset], MultiDatasetSampler]:
     report = build_caches(cfg, family, components, process_group(accelerator))
     for line in report.lines():

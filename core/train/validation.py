@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.config import ValidationConfig
 from core.runs.folder import RunFolder
 
+if TYPE_CHECKING:
+    from core.models.base import Components, ModelFamily
 
-def generate_validation_images(family: Any, components: Any, cfg: ValidationConfig,
-                               run_dir: Path, step: int, device: Any) -> list[Path]:
+
+def generate_validation_images(family: ModelFamily, components: Components,
+                               cfg: ValidationConfig, run_dir: Path, step: int,
+                               device: Any) -> list[Path]:
     """One image per prompt, each from seed `cfg.seed + index`, written atomically so a
     watcher never shows half a PNG."""
     import torch

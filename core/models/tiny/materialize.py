@@ -1,30 +1,44 @@
 """Tiny random models, built offline once per workspace: `tiny:<family>` in model.path.
 
-`materialize_tiny` writes `<workspace>/models/tiny-<family>/` with the family's
-`build_tiny(out_dir, seed)`. The build goes to a temporary sibling folder that is renamed
-into place only after a marker file is written last, so a crashed build never leaves a
-folder that looks loadable. A lock file serialises concurrent builders (two training
-processes starting together); without `fcntl` the rename race is tolerated instead: the
-loser deletes its copy and uses the winner's.
+`materialize_tiny` writes `<workspace>/models/tiny-<family>/` with the `build(out_dir,
+seed)` of core/models/tiny/<family>.py (`tiny_builder`). The build goes to a temporary
+sibling folder that is renamed into place only after a marker file is written last, so
+a crashed build never leaves a folder that looks loadable. A lock file serialises
+concurrent builders (two training processes starting together); without `fcntl` the
+rename race is tolerated instead: the loser deletes its copy and uses the winner's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from core.models.registry import FAMILY_NAMES, get_family
+from core.models.registry import FAMILY_NAMES
 
 TINY_PREFIX = "tiny:"
 TINY_SEED = 0
 # Bump when a family's tiny config changes so existing workspaces rebuild.
 TINY_VERSION = 2  # 2: calibrated VAE latent scaling
 MARKER = ".tiny-complete.json"
+
+
+def tiny_builder(family: str) -> Callable[[Path, int], None]:
+    """The `build(out_dir, seed)` of core/models/tiny/<family>.py, imported on first use
+    (torch and diffusers load only then)."""
+    _require_known(family)
+    return importlib.import_module(f"core.models.tiny.{family}").build
+
+
+def _require_known(family: str) -> None:
+    if family not in FAMILY_NAMES:
+        raise ValueError(f"unknown tiny model 'tiny:{family}'; choose one of "
+                         + ", ".join(f"tiny:{f}" for f in FAMILY_NAMES))
 
 
 def tiny_dir(family: str, workspace: Path) -> Path:
@@ -56,7 +70,7 @@ def _locked(lock_path: Path) -> Iterator[None]:
 
 def build_tiny_folder(family: str, out_dir: Path, seed: int = TINY_SEED) -> None:
     """Build a tiny model straight into `out_dir` (no marker, no atomicity): for tests."""
-    get_family(family).build_tiny(Path(out_dir), seed)
+    tiny_builder(family)(Path(out_dir), seed)
 
 
 def _build_keeping_rng(family: str, out_dir: Path) -> None:
@@ -65,14 +79,12 @@ def _build_keeping_rng(family: str, out_dir: Path) -> None:
     import torch
 
     with torch.random.fork_rng(devices=[]):
-        get_family(family).build_tiny(out_dir, TINY_SEED)
+        tiny_builder(family)(out_dir, TINY_SEED)
 
 
 def materialize_tiny(family: str, workspace: Path) -> Path:
     """The folder of the tiny `family` model in this workspace, built if missing."""
-    if family not in FAMILY_NAMES:
-        raise ValueError(f"unknown tiny model 'tiny:{family}'; choose one of "
-                         + ", ".join(f"tiny:{f}" for f in FAMILY_NAMES))
+    _require_known(family)
     final = tiny_dir(family, workspace)
     if _marker_ok(final, family):
         return final

@@ -1,4 +1,5 @@
-"""Offline tokenizers for the tiny models: no download, deterministic, real classes.
+"""A tiny offline CLIP text side (tokenizer + encoder config) for the tiny models: no
+download, deterministic, real classes.
 
 A byte-level BPE vocabulary (the 256 GPT-2 byte symbols, their end-of-word `</w>` forms
 and the two specials) covers every string, so a real `CLIPTokenizer` built from it
@@ -10,6 +11,7 @@ like a real model's tokenizer.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 BOS_TOKEN = "<|startoftext|>"
 EOS_TOKEN = "<|endoftext|>"
@@ -73,3 +75,26 @@ def build_clip_tokenizer(out_dir: Path, model_max_length: int = 77,
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tok.save_pretrained(str(out_dir))
+
+
+def clip_tokenizer(out_dir: Path, pad_token: str = EOS_TOKEN) -> Any:
+    """Write a CLIP tokenizer to `out_dir` and load it back, as a pipeline's tokenizer."""
+    from transformers import CLIPTokenizer
+
+    build_clip_tokenizer(out_dir, pad_token=pad_token)
+    return CLIPTokenizer.from_pretrained(str(out_dir), local_files_only=True)
+
+
+def tiny_clip_config(hidden_size: int = 32, hidden_act: str = "quick_gelu",
+                     projection_dim: int = 32, layers: int = 3) -> Any:
+    """A CLIPTextConfig matching the byte-level tokenizer's vocabulary and specials."""
+    from transformers import CLIPTextConfig
+
+    vocab = clip_vocab()
+    return CLIPTextConfig(
+        vocab_size=CLIP_VOCAB_SIZE, hidden_size=hidden_size, intermediate_size=hidden_size * 2,
+        num_hidden_layers=layers, num_attention_heads=4, max_position_embeddings=77,
+        hidden_act=hidden_act, projection_dim=projection_dim,
+        bos_token_id=vocab[BOS_TOKEN], eos_token_id=vocab[EOS_TOKEN],
+        pad_token_id=vocab[EOS_TOKEN],
+    )

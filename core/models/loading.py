@@ -1,8 +1,15 @@
-"""Helpers every family shares: where a model comes from, loading with clear errors,
-fingerprints, single-file family detection, LoRA saving (diffusers + kohya), min-SNR.
+"""Where a model comes from and how its files load, with errors that name the path.
 
-torch/diffusers are imported inside the functions that need them, so importing this
-module stays cheap (the registry and `--stage check` may import it).
+A `model.path` is a local diffusers folder, a single-file .safetensors checkpoint or a hub
+id (`classify_source`). Folders and files are checked against the configured family before
+any weights load (a folder's model_index.json, a file's tensor names read from its JSON
+header); hub ids fail at once without network instead of after minutes of retries.
+`check_model_source` runs the same checks for `--stage check` without torch.
+`fingerprint` gives caches a stable id of the weights; `resolve_dtype` reads the config's
+precision names.
+
+torch and diffusers are imported inside the functions that need them, so importing this
+module stays cheap (the registry and `--stage check` import it).
 """
 
 from __future__ import annotations
@@ -11,7 +18,6 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -213,14 +219,25 @@ def check_file_family(path: str, family: str) -> str | None:
     return found
 
 
+def checked_source(path: str, family: str) -> SourceKind:
+    """`classify_source`, then refuse a folder or file that clearly holds another family,
+    before any weights load."""
+    kind = classify_source(path)
+    if kind == "folder":
+        check_folder_family(path, family)
+    elif kind == "file":
+        check_file_family(path, family)
+    return kind
+
+
 def load_single_file(pipeline_cls: Any, path: str, family: str, dtype: Any = None,
                      config: str | None = None, **kwargs: Any) -> Any:
-    """`pipeline_cls.from_single_file` after a family check, with a clear offline error.
+    """`pipeline_cls.from_single_file` with a clear offline error (`checked_source` has
+    checked the family).
 
     diffusers needs the matching diffusers configs: from `config` (a local diffusers
     folder or hub id) or, by default, from the hub (or the HF cache).
     """
-    check_file_family(path, family)
     if dtype is not None:
         kwargs["torch_dtype"] = dtype
     if config is not None:
@@ -252,12 +269,8 @@ def check_model_source(path: str, family: str, where: str = "model.path") -> lis
                           f"use tiny:{family}")]
         return []
     try:
-        kind = classify_source(path)
-        if kind == "folder":
-            check_folder_family(path, family)
-        elif kind == "file":
-            check_file_family(path, family)
-        elif not hub_reachable() and not _hub_cached(path):
+        kind = checked_source(path, family)
+        if kind == "hub" and not hub_reachable() and not _hub_cached(path):
             return [error(where, f"hub model {path} is not in the HF cache and there is no "
                           "network to download it: download it where there is network "
                           "(huggingface-cli download) or use a local folder/.safetensors")]
@@ -306,7 +319,7 @@ def fingerprint(path: str, kind: SourceKind, revision: str = "main") -> str:
     return h.hexdigest()[:16]
 
 
-# ---------------------------------------------------------------- dtypes and devices
+# ---------------------------------------------------------------- dtypes
 
 
 def resolve_dtype(dtype: Any) -> Any:
@@ -321,202 +334,3 @@ def resolve_dtype(dtype: Any) -> Any:
     if str(dtype) not in table:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(table)}")
     return table[str(dtype)]
-
-
-# ---------------------------------------------------------------- noise and loss
-
-
-def ddpm_noise_and_target(scheduler: Any, latents: Any, generator: Any = None,
-                          timesteps: Any = None, noise: Any = None) -> tuple[Any, ...]:
-    """DDPM forward process: (noisy, timesteps, target) for epsilon or v prediction.
-
-    Random draws use `generator` on its own device, then move to the latents' device,
-    so a CPU generator gives the same draws whatever device trains.
-    """
-    import torch
-
-    b = latents.shape[0]
-    gen_device = generator.device if generator is not None else latents.device
-    if noise is None:
-        noise = torch.randn(latents.shape, generator=generator, device=gen_device,
-                            dtype=torch.float32).to(latents.device, latents.dtype)
-    if timesteps is None:
-        n = scheduler.config.num_train_timesteps
-        timesteps = torch.randint(0, n, (b,), generator=generator, device=gen_device)
-    timesteps = torch.as_tensor(timesteps, device=latents.device).long().reshape(-1)
-    if timesteps.numel() == 1 and b > 1:
-        timesteps = timesteps.expand(b)
-    noisy = scheduler.add_noise(latents, noise, timesteps)
-    kind = scheduler.config.prediction_type
-    if kind == "epsilon":
-        target = noise
-    elif kind == "v_prediction":
-        target = scheduler.get_velocity(latents, noise, timesteps)
-    else:
-        raise ValueError(f"unsupported prediction_type {kind!r} in the scheduler config")
-    return noisy, timesteps, target
-
-
-def snr(scheduler: Any, timesteps: Any) -> Any:
-    """Signal-to-noise ratio alpha_bar / (1 - alpha_bar) at each timestep."""
-    alphas = scheduler.alphas_cumprod.to(timesteps.device)[timesteps].float()
-    return alphas / (1.0 - alphas)
-
-
-def min_snr_weights(scheduler: Any, timesteps: Any, gamma: float) -> Any:
-    """Min-SNR-gamma loss weights (Hang et al. 2023) for the scheduler's prediction type.
-
-    epsilon: min(snr, gamma) / snr; v_prediction: min(snr, gamma) / (snr + 1), because
-    the v loss already carries a factor (snr + 1) relative to the x0 loss.
-    """
-    import torch
-
-    s = snr(scheduler, timesteps)
-    clipped = torch.minimum(s, torch.full_like(s, gamma))
-    if scheduler.config.prediction_type == "v_prediction":
-        return clipped / (s + 1.0)
-    return clipped / s.clamp(min=1e-8)
-
-
-def weighted_mse(prediction: Any, target: Any, weights: Any | None = None) -> Any:
-    """Per-item MSE in float32, optionally weighted, then the batch mean."""
-    per_item = ((prediction.float() - target.float()) ** 2).reshape(
-        prediction.shape[0], -1).mean(dim=1)
-    if weights is not None:
-        per_item = per_item * weights.to(per_item.device, per_item.dtype)
-    return per_item.mean()
-
-
-# ---------------------------------------------------------------- LoRA
-
-
-def unwrap(model: Any) -> Any:
-    """The plain module under accelerate/DDP/torch.compile wrappers."""
-    while True:
-        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
-        if inner is None:
-            return model
-        model = inner
-
-
-def lora_state_dict(model: Any, adapter_name: str = "default") -> dict[str, Any]:
-    """The model's LoRA weights as a PEFT state dict (keys ...lora_A.weight)."""
-    from peft.utils import get_peft_model_state_dict
-
-    model = unwrap(model)
-    if not getattr(model, "peft_config", None):
-        raise ValueError("the denoiser has no LoRA adapter: add one with "
-                         "add_adapter(LoraConfig(...)) before saving a LoRA")
-    return get_peft_model_state_dict(model, adapter_name=adapter_name)
-
-
-def save_lora_files(save_fn: Callable[..., Any], layers_kwarg: str, model: Any,
-                    out_dir: Path, kohya_prefix: str | None, kohya_name: str = "lora_kohya",
-                    adapter_name: str = "default") -> dict[str, Path]:
-    """Write a denoiser's LoRA in diffusers format and, optionally, kohya format.
-
-    save_fn: the pipeline class's `save_lora_weights` (StableDiffusionPipeline...).
-    layers_kwarg: its argument for the denoiser ("unet_lora_layers" or
-    "transformer_lora_layers"); the LoRA config travels as the matching
-    "..._lora_adapter_metadata" so alpha != rank reloads with the right scale.
-    kohya_prefix: the PEFT prefix kohya conversion expects ("unet"), None to skip.
-    Returns {"diffusers": path, "kohya": path?}.
-    """
-    from diffusers.utils import convert_state_dict_to_diffusers
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model = unwrap(model)
-    peft_sd = lora_state_dict(model, adapter_name)
-    config = model.peft_config[adapter_name]
-    meta_kwarg = layers_kwarg.replace("_lora_layers", "_lora_adapter_metadata")
-    save_fn(str(out_dir), **{layers_kwarg: convert_state_dict_to_diffusers(peft_sd),
-                             meta_kwarg: config.to_dict()})
-    paths = {"diffusers": out_dir / "pytorch_lora_weights.safetensors"}
-    if kohya_prefix is not None:
-        paths["kohya"] = save_kohya(peft_sd, config, out_dir / f"{kohya_name}.safetensors",
-                                    kohya_prefix)
-    return paths
-
-
-def save_kohya(peft_sd: dict[str, Any], config: Any, path: Path, prefix: str) -> Path:
-    """Write a kohya/A1111/ComfyUI LoRA (lora_unet_..., lora_down/lora_up, alpha).
-
-    diffusers' converter writes alpha = rank; the real alpha is the adapter's lora_alpha
-    (scale = alpha / rank), so it is set here per module, honouring rank/alpha patterns.
-    """
-    import torch
-    from diffusers.utils import convert_state_dict_to_kohya
-    from safetensors.torch import save_file
-
-    kohya = convert_state_dict_to_kohya({f"{prefix}.{k}": v for k, v in peft_sd.items()})
-    for key in [k for k in kohya if k.endswith(".alpha")]:
-        module = key[: -len(".alpha")]
-        alpha = float(config.lora_alpha)
-        for pattern, value in (getattr(config, "alpha_pattern", None) or {}).items():
-            if module.endswith(pattern.replace(".", "_")):
-                alpha = float(value)
-        kohya[key] = torch.tensor(alpha)
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in kohya.items()}
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(tensors, str(tmp), metadata={"format": "pt", "ss_network_module": "networks.lora",
-                                           "ss_network_dim": str(config.r),
-                                           "ss_network_alpha": str(config.lora_alpha)})
-    os.replace(tmp, path)
-    return path
-
-
-# ---------------------------------------------------------------- tiny models
-
-
-def calibrate_tiny_vae(vae: Any, seed: int = 0, with_shift: bool = False) -> None:
-    """Set a random VAE's latent normalisation as real ones are set: from the statistics
-    of its latents on images (here smooth synthetic ones, made deterministically).
-
-    Without this a random tiny VAE's latents have a std near 0.04, so noise drowns the
-    image at every timestep and a demo cannot learn anything visible.
-    """
-    import torch
-    import torch.nn.functional as F
-
-    generator = torch.Generator().manual_seed(seed)
-    coarse = torch.rand(8, 3, 4, 4, generator=generator) * 2 - 1
-    pixels = F.interpolate(coarse, size=(64, 64), mode="bilinear", align_corners=False)
-    with torch.no_grad():
-        latents = vae.encode(pixels).latent_dist.mean
-    shift = float(latents.mean()) if with_shift else None
-    centred = latents - (shift or 0.0)
-    vae.register_to_config(scaling_factor=round(1.0 / float(centred.std()), 4),
-                           shift_factor=round(shift, 4) if with_shift else None)
-
-
-# ---------------------------------------------------------------- latents
-
-
-def encode_latents(vae: Any, pixels: Any, generator: Any = None) -> Any:
-    """Normalised latents of pixels in [-1, 1]: (z - shift_factor) * scaling_factor.
-
-    Without a generator z is the posterior mean (deterministic caches); with one, a
-    posterior sample, as diffusers' training scripts take. fp16 VAEs that ask for it
-    (SDXL's overflows) encode in float32, as the pipelines' upcast_vae does for decoding.
-    """
-    import torch
-
-    upcast = vae.dtype == torch.float16 and getattr(vae.config, "force_upcast", False)
-    if upcast:
-        vae.to(torch.float32)
-    try:
-        with torch.no_grad():
-            dist = vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist
-            latents = dist.mean
-            if generator is not None:
-                noise = torch.randn(latents.shape, generator=generator,
-                                    device=generator.device, dtype=torch.float32)
-                latents = latents + dist.std * noise.to(latents.device, latents.dtype)
-    finally:
-        if upcast:
-            vae.to(torch.float16)
-    shift = getattr(vae.config, "shift_factor", None)
-    if shift is not None:
-        latents = latents - shift
-    return (latents * vae.config.scaling_factor).to(vae.dtype)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import string
 from pathlib import Path
+from typing import Any
 
 # T5's fixed special ids: pad 0 (also the decoder start), eos 1, unk 2.
 SPECIALS = ["<pad>", "</s>", "<unk>"]
@@ -38,7 +39,16 @@ def build_t5_tokenizer(out_dir: Path, model_max_length: int = 512) -> int:
     return len(tok)
 
 
-def tiny_t5_encoder(vocab_size: int, d_model: int, seed: int):
+def t5_tokenizer(out_dir: Path) -> tuple[Any, int]:
+    """Write a T5 tokenizer to `out_dir` and load it back as the fast class the pipelines
+    use; returns it and its vocabulary size (for the encoder)."""
+    from transformers import T5TokenizerFast
+
+    vocab_size = build_t5_tokenizer(out_dir)
+    return T5TokenizerFast.from_pretrained(str(out_dir), local_files_only=True), vocab_size
+
+
+def tiny_t5_encoder(vocab_size: int, d_model: int, seed: int) -> Any:
     """A one-layer T5EncoderModel with random weights drawn from `seed`."""
     import torch
     from transformers import T5Config, T5EncoderModel

@@ -1,0 +1,153 @@
+"""Training objectives: how latents are noised, what the denoiser's output is compared
+with, and how each item's loss is weighted. Pure tensor maths, no model classes.
+
+DDPM (sd15, sd2, sdxl): the scheduler's forward process at a timestep in [0, 1000); the
+target is the noise (epsilon) or the velocity (v_prediction), as the loaded scheduler's
+`prediction_type` says. Min-SNR-gamma weighting (Hang et al. 2023) is optional.
+
+Flow matching (sd3, flux), the rectified flow of diffusers' train_dreambooth_lora_sd3.py
+and _flux.py:
+    noisy  = (1 - sigma) * latents + sigma * noise
+    target = noise - latents                (the velocity the transformer predicts)
+with sigma in (0, 1) per item, drawn by `sample_sigmas`:
+- "logit_normal": sigma = sigmoid(N(logit_mean, logit_std)), the SD3 paper's choice
+  (Esser et al. 2024, "rf/lognorm(0.00, 1.00)"); also kohya's/SimpleTuner's "sigmoid"
+  sampling for Flux. Concentrates training on middle noise levels.
+- "uniform": sigma ~ U(0, 1), diffusers' Flux script default ("none" weighting scheme).
+then shifted by the family's static shift: sigma' = s*sigma / (1 + (s-1)*sigma), and
+clamped to [1e-3, 1 - 1e-3] so neither the clean nor the pure-noise end is degenerate.
+`loss_weights` gives diffusers' `compute_loss_weighting_for_sd3` schemes: "none",
+"sigma_sqrt" (sigma^-2) or "cosmap" (2 / (pi * (1 - 2 sigma + 2 sigma^2))); they are the
+flow counterparts of min-SNR, which does not apply to flow matching.
+
+Random draws use the generator on its own device and then move, so a CPU generator gives
+the same draws whatever device trains.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+SIGMA_EPS = 1e-3
+TIMESTEP_SAMPLINGS = ("logit_normal", "uniform")
+LOSS_WEIGHTINGS = ("none", "sigma_sqrt", "cosmap")
+
+
+def standard_noise(shape: Any, generator: Any, device: Any) -> Any:
+    """float32 N(0, 1) noise of `shape`, drawn on the generator's device, moved to `device`."""
+    import torch
+
+    draw_on = generator.device if generator is not None else device
+    return torch.randn(shape, generator=generator, device=draw_on,
+                       dtype=torch.float32).to(device)
+
+
+def weighted_mse(prediction: Any, target: Any, weights: Any | None = None) -> Any:
+    """Per-item MSE in float32, optionally weighted, then the batch mean."""
+    per_item = ((prediction.float() - target.float()) ** 2).reshape(
+        prediction.shape[0], -1).mean(dim=1)
+    if weights is not None:
+        per_item = per_item * weights.to(per_item.device, per_item.dtype)
+    return per_item.mean()
+
+
+# ---------------------------------------------------------------- DDPM
+
+
+def ddpm_noise_and_target(scheduler: Any, latents: Any, generator: Any = None,
+                          timesteps: Any = None, noise: Any = None) -> tuple[Any, Any, Any]:
+    """DDPM forward process: (noisy, timesteps, target) for epsilon or v prediction.
+    Draws what is not given: noise, and timesteps uniform over the training schedule."""
+    import torch
+
+    b = latents.shape[0]
+    if noise is None:
+        noise = standard_noise(latents.shape, generator, latents.device).to(latents.dtype)
+    if timesteps is None:
+        n = scheduler.config.num_train_timesteps
+        draw_on = generator.device if generator is not None else latents.device
+        timesteps = torch.randint(0, n, (b,), generator=generator, device=draw_on)
+    timesteps = torch.as_tensor(timesteps, device=latents.device).long().reshape(-1)
+    if timesteps.numel() == 1 and b > 1:
+        timesteps = timesteps.expand(b)
+    noisy = scheduler.add_noise(latents, noise, timesteps)
+    kind = scheduler.config.prediction_type
+    if kind == "epsilon":
+        target = noise
+    elif kind == "v_prediction":
+        target = scheduler.get_velocity(latents, noise, timesteps)
+    else:
+        raise ValueError(f"unsupported prediction_type {kind!r} in the scheduler config")
+    return noisy, timesteps, target
+
+
+def snr(scheduler: Any, timesteps: Any) -> Any:
+    """Signal-to-noise ratio alpha_bar / (1 - alpha_bar) at each timestep."""
+    alphas = scheduler.alphas_cumprod.to(timesteps.device)[timesteps].float()
+    return alphas / (1.0 - alphas)
+
+
+def min_snr_weights(scheduler: Any, timesteps: Any, gamma: float) -> Any:
+    """Min-SNR-gamma loss weights for the scheduler's prediction type.
+
+    epsilon: min(snr, gamma) / snr; v_prediction: min(snr, gamma) / (snr + 1), because
+    the v loss already carries a factor (snr + 1) relative to the x0 loss.
+    """
+    import torch
+
+    s = snr(scheduler, timesteps)
+    clipped = torch.minimum(s, torch.full_like(s, gamma))
+    if scheduler.config.prediction_type == "v_prediction":
+        return clipped / (s + 1.0)
+    return clipped / s.clamp(min=1e-8)
+
+
+# ---------------------------------------------------------------- flow matching
+
+
+def shift_sigmas(sigmas: Any, shift: float) -> Any:
+    """The scheduler's static shift: more weight on high noise for shift > 1."""
+    if shift == 1.0:
+        return sigmas
+    return shift * sigmas / (1.0 + (shift - 1.0) * sigmas)
+
+
+def sample_sigmas(n: int, generator: Any = None, device: Any = "cpu",
+                  scheme: str = "logit_normal", logit_mean: float = 0.0,
+                  logit_std: float = 1.0, shift: float = 1.0) -> Any:
+    """n sigmas in (0, 1) drawn with `generator` on its own device, then moved."""
+    import torch
+
+    gen_device = generator.device if generator is not None else device
+    if scheme == "logit_normal":
+        normal = torch.randn(n, generator=generator, device=gen_device, dtype=torch.float32)
+        u = torch.sigmoid(normal * logit_std + logit_mean)
+    elif scheme == "uniform":
+        u = torch.rand(n, generator=generator, device=gen_device, dtype=torch.float32)
+    else:
+        raise ValueError(f"unknown timestep sampling {scheme!r}; use one of "
+                         f"{', '.join(TIMESTEP_SAMPLINGS)}")
+    u = u.clamp(SIGMA_EPS, 1.0 - SIGMA_EPS)
+    return shift_sigmas(u, shift).to(device)
+
+
+def loss_weights(sigmas: Any, scheme: str) -> Any | None:
+    """Per-item weights of diffusers' compute_loss_weighting_for_sd3; None for "none"."""
+    if scheme == "none":
+        return None
+    if scheme == "sigma_sqrt":
+        return (sigmas.float() ** -2.0)
+    if scheme == "cosmap":
+        bot = 1.0 - 2.0 * sigmas.float() + 2.0 * sigmas.float() ** 2
+        return 2.0 / (math.pi * bot)
+    raise ValueError(f"unknown loss weighting {scheme!r}; use one of {', '.join(LOSS_WEIGHTINGS)}")
+
+
+def flow_noise_and_target(latents: Any, sigmas: Any, noise: Any) -> tuple[Any, Any]:
+    """(noisy, target) of the rectified-flow forward process, computed in float32."""
+    s = sigmas.float().reshape(-1, *([1] * (latents.ndim - 1))).to(latents.device)
+    x = latents.float()
+    n = noise.float().to(latents.device)
+    noisy = (1.0 - s) * x + s * n
+    return noisy.to(latents.dtype), (n - x).to(latents.dtype)

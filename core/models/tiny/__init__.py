@@ -1,0 +1,28 @@
+"""Tiny random models for every family, built offline from configs: the demo's model and
+the tests'. Apart from the production families (core/models/<family>.py), which load
+them like any diffusers folder.
+
+- materialize.py: `resolve_model_path("tiny:sd15", workspace)` builds a workspace's
+  tiny model once (atomically, under a lock) and returns its folder.
+- <family>.py: `build(out_dir, seed)`, one per family in registry.FAMILY_NAMES, found by
+  `tiny_builder(family)`.
+- clip.py, t5.py, vae.py: the small text encoders, tokenizers and VAEs they share.
+
+Importing this package stays cheap (no torch): `--stage check` and the cache status use
+`tiny_dir` and `MARKER`.
+"""
+
+from core.models.tiny.materialize import (
+    MARKER,
+    TINY_PREFIX,
+    TINY_SEED,
+    TINY_VERSION,
+    build_tiny_folder,
+    materialize_tiny,
+    resolve_model_path,
+    tiny_builder,
+    tiny_dir,
+)
+
+__all__ = ["MARKER", "TINY_PREFIX", "TINY_SEED", "TINY_VERSION", "build_tiny_folder",
+           "materialize_tiny", "resolve_model_path", "tiny_builder", "tiny_dir"]

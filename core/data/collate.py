@@ -7,9 +7,15 @@ An item (one image, from the latent and text caches) is a dict:
   "caption". Any other key is passed through as a list.
 
 The batch: "latents" [B, C, H, W]; "prompt_embeds" [B, Lmax, D] right-padded with zeros and
-"prompt_mask" [B, Lmax] False in the padding (families pass the mask to attention, so
-padding never conditions the image); "pooled_prompt_embeds" [B, P] when every item has it;
-the size ids as LongTensor [B, 2]; "paths" and "captions" as lists.
+"prompt_mask" [B, Lmax] False in the padding; "pooled_prompt_embeds" [B, P] when every item
+has it; the size ids as LongTensor [B, 2]; "paths" and "captions" as lists.
+
+No family gives the mask to its denoiser: each encodes at one fixed length, padded as its
+pipeline pads at inference (sd15/sd2/sdxl: CLIP's 77; sd3: 77 + T5's 256; flux: T5's 512),
+so one model's items never need padding here and the denoiser sees the padding tokens it
+sees at inference. (The UNet accepts an encoder_attention_mask, but masking what the
+pipelines leave unmasked would change what training fits; SD3's and Flux's transformers
+take no text mask.) The mask marks the real tokens for whoever needs them.
 
 A batch holds one bucket (the sampler guarantees it), so differing latent shapes mean a
 stale or foreign cache: CollateError names the files and shapes instead of torch.stack's

@@ -50,6 +50,8 @@ from common import (
     workspace,
 )
 
+from core.runs.folder import RunFolder  # noqa: E402  (common put the repo on sys.path)
+
 MODES = ("direct", "accelerate", "accelerate-cpu")
 
 
@@ -161,7 +163,7 @@ def overhead_pieces(cfg: Any, plan: Any, run_dir: Path) -> dict[str, float]:
 
 
 def _events(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "events.jsonl"
+    path = RunFolder(run_dir).events
     if not path.exists():
         return []
     out = []
@@ -213,10 +215,10 @@ def run_trainer(mode: str, cfg: Any, ws: Path, timeout: float, warmup: int) -> d
         env = {**os.environ, "PYTHONUNBUFFERED": "1",
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
                                                            os.environ.get("PYTHONPATH")]))}
-        with open(run_dir / "train.log", "ab") as log:
+        with open(RunFolder(run_dir).log, "ab") as log:
             proc = subprocess.run(
                 [sys.executable, "-m", "core.train.main", "--config",
-                 str(run_dir / "config.toml"), "--workspace", str(ws)],
+                 str(RunFolder(run_dir).config), "--workspace", str(ws)],
                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout,
                 check=False)
         state = {0: "done"}.get(proc.returncode, f"exit {proc.returncode}")
@@ -233,7 +235,7 @@ def run_trainer(mode: str, cfg: Any, ws: Path, timeout: float, warmup: int) -> d
     events = _events(run_dir)
     first_step = _first(events, type="step", step=1)
     if state != "done" or first_step is None:
-        tail = (run_dir / "train.log").read_text(errors="replace")[-3000:]
+        tail = RunFolder(run_dir).log.read_text(errors="replace")[-3000:]
         raise SystemExit(f"{mode} run ended {state}; the end of {run_dir}/train.log:\n{tail}")
     starting = _first(events, type="status", state="starting")
     running = _first(events, type="status", state="running")

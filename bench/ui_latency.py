@@ -31,6 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from core.runs.folder import RunFolder  # noqa: E402  (stdlib only: cheap to import)
+
 TARGET_S = 1.5
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",
@@ -54,7 +56,7 @@ def start_fake_run(workspace: Path) -> Path:
 def write_png(run_dir: Path, step: int) -> None:
     from PIL import Image
 
-    folder = run_dir / "validation" / f"step_{step:06d}"
+    folder = RunFolder(run_dir).validation_step(step)
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / ".00.png.tmp"
     Image.new("RGB", (64, 64), (step % 255, 90, 160)).save(tmp, format="PNG")
@@ -90,7 +92,7 @@ def time_both(page, t0: float, server_check, browser_js: str) -> tuple[float, fl
 def sample_log(page, ctx, run_dir: Path, follower, i: int) -> tuple[float, float | None]:
     token = f"latency-probe-{i}-{random.randrange(10**9)}"
     t0 = time.monotonic()
-    with open(run_dir / "train.log", "a", encoding="utf-8") as fh:
+    with open(RunFolder(run_dir).log, "a", encoding="utf-8") as fh:
         fh.write(f"{token}\n")
     return time_both(page, t0, lambda: token in follower.poll().log_text(),
                      f"(document.querySelector('#train-log textarea') || {{value: ''}})"
@@ -144,7 +146,7 @@ def run(samples: int, workspace: Path) -> None:
     ctx = AppContext(workspace)
     demo, url = launch_app(ctx, port=_free_port(), prevent_thread_lock=True, quiet=True)
     pw, page = open_page(url)
-    follower = RunFollower(run_dir, log_offset=(run_dir / "train.log").stat().st_size)
+    follower = RunFollower(run_dir, log_offset=RunFolder(run_dir).log.stat().st_size)
     logs, images = [], []
     try:
         for i in range(samples):

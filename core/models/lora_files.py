@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from core.models.modules import unwrap
-
-DIFFUSERS_FILE = "pytorch_lora_weights.safetensors"
+from core.runs.folder import LORA_WEIGHTS_NAME as DIFFUSERS_FILE  # the run-folder contract
 
 
 def adapter_weights(model: Any, adapter_name: str = "default") -> tuple[dict[str, Any], Any]:

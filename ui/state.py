@@ -12,30 +12,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 from dataclasses import dataclass, field, fields
 from typing import Any, get_origin, get_type_hints
 
-from core.config import (
-    Config,
-    DatasetConfig,
-    LaunchConfig,
-    ModelConfig,
-    OutputConfig,
-    TextCacheConfig,
-    TrainConfig,
-    ValidationConfig,
-)
-from core.problems import Problem, error
-
-SECTION_TYPES: dict[str, type] = {
-    "model": ModelConfig,
-    "text_cache": TextCacheConfig,
-    "train": TrainConfig,
-    "validation": ValidationConfig,
-    "output": OutputConfig,
-    "launch": LaunchConfig,
-}
+from core.config import SECTION_TYPES, Config, DatasetConfig, convert_value
+from core.problems import ConfigError, Problem
 
 
 @dataclass(frozen=True)
@@ -91,32 +72,19 @@ def to_form_value(spec: FieldSpec, value: Any) -> Any:
     return "\n".join(value) if spec.is_list else value
 
 
+def from_form_value(spec: FieldSpec, value: Any) -> Any:
+    """A component's value as `convert_value` takes it (the inverse of `to_form_value`)."""
+    if spec.is_list:
+        return [line.strip() for line in str(value or "").splitlines() if line.strip()]
+    return "" if value is None and spec.type is str else value
+
+
 def coerce(spec: FieldSpec, value: Any, where: str) -> tuple[Any, Problem | None]:
     """A component's value as the config type, or (default, problem naming the key)."""
-    tp = spec.type
     try:
-        if spec.is_list:
-            return [line.strip() for line in str(value or "").splitlines() if line.strip()], None
-        if tp is bool:
-            return bool(value), None
-        if tp is str:
-            return "" if value is None else str(value), None
-        if value is None or value == "":
-            return spec.default, error(where, f"is empty; enter {_kind(tp)}")
-        number = float(value)
-        if not math.isfinite(number):
-            raise ValueError
-        if tp is int:
-            if number != int(number):
-                return spec.default, error(where, f"must be a whole number, got {value}")
-            return int(number), None
-        return number, None
-    except (TypeError, ValueError):
-        return spec.default, error(where, f"expected {_kind(tp)}, got {value!r}")
-
-
-def _kind(tp: Any) -> str:
-    return {int: "a whole number", float: "a number"}.get(tp, "a value")
+        return convert_value(where, spec.type, from_form_value(spec, value)), None
+    except ConfigError as exc:
+        return spec.default, exc.problems[0]
 
 
 @dataclass

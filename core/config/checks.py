@@ -1,0 +1,132 @@
+"""Rules on a loaded config: every range, choice and cross-key rule (`validate_config`,
+no disk access), and `resolved`, the copy with paths joined to the workspace."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from core.config.schema import CONFIG_VERSION, FAMILIES, SECTION_TYPES, Config
+from core.problems import Problem, error
+
+# ---------------------------------------------------------------- paths
+
+
+def resolve_path(value: str, workspace: Path) -> Path:
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else workspace / p
+
+
+def resolved(cfg: Config, workspace: str | Path) -> Config:
+    """A copy with every path field absolute (relative ones joined to the workspace).
+
+    `model.path` is joined only when it names something that exists there, because it
+    may also be a hub id such as `org/model` or `tiny:sd15`.
+    """
+    workspace = Path(workspace).expanduser().absolute()
+    out = dataclasses.replace(cfg)
+    for name in SECTION_TYPES:
+        setattr(out, name, dataclasses.replace(getattr(cfg, name)))
+    out.datasets = [dataclasses.replace(ds) for ds in cfg.datasets]
+    for obj in (*(getattr(out, name) for name in SECTION_TYPES), *out.datasets):
+        for f in fields(obj):
+            if f.metadata.get("kind") == "path" and getattr(obj, f.name):
+                setattr(obj, f.name, str(resolve_path(getattr(obj, f.name), workspace)))
+    model_path = out.model.path
+    if model_path and not model_path.startswith("tiny:"):
+        candidate = resolve_path(model_path, workspace)
+        if Path(model_path).expanduser().is_absolute() or candidate.exists():
+            out.model.path = str(candidate)
+    return out
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _check_field(obj: Any, f: dataclasses.Field, key: str) -> list[Problem]:
+    value = getattr(obj, f.name)
+    m = f.metadata
+    if m.get("choices") and value not in m["choices"]:
+        return [error(key, f"must be one of {', '.join(m['choices'])}; got {value!r}")]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        lo, hi = m.get("min"), m.get("max")
+        if lo is not None and (value < lo or (m.get("min_exclusive") and value == lo)):
+            relation = "greater than" if m.get("min_exclusive") else "at least"
+            return [error(key, f"must be {relation} {lo}; got {value}")]
+        if hi is not None and value > hi:
+            return [error(key, f"must be at most {hi}; got {value}")]
+    return []
+
+
+def _check_section(obj: Any, prefix: str) -> list[Problem]:
+    out: list[Problem] = []
+    for f in fields(obj):
+        out += _check_field(obj, f, f"{prefix}.{f.name}")
+    return out
+
+
+def _check_datasets(cfg: Config) -> list[Problem]:
+    if not cfg.datasets:
+        return [error("datasets", "no dataset configured; add a [[datasets]] table with "
+                                  "id, images and vae_cache")]
+    out: list[Problem] = []
+    seen: dict[str, int] = {}
+    for i, ds in enumerate(cfg.datasets):
+        key = f"datasets.{i}"
+        out += _check_section(ds, key)
+        if not ds.id.strip() or any(c in ds.id for c in "/\\:"):
+            out.append(error(f"{key}.id", f"must be a non-empty name without / \\ or :, "
+                                          f"got {ds.id!r}"))
+        elif ds.id in seen:
+            out.append(error(f"{key}.id", f"'{ds.id}' is already used by datasets.{seen[ds.id]}"))
+        seen.setdefault(ds.id, i)
+        for name in ("images", "vae_cache"):
+            if not getattr(ds, name).strip():
+                out.append(error(f"{key}.{name}", "is empty; set a folder"))
+        if ds.caption == "instance_prompt" and not ds.instance_prompt.strip():
+            out.append(error(f"{key}.instance_prompt",
+                             "is empty but caption = \"instance_prompt\"; write the prompt"))
+    if all(ds.probability == 0 for ds in cfg.datasets):
+        out.append(error("datasets", "every dataset has probability 0; give one a weight > 0"))
+    return out
+
+
+def _check_cross(cfg: Config) -> list[Problem]:
+    out: list[Problem] = []
+    if cfg.model.path.startswith("tiny:"):
+        fam = cfg.model.path.removeprefix("tiny:")
+        if fam not in FAMILIES:
+            out.append(error("model.path", f"unknown tiny family {fam!r}; use one of "
+                                           f"{', '.join('tiny:' + f for f in FAMILIES)}"))
+        elif fam != cfg.model.family:
+            out.append(error("model.path", f"{cfg.model.path} does not match "
+                                           f"model.family = {cfg.model.family!r}"))
+    elif not cfg.model.path.strip():
+        out.append(error("model.path", "is empty; set a hub id, folder, file or tiny:<family>"))
+    for key, value in (("text_cache.dir", cfg.text_cache.dir), ("output.dir", cfg.output.dir)):
+        if not value.strip():
+            out.append(error(key, "is empty; set a folder"))
+    if cfg.launch.num_machines > 1 and not cfg.launch.main_process_ip:
+        out.append(error("launch.main_process_ip", "is required when launch.num_machines > 1"))
+    if cfg.launch.machine_rank >= cfg.launch.num_machines:
+        out.append(error("launch.machine_rank", "must be below launch.num_machines"))
+    if cfg.train.lr_warmup_steps > cfg.train.max_steps:
+        out.append(Problem("warning", "train.lr_warmup_steps",
+                           "is longer than train.max_steps; the rate never reaches its target"))
+    if cfg.launch.cpu and cfg.train.mixed_precision == "fp16":
+        out.append(error("train.mixed_precision", "fp16 does not run on the CPU; use bf16 or no"))
+    return out
+
+
+def validate_config(cfg: Config) -> list[Problem]:
+    """Every range, choice and cross-key rule; does not touch the disk."""
+    out: list[Problem] = []
+    if cfg.version != CONFIG_VERSION:
+        out.append(error("version", f"must be {CONFIG_VERSION}"))
+    for name in SECTION_TYPES:
+        out += _check_section(getattr(cfg, name), name)
+    out += _check_datasets(cfg)
+    out += _check_cross(cfg)
+    return out

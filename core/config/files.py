@@ -1,0 +1,109 @@
+"""The config as TOML: read it (collecting every unknown key and wrong type) and write it
+in the canonical form presets are stored in, so they round-trip exactly."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import tomli_w
+
+from core.config.schema import CONFIG_VERSION, SECTION_TYPES, SECTIONS, Config, DatasetConfig
+from core.config.values import convert_value, unknown_key
+from core.problems import ConfigError, Problem, error
+
+# ---------------------------------------------------------------- reading
+
+
+def _build_section(cls: type, data: Any, prefix: str, problems: list[Problem]) -> Any:
+    if not isinstance(data, dict):
+        problems.append(error(prefix, f"expected a table, got {data!r}"))
+        return cls()
+    hints = get_type_hints(cls)
+    known = [f.name for f in fields(cls)]
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        key = f"{prefix}.{name}"
+        if name not in known:
+            problems.append(unknown_key(key, name, known))
+            continue
+        try:
+            kwargs[name] = convert_value(key, hints[name], value)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    return cls(**kwargs)
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    """Build a Config from parsed TOML, collecting every unknown key and type error."""
+    problems: list[Problem] = []
+    version = data.get("version", CONFIG_VERSION)
+    if version != CONFIG_VERSION:
+        problems.append(error("version", f"unsupported config version {version!r}; "
+                                         f"this app reads version {CONFIG_VERSION}"))
+    cfg = Config()
+    for name, value in data.items():
+        if name == "version":
+            continue
+        if name not in SECTIONS:
+            problems.append(unknown_key(name, name, ["version", *SECTIONS]))
+        elif name == "datasets":
+            if not isinstance(value, list):
+                problems.append(error("datasets", "expected [[datasets]] tables"))
+                continue
+            cfg.datasets = [
+                _build_section(DatasetConfig, item, f"datasets.{i}", problems)
+                for i, item in enumerate(value)
+            ]
+        else:
+            setattr(cfg, name, _build_section(SECTION_TYPES[name], value, name, problems))
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def loads_config(text: str, source: str = "<config>") -> Config:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([error(source, f"not valid TOML: {exc}")]) from None
+    return config_from_dict(data)
+
+
+def load_config(path: str | Path) -> Config:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([error(str(path), "config file not found")]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([error(str(path), f"cannot read config: {exc}")]) from None
+    return loads_config(text, str(path))
+
+
+# ---------------------------------------------------------------- writing
+
+
+def config_to_dict(cfg: Config) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def dumps_config(cfg: Config) -> str:
+    """Canonical TOML: `version`, then every section with every key, in declaration order
+    (no datasets: no `[[datasets]]` table). Presets are stored in this form."""
+    data = config_to_dict(cfg)
+    if not data["datasets"]:
+        del data["datasets"]  # tomli_w would write `datasets = []` above [model]
+    return tomli_w.dumps(data)
+
+
+def save_config(cfg: Config, path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # two writers never share one
+    tmp.write_text(dumps_config(cfg), encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,160 @@
+"""What the config is: one dataclass per TOML section, whose field metadata (label, help,
+choices, bounds, kind) drives conversion, validation, docs/config.md and the UI form.
+
+A new key is one field here; a new section is one field of `Config` (and its dataclass).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+from typing import Any, get_type_hints
+
+from core.models.registry import FAMILY_NAMES as FAMILIES
+
+CONFIG_VERSION = 1
+CAPTION_STRATEGIES = ("textfile", "filename", "jsonl", "instance_prompt")
+
+
+def meta(
+    label: str,
+    help: str = "",
+    *,
+    choices: tuple[str, ...] | None = None,
+    min: float | None = None,
+    max: float | None = None,
+    min_exclusive: bool = False,
+    kind: str = "",
+    advanced: bool = False,
+) -> dict[str, Any]:
+    """Field metadata. `kind="path"` marks paths resolved against the workspace."""
+    return {
+        "label": label,
+        "help": help,
+        "choices": choices,
+        "min": min,
+        "max": max,
+        "min_exclusive": min_exclusive,
+        "kind": kind,
+        "advanced": advanced,
+    }
+
+
+def _f(default: Any, **kwargs: Any) -> Any:
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta(**kwargs))
+    return field(default=default, metadata=meta(**kwargs))
+
+
+@dataclass
+class ModelConfig:
+    family: str = _f("sd15", label="Model family", choices=FAMILIES,
+                     help="Architecture of the base model.")
+    path: str = _f("tiny:sd15", label="Model path", kind="model_path",
+                   help="Hub id, local diffusers folder, single-file .safetensors, "
+                        "or tiny:<family> for a tiny offline model.")
+
+
+@dataclass
+class DatasetConfig:
+    id: str = _f("data", label="Dataset id", help="A short unique name.")
+    images: str = _f("", label="Images folder", kind="path")
+    vae_cache: str = _f("", label="VAE latent cache folder", kind="path",
+                        help="Must not be the images folder or inside it; one per dataset.")
+    caption: str = _f("textfile", label="Captions", choices=CAPTION_STRATEGIES,
+                      help="textfile: sidecar .txt; filename: the file name; "
+                           "jsonl: metadata.jsonl (file_name, text); instance_prompt: one prompt.")
+    instance_prompt: str = _f("", label="Instance prompt")
+    resolution: int = _f(512, label="Resolution", min=64, max=4096,
+                         help="Target side in pixels; buckets keep about resolution² pixels.")
+    bucketing: bool = _f(True, label="Aspect buckets")
+    crop: str = _f("center", label="Crop", choices=("center", "random", "none"))
+    repeats: int = _f(1, label="Repeats", min=1, max=10000)
+    probability: float = _f(1.0, label="Sampling weight", min=0.0, max=1e6,
+                            help="Relative chance a step draws from this dataset.")
+
+
+@dataclass
+class TextCacheConfig:
+    dir: str = _f("cache/text", label="Text-embedding cache folder", kind="path")
+
+
+@dataclass
+class TrainConfig:
+    method: str = _f("lora", label="Method", choices=("lora", "full"))
+    lora_rank: int = _f(16, label="LoRA rank", min=1, max=1024)
+    lora_alpha: float = _f(0.0, label="LoRA alpha", min=0.0, max=4096, advanced=True,
+                           help="0 means alpha = rank.")
+    lora_targets: str = _f("attention", label="LoRA targets", choices=("attention", "all"),
+                           advanced=True, help="attention: the attention projections "
+                           "(diffusers' examples); all: also convolutions and feed-forwards "
+                           "(LoCon style, more capacity).")
+    max_steps: int = _f(1000, label="Max steps", min=1, max=10_000_000)
+    batch_size: int = _f(1, label="Batch size", min=1, max=4096)
+    grad_accum: int = _f(1, label="Gradient accumulation", min=1, max=4096)
+    learning_rate: float = _f(1e-4, label="Learning rate", min=0.0, max=1.0, min_exclusive=True)
+    lr_scheduler: str = _f("constant", label="LR schedule", advanced=True,
+                           choices=("constant", "linear", "cosine"))
+    lr_warmup_steps: int = _f(0, label="Warm-up steps", min=0, max=10_000_000, advanced=True)
+    optimizer: str = _f("adamw", label="Optimizer", choices=("adamw", "adamw8bit"),
+                        advanced=True, help="adamw8bit needs bitsandbytes.")
+    weight_decay: float = _f(0.01, label="Weight decay", min=0.0, max=10.0, advanced=True)
+    max_grad_norm: float = _f(1.0, label="Gradient clip norm", min=0.0, max=1e6, advanced=True,
+                              help="0 disables clipping.")
+    seed: int = _f(42, label="Seed", min=0, max=2**63 - 1)
+    mixed_precision: str = _f("no", label="Mixed precision", choices=("no", "fp16", "bf16"))
+    gradient_checkpointing: bool = _f(False, label="Gradient checkpointing", advanced=True)
+    min_snr_gamma: float = _f(0.0, label="Min-SNR gamma", min=0.0, max=100.0, advanced=True,
+                              help="0 disables min-SNR weighting (epsilon/v families only).")
+    ema: bool = _f(False, label="EMA of weights", advanced=True)
+    ema_decay: float = _f(0.999, label="EMA decay", min=0.0, max=1.0, advanced=True)
+    checkpoint_every: int = _f(250, label="Checkpoint every (steps)", min=1, max=10_000_000)
+    keep_checkpoints: int = _f(3, label="Checkpoints kept", min=1, max=1000)
+    eval_every: int = _f(50, label="Eval every (steps)", min=1, max=10_000_000, advanced=True)
+    eval_images: int = _f(8, label="Eval images", min=1, max=1000, advanced=True)
+
+
+@dataclass
+class ValidationConfig:
+    prompts: list[str] = _f(["a red circle"], label="Validation prompts")
+    every: int = _f(100, label="Validate every (steps)", min=1, max=10_000_000)
+    steps: int = _f(20, label="Sampling steps", min=1, max=1000)
+    seed: int = _f(0, label="Validation seed", min=0, max=2**63 - 1)
+    guidance_scale: float = _f(5.0, label="Guidance scale", min=0.0, max=100.0, advanced=True)
+    resolution: int = _f(512, label="Validation resolution", min=64, max=4096, advanced=True)
+
+
+@dataclass
+class OutputConfig:
+    dir: str = _f("runs/run", label="Output folder", kind="path")
+
+
+@dataclass
+class LaunchConfig:
+    num_processes: int = _f(1, label="Processes", min=1, max=4096,
+                            help="Processes per machine (usually one per GPU).")
+    cpu: bool = _f(False, label="Force CPU")
+    num_machines: int = _f(1, label="Machines", min=1, max=4096, advanced=True)
+    machine_rank: int = _f(0, label="Machine rank", min=0, max=4095, advanced=True)
+    main_process_ip: str = _f("", label="Main process IP", advanced=True)
+    main_process_port: int = _f(29500, label="Main process port", min=1, max=65535,
+                                advanced=True)
+
+
+@dataclass
+class Config:
+    version: int = CONFIG_VERSION
+    model: ModelConfig = field(default_factory=ModelConfig)
+    datasets: list[DatasetConfig] = field(default_factory=list)
+    text_cache: TextCacheConfig = field(default_factory=TextCacheConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+
+
+SECTIONS: tuple[str, ...] = tuple(f.name for f in fields(Config) if f.name != "version")
+# The single-table sections by name (every section but the `[[datasets]]` list).
+SECTION_TYPES: dict[str, type] = {
+    name: tp for name, tp in get_type_hints(Config).items() if dataclasses.is_dataclass(tp)
+}

@@ -15,7 +15,7 @@ On a tiny sd15 LoRA and the demo shapes dataset (caches built first, in this pro
   outside load shows as a spread rather than silently skewing the ratio.
 - trainer: the real program in a subprocess, per mode:
     direct          python -m core.train.main --config ... --workspace ...
-    accelerate      core.runs.command.build_accelerate_command + core.runs.process.start_run
+    accelerate      core.runs.command.build_accelerate_command + core.runs.manager.start_run
                     with the config's launch.cpu = false (the demo preset's value)
     accelerate-cpu  the same with launch.cpu = true (adds --cpu and the thread count)
   Median step time from the step events' timestamps (eval, validation and checkpoints
@@ -201,8 +201,8 @@ def run_trainer(mode: str, cfg: Any, ws: Path, timeout: float, warmup: int) -> d
     import shutil
 
     from core.runs.command import build_accelerate_command, format_command
-    from core.runs.process import start_run
-    from core.runs.rundir import prepare_run_dir
+    from core.runs.manager import start_run
+    from core.runs.prepare import prepare_run_dir
 
     run_cfg = dataclasses.replace(cfg, output=dataclasses.replace(cfg.output,
                                                                    dir=str(ws / "runs" / mode)))

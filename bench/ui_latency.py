@@ -42,7 +42,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 def start_fake_run(workspace: Path) -> Path:
     """A registered, live run that writes nothing itself: the bench writes its files."""
     from core.runs.command import LaunchSpec
-    from core.runs.process import start_run
+    from core.runs.manager import start_run
     from core.runs.status import write_status
 
     run_dir = workspace / "runs" / "latency"
@@ -138,7 +138,7 @@ def open_page(url: str):
 
 def run(samples: int, workspace: Path) -> None:
     from core.runs.follow import RunFollower
-    from core.runs.process import stop_run
+    from core.runs.manager import stop_run
     from ui.app import TICK_S, launch_app
     from ui.context import AppContext
 

@@ -24,7 +24,7 @@ from core.runs.folder import RunFolder
 
 if TYPE_CHECKING:
     from core.cache.job import CacheJob
-    from core.runs.process import RunHandle
+    from core.runs.manager import RunHandle
     from core.runs.registry import RunInfo
 
 
@@ -121,7 +121,7 @@ def start_cache(cfg: Config, workspace: Path, *, running: CacheJob | None = None
     when the caller just ran it.
     """
     from core.cache.job import start_cache_job
-    from core.runs.process import RunStartError
+    from core.runs.manager import RunStartError
 
     if running is not None and running.poll() is None:
         raise OpError(f"a cache build is already running (log: {running.log_path}); wait "
@@ -176,8 +176,8 @@ def launch(cfg: Config, workspace: Path, *, resume: str | None = None,
     `checked` skips the check when the caller just ran it on `cfg`.
     """
     from core.runs.command import build_accelerate_command, format_command
-    from core.runs.process import RunStartError, start_run
-    from core.runs.rundir import prepare_run_dir
+    from core.runs.manager import RunStartError, start_run
+    from core.runs.prepare import prepare_run_dir
 
     what = "resuming" if resume else "the launch"
     if checked is None or errors(checked.problems):
@@ -208,7 +208,7 @@ def resume(run_dir: Path, workspace: Path, checkpoint: str = "latest") -> Launch
 def stop(run_dir: Path, grace_s: float, handle: RunHandle | None = None) -> str:
     """Stop a run (the trainer saves first); its final state. A run found dead is
     recorded as failed."""
-    from core.runs.process import stop_run
+    from core.runs.manager import stop_run
 
     folder = RunFolder(run_dir)
     if not folder.status.exists():

@@ -41,7 +41,7 @@ from core.runs import (
     write_status,
 )
 from core.runs.command import PROJECT_ROOT
-from core.runs.procs import is_running
+from core.runs.pids import is_running
 
 FAKE = str(PROJECT_ROOT / "tests" / "fixtures" / "fake_trainer.py")
 

@@ -14,8 +14,8 @@ from conftest import PYTHON, REPO, small_config
 
 from core.config import Config, load_config, save_config
 from core.runs.command import build_accelerate_command
-from core.runs.process import start_run
-from core.runs.rundir import prepare_run_dir
+from core.runs.manager import start_run
+from core.runs.prepare import prepare_run_dir
 from core.runs.status import read_status
 
 pytestmark = pytest.mark.slow

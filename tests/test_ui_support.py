@@ -49,7 +49,7 @@ def running_app(workspace: Path, auth: list[tuple[str, str]] | None = None
 
 def stop_runs(ctx) -> None:
     """Stop every run and cache build a test left going (fast: no long grace)."""
-    from core.runs.process import stop_run
+    from core.runs.manager import stop_run
 
     for handle in ctx.live_handles():
         with contextlib.suppress(Exception):

@@ -25,7 +25,7 @@ from pathlib import Path
 from core import ops
 from core.cache.job import CacheJob
 from core.runs.folder import RunFolder
-from core.runs.process import RunHandle, attach
+from core.runs.manager import RunHandle, attach
 from core.runs.registry import RunInfo
 from ui.watch import WatcherPool
 

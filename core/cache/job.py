@@ -22,7 +22,7 @@ from typing import Any
 from core.config import Config, save_config
 from core.runs.command import build_accelerate_command
 from core.runs.folder import RunFolder
-from core.runs.process import RunHandle, start_run
+from core.runs.manager import RunHandle, start_run
 from core.runs.tail import EventTail, last_lines
 
 JOBS_DIR = ".cache-jobs"

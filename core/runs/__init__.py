@@ -10,7 +10,7 @@ from __future__ import annotations
 from core.runs.command import LaunchSpec, build_accelerate_command, format_command
 from core.runs.folder import RunFolder
 from core.runs.foreground import follow_run
-from core.runs.process import (
+from core.runs.manager import (
     RunHandle,
     RunStartError,
     StopResult,
@@ -21,6 +21,7 @@ from core.runs.process import (
     start_run,
     stop_run,
 )
+from core.runs.prepare import RunDirError, prepare_run_dir
 from core.runs.registry import (
     RunInfo,
     list_runs,
@@ -29,7 +30,6 @@ from core.runs.registry import (
     run_info,
     run_is_alive,
 )
-from core.runs.rundir import RunDirError, prepare_run_dir
 from core.runs.status import (
     FINAL_STATES,
     STATES,

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
-from core.runs.process import DEFAULT_GRACE_S, RunHandle
+from core.runs.manager import DEFAULT_GRACE_S, RunHandle
 from core.runs.tail import LogTail
 
 

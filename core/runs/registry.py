@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from core.runs.folder import RunFolder
-from core.runs.procs import collect_run_processes, is_running
+from core.runs.pids import collect_run_processes, is_running
 from core.runs.status import (
     LIVE_STATES,
     RunStatus,

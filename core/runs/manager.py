@@ -3,7 +3,7 @@
 The child (`accelerate launch ...`) runs in its own session and process group, with
 stdout and stderr appended to the folder's log (`train.log`; `cache.log` for a cache
 job). Every launched process carries a run token in its environment, so
-`core.runs.procs` finds all of them at stop time even after accelerate's launcher has
+`core.runs.pids` finds all of them at stop time even after accelerate's launcher has
 exited and orphaned them.
 
 Stopping:
@@ -31,7 +31,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.runs import procs
+from core.runs import pids
 from core.runs.command import LaunchSpec, format_command
 from core.runs.folder import RunFolder, as_folder
 from core.runs.registry import (
@@ -67,7 +67,7 @@ def _describe_exit(returncode: int | None) -> str:
     if returncode is None:
         return "ended (exit code unknown: it was not started by this process)"
     if returncode < 0:
-        return f"was killed by {procs.signal_name(returncode)}"
+        return f"was killed by {pids.signal_name(returncode)}"
     return f"exited with code {returncode}"
 
 
@@ -178,10 +178,10 @@ class RunHandle:
     def leader_running(self) -> bool:
         if self.popen is not None:
             return self.popen.poll() is None
-        return procs.is_running(self.pid, self.start_ticks)
+        return pids.is_running(self.pid, self.start_ticks)
 
     def processes(self) -> dict[int, int]:
-        return procs.collect_run_processes(self.pid, self.start_ticks, self.token)
+        return pids.collect_run_processes(self.pid, self.start_ticks, self.token)
 
     def poll(self) -> str | None:
         """The final state once every process of the run has ended, else None.
@@ -275,7 +275,7 @@ def start_run(spec: LaunchSpec, where: RunFolder | str | Path) -> RunHandle:
     folder.command.write_text(command + "\n", encoding="utf-8")
     _reset_status(folder)
     token = uuid.uuid4().hex
-    env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1", procs.RUN_TOKEN_ENV: token}
+    env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1", pids.RUN_TOKEN_ENV: token}
     log_fd, log_offset = _open_log(folder, command)
     try:
         popen = subprocess.Popen(
@@ -290,7 +290,7 @@ def start_run(spec: LaunchSpec, where: RunFolder | str | Path) -> RunHandle:
         raise RunStartError(reason) from None
     finally:
         os.close(log_fd)  # the child holds its own copy
-    ticks = procs.start_ticks(popen.pid)
+    ticks = pids.start_ticks(popen.pid)
     # The trainer's first status write comes seconds later (after its imports), so this
     # read-modify-write does not race it in practice.
     write_status(run_dir, pid=popen.pid, launcher_pid=popen.pid, launcher_start=ticks,
@@ -309,7 +309,7 @@ def _interrupt_targets(found: dict[int, int], leader: int) -> dict[int, int]:
 
     If the launcher has no such process (it is the trainer itself), the launcher.
     """
-    stats = {p: procs.proc_stat(p) for p in found}
+    stats = {p: pids.proc_stat(p) for p in found}
     targets = {
         p: t for p, t in found.items()
         if p != leader and (st := stats[p]) is not None
@@ -320,11 +320,11 @@ def _interrupt_targets(found: dict[int, int], leader: int) -> dict[int, int]:
 
 def _terminate(alive: dict[int, int], term_grace_s: float) -> list[int]:
     """SIGTERM, wait, SIGKILL whatever is left; returns the pids that needed SIGKILL."""
-    procs.signal_processes(alive, signal.SIGTERM)
-    left = procs.wait_gone(alive, term_grace_s)
+    pids.signal_processes(alive, signal.SIGTERM)
+    left = pids.wait_gone(alive, term_grace_s)
     if left:
-        procs.signal_processes(left, signal.SIGKILL)
-        procs.wait_gone(left, 5.0)
+        pids.signal_processes(left, signal.SIGKILL)
+        pids.wait_gone(left, 5.0)
     return sorted(left)
 
 
@@ -338,7 +338,7 @@ def _wait_all(handle: RunHandle, found: dict[int, int], timeout_s: float) -> dic
         if time.monotonic() >= next_scan:
             found.update(handle.processes())
             next_scan = time.monotonic() + 0.5
-        alive = procs.alive_of(found)
+        alive = pids.alive_of(found)
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.05)
@@ -367,7 +367,7 @@ def stop_run(
     if not found and (state := handle.poll()) is not None:  # it had ended already
         return StopResult(state=state, forced=False)
     request_stop(run_dir)
-    procs.signal_processes(_interrupt_targets(found, handle.pid), signal.SIGINT)
+    pids.signal_processes(_interrupt_targets(found, handle.pid), signal.SIGINT)
     alive = _wait_all(handle, found, grace_s)
     killed: list[int] = []
     if alive:

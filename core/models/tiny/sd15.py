@@ -1,4 +1,4 @@
-"""Tiny random SD1.5: the UNet of DESIGN.md (block_out_channels (32, 64), cross-attention
+"""Tiny random SD1.5: an SD1.5-shaped UNet (block_out_channels (32, 64), cross-attention
 width 32), a calibrated 4-channel VAE, a 3-layer CLIP text encoder and the byte-level
 tokenizer. `unet_parts` is shared with the tiny SD2 and SDXL builds, which change the
 scheduler, the UNet's extra settings and the text side.

@@ -57,29 +57,26 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: gr.Time
     check_outputs = [dataset.check_html, dataset.histogram, config.toml]
 
     @guarded("Check")
-    def live_check(data: dict[Any, Any]) -> tuple:
+    def live_check(data: dict[Any, Any]) -> dict[Any, Any]:
         cfg, problems = form.read(data)
-        html, histogram = tab_dataset.check_view(ctx, cfg, problems)
-        return html, histogram, presets.toml_text(cfg)
+        return {**tab_dataset.check_view(ctx, dataset, cfg, problems),
+                config.toml: presets.toml_text(cfg)}
 
     live = {"fn": live_check, "inputs": form.inputs(), "outputs": check_outputs,
             "api_visibility": "private", "show_progress": "hidden"}
     fields = [*form.editor.values(), *form.fields.values()]
     gr.on([c.change for c in fields], trigger_mode="always_last", **live)
     tab_dataset.wire(ctx, form, dataset, check_outputs, live_check)
-    runs_refresh = {"fn": lambda: tab_runs.runs_view(ctx), "inputs": None,
+    runs_refresh = {"fn": lambda: tab_runs.runs_view(ctx, runs), "inputs": None,
                     "outputs": [runs.table, runs.choice], "api_visibility": "private"}
     tab_train.wire(ctx, form, train, timer, on_launched=[runs_refresh])
     tab_runs.wire(ctx, runs, train, tabs)
     runs_tab.select(**runs_refresh)
-    preview = {"fn": guarded("Preview")(lambda d: tab_dataset.preview_items(
-        ctx, form.read(d)[0], d[form.datasets].selected)), "inputs": form.inputs(),
-        "outputs": [dataset.preview, dataset.preview_paths, dataset.preview_note],
-        "api_visibility": "private"}
+    preview = tab_dataset.preview_event(ctx, form, dataset)
     tab_config.wire(ctx, form, bar, config, after_fill=[live, preview])
-    demo.load(guarded("Open the page")(lambda f: tab_runs.on_load(ctx, f)), [train.following],
-              [runs.table, runs.choice, train.following, train.progress, train.log,
-               train.plot, train.gallery, train.command], api_visibility="private")
+    demo.load(guarded("Open the page")(lambda f: tab_runs.on_load(ctx, runs, train, f)),
+              [train.following], [runs.table, runs.choice, *train.components()],
+              api_visibility="private")
 
 
 def launch_app(ctx: AppContext, *, server_name: str = "127.0.0.1", port: int = 7860,

@@ -1,5 +1,6 @@
-"""HTML and table rows for the views: plain functions of plain data (no gradio), so the
-same text reaches the browser and the tests. Everything user-provided is escaped."""
+"""HTML, table rows and browser snippets for the views: plain functions of plain data (no
+gradio), so the same text reaches the browser and the tests. Everything user-provided is
+escaped."""
 
 from __future__ import annotations
 
@@ -130,3 +131,10 @@ def run_rows(infos, relative) -> list[list[object]]:
         rows.append([relative(info.run_dir), state, step, started,
                      run_outputs(info.run_dir), info.reason[:160]])
     return rows
+
+
+def scroll_to_end(elem_id: str) -> str:
+    """Browser-side: keep a log box scrolled to its newest line (unless the user is in it).
+    Gradio's own autoscroll gives up after a burst of lines taller than 100 px."""
+    return (f"() => {{ const t = document.querySelector('#{elem_id} textarea'); "
+            "if (t && document.activeElement !== t) t.scrollTop = t.scrollHeight; }")

@@ -15,7 +15,6 @@ from ui.actions import ActionError
 from ui.context import AppContext
 from ui.errors import guarded
 from ui.form import Form
-from ui.tab_train import scroll_to_end
 
 
 @dataclass
@@ -65,26 +64,27 @@ def build(form: Form) -> CacheTab:
                     confirm_box, confirm_text, yes, no, message, gr.State(None))
 
 
-def status_view(ctx: AppContext, cfg: Any) -> tuple[list, str]:
+def status_view(ctx: AppContext, tab: CacheTab, cfg: Any) -> dict[Any, Any]:
+    """The status table and the note under it, for `cfg`'s datasets."""
     status = actions.cache_status(ctx, cfg)
     note = f"Text cache: `{status.text_dir}`."
     if status.note:
         note += f" Note: {status.note}."
-    return render.cache_rows(status), note
+    return {tab.table: render.cache_rows(status), tab.note: note}
 
 
-def job_view(ctx: AppContext, seen: Any) -> tuple[Any, Any, Any, Any]:
-    """(progress html, log text, seen, job-finished-since-last-look) for the timer."""
+def job_view(ctx: AppContext, tab: CacheTab, seen: Any) -> tuple[dict[Any, Any], bool]:
+    """(progress, log and seen updates, job-finished-since-last-look) for the timer."""
     job = ctx.cache_job
     if job is None:
-        return gr.skip(), gr.skip(), seen, False
+        return {}, False
     state = job.poll()
     key = (job.job_dir.name, state)
     if seen == key and state is not None:
-        return gr.skip(), gr.skip(), seen, False  # finished and already shown
+        return {}, False  # finished and already shown
     text = ctx.redact("\n".join(job.log_lines(60)))
-    finished = state is not None
-    return render.cache_progress_html(job, state), text, key, finished
+    out = {tab.progress: render.cache_progress_html(job, state), tab.log: text, tab.seen: key}
+    return out, state is not None
 
 
 def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: gr.Timer, page: gr.Tab) -> None:
@@ -93,11 +93,11 @@ def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: gr.Timer, page: gr.T
     status_outs = [tab.table, tab.note]
 
     @guarded("Cache status")
-    def refresh(data: dict[Any, Any]) -> tuple:
+    def refresh(data: dict[Any, Any]) -> dict[Any, Any]:
         cfg, _ = form.read(data)
         ids = [ds.id for ds in cfg.datasets]
-        rows, note = status_view(ctx, cfg)
-        return rows, note, gr.Dropdown(choices=ids, value=ids[0] if ids else None)
+        return {**status_view(ctx, tab, cfg),
+                tab.clear_id: gr.Dropdown(choices=ids, value=ids[0] if ids else None)}
 
     @guarded("Build caches")
     def start(data: dict[Any, Any]) -> str:
@@ -113,25 +113,24 @@ def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: gr.Timer, page: gr.T
     def stop() -> str:
         return render.message_html(f"cache build {actions.stop_cache(ctx)}", "info")
 
-    def tick(seen: Any) -> tuple:
+    def tick(seen: Any) -> Any:
         try:
-            html, text, seen, finished = job_view(ctx, seen)
+            out, finished = job_view(ctx, tab, seen)
         except Exception as exc:  # shown in the panel, not as a toast every second
             text = f"cannot read the cache build: {type(exc).__name__}: {exc}"
-            return render.message_html(text, "error"), gr.skip(), seen, gr.skip(), gr.skip()
-        if not finished:
-            return html, text, seen, gr.skip(), gr.skip()
-        try:  # the status of what the job built, from the config it ran
-            rows, note = status_view(ctx, load_config(ctx.cache_job.folder.config))
-        except Exception as exc:  # the table is a convenience; the bar already says it
-            return html, text, seen, gr.skip(), f"cache status unavailable: {exc}"
-        return html, text, seen, rows, note
+            return {tab.progress: render.message_html(text, "error")}
+        if finished:
+            try:  # the status of what the job built, from the config it ran
+                out.update(status_view(ctx, tab, load_config(ctx.cache_job.folder.config)))
+            except Exception as exc:  # the table is a convenience; the bar already says it
+                out[tab.note] = f"cache status unavailable: {exc}"
+        return out or gr.skip()
 
     for trigger in (tab.refresh.click, page.select):
         trigger(refresh, ins, [*status_outs, tab.clear_id], api_visibility="private")
     tab.build.click(start, ins, [tab.message], api_visibility="private")
     tab.stop.click(stop, None, [tab.message], api_visibility="private")
-    tab.log.change(None, js=scroll_to_end("cache-log"))
+    tab.log.change(None, js=render.scroll_to_end("cache-log"))
     timer.tick(tick, [tab.seen], [tab.progress, tab.log, tab.seen, *status_outs],
                api_visibility="private", show_progress="hidden")
     _wire_clear(ctx, form, tab, refresh)
@@ -150,23 +149,24 @@ def _wire_clear(ctx: AppContext, form: Form, tab: CacheTab, refresh: Any) -> Non
             return None, render.message_html(exc.message, "error")
 
     @guarded("Clear cache")
-    def ask(data: dict[Any, Any]) -> tuple:
-        files, problem = on_dataset(actions.cache_files, data)
-        if files is None:
-            return gr.Group(visible=False), "", problem
-        if not files.files:
-            return (gr.Group(visible=False), "",
-                    render.message_html(f"nothing to clear in {files.folder}", "info"))
-        text = (f"**Delete {files.describe()}?** Only cache files are removed; the images "
-                "are not touched.")
-        return gr.Group(visible=True), text, ""
+    def ask(data: dict[Any, Any]) -> dict[Any, Any]:
+        files, message = on_dataset(actions.cache_files, data)
+        if files is not None and files.files:
+            text = (f"**Delete {files.describe()}?** Only cache files are removed; the "
+                    "images are not touched.")
+            return {tab.confirm_box: gr.Group(visible=True), tab.confirm_text: text,
+                    tab.message: ""}
+        if files is not None:
+            message = render.message_html(f"nothing to clear in {files.folder}", "info")
+        return {tab.confirm_box: gr.Group(visible=False), tab.confirm_text: "",
+                tab.message: message}
 
     @guarded("Clear cache")
-    def do_clear(data: dict[Any, Any]) -> tuple:
-        done, problem = on_dataset(actions.clear_cache, data)
-        if done is None:
-            return gr.Group(visible=False), problem
-        return gr.Group(visible=False), render.message_html(f"deleted {done.describe()}", "ok")
+    def do_clear(data: dict[Any, Any]) -> dict[Any, Any]:
+        done, message = on_dataset(actions.clear_cache, data)
+        if done is not None:
+            message = render.message_html(f"deleted {done.describe()}", "ok")
+        return {tab.confirm_box: gr.Group(visible=False), tab.message: message}
 
     tab.clear.click(ask, ins, [tab.confirm_box, tab.confirm_text, tab.message],
                     api_visibility="private")

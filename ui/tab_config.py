@@ -86,23 +86,26 @@ def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
         cfg = presets.read_config_file(path)
         return filled(cfg, [f"imported {path.rsplit('/', 1)[-1]}"])
 
-    @guarded("Save config")
-    def save(data: dict[Any, Any]) -> tuple:
+    def valid(data: dict[Any, Any]) -> Any:
+        """The form's config; refused when a field does not convert."""
         cfg, problems = form.read(data)
         if problems:
             raise ActionError("the form has invalid values", problems)
+        return cfg
+
+    @guarded("Save config")
+    def save(data: dict[Any, Any]) -> dict[Any, Any]:
+        cfg = valid(data)
         path = presets.save_named(ctx, cfg, data[tab.name])
         gr.Info(f"saved {path}")
-        return (render.message_html(f"saved {path} (run it with: python app.py --no-ui "
-                                    f"--config {path} --workspace {ctx.workspace})", "ok"),
-                gr.Dropdown(choices=presets.sources(ctx)))
+        text = (f"saved {path} (run it with: python app.py --no-ui --config {path} "
+                f"--workspace {ctx.workspace})")
+        return {tab.message: render.message_html(text, "ok"),
+                bar.source: gr.Dropdown(choices=presets.sources(ctx))}
 
     @guarded("Export config")
     def export(data: dict[Any, Any]) -> str:
-        cfg, problems = form.read(data)
-        if problems:
-            raise ActionError("the form has invalid values", problems)
-        return str(presets.export(ctx, cfg))
+        return str(presets.export(ctx, valid(data)))
 
     for event in (bar.load.click(load, [bar.source], fill_outs, api_visibility="private"),
                   tab.upload.upload(imported, [tab.upload], fill_outs,

@@ -140,13 +140,16 @@ def histogram_rows(report) -> Any:
     return frame.astype({"bucket": "str", "images": "int64", "dataset": "str"})
 
 
-def check_view(ctx: AppContext, cfg: Config, form_problems: list) -> tuple[str, Any]:
+def check_view(ctx: AppContext, tab: DatasetTab, cfg: Config,
+               form_problems: list) -> dict[Any, Any]:
+    """The check panel (problems, or what is ready) and the bucket histogram."""
     report = actions.check(ctx, cfg, form_problems)
     summary = [f"{ds.id}: {ds.images} image(s)" for ds in report.datasets]
     if report.steps_per_epoch is not None:
         summary.append(f"{report.steps_per_epoch} steps per epoch")
     ok = "Ready to cache and train. " + "; ".join(summary)
-    return render.problems_html(report.problems, ok), histogram_rows(report)
+    return {tab.check_html: render.problems_html(report.problems, ok),
+            tab.histogram: histogram_rows(report)}
 
 
 def thumbnail(path: Path) -> Any:
@@ -159,16 +162,17 @@ def thumbnail(path: Path) -> Any:
         return im.copy()
 
 
-def preview_items(ctx: AppContext, cfg: Config, index: int) -> tuple[list, list[str], str]:
-    """(gallery items, image paths, note) for dataset `index` of the form's config."""
+def preview_view(ctx: AppContext, tab: DatasetTab, cfg: Config, index: int) -> dict[Any, Any]:
+    """The preview of dataset `index` of the form's config: thumbnails with captions, their
+    image paths (the only ones whose captions can be edited) and a note."""
     from core.data.index import index_dataset
 
     if not 0 <= index < len(cfg.datasets):
-        return [], [], "No dataset selected."
+        return _preview(tab, [], [], "No dataset selected.")
     ds = resolved(cfg, ctx.workspace).datasets[index]
     found = index_dataset(ds, f"datasets.{index}")
     if not found.items:
-        return [], [], f"No usable images in `{ds.images or '(not set)'}` yet."
+        return _preview(tab, [], [], f"No usable images in `{ds.images or '(not set)'}` yet.")
     shown, items = found.items[:PREVIEW_LIMIT], []
     for item in shown:
         try:
@@ -179,7 +183,11 @@ def preview_items(ctx: AppContext, cfg: Config, index: int) -> tuple[list, list[
     if ds.caption != "textfile":
         note += (" Captions come from the " + ds.caption + " strategy; edits here are saved "
                  "to .txt files, which only the textfile strategy reads.")
-    return items, [str(i.path) for i in shown], note
+    return _preview(tab, items, [str(i.path) for i in shown], note)
+
+
+def _preview(tab: DatasetTab, items: list, paths: list[str], note: str) -> dict[Any, Any]:
+    return {tab.preview: items, tab.preview_paths: paths, tab.preview_note: note}
 
 
 def save_caption(path: str, text: str, allowed: list[str]) -> Path:
@@ -193,51 +201,50 @@ def save_caption(path: str, text: str, allowed: list[str]) -> Path:
     return target
 
 
+def preview_event(ctx: AppContext, form: Form, tab: DatasetTab) -> dict[str, Any]:
+    """Refreshing the preview from the form, as event arguments (`.then(**event)`)."""
+
+    @guarded("Preview")
+    def refresh_preview(data: dict[Any, Any]) -> dict[Any, Any]:
+        cfg, _ = form.read(data)
+        return preview_view(ctx, tab, cfg, data[form.datasets].selected)
+
+    return {"fn": refresh_preview, "inputs": form.inputs(),
+            "outputs": [tab.preview, tab.preview_paths, tab.preview_note],
+            "api_visibility": "private"}
+
+
 def wire(ctx: AppContext, form: Form, tab: DatasetTab, check_outputs: list,
          live_check: Any) -> None:
     """Events of the tab; `live_check` is the app's check handler (shared with others)."""
     ins, outs = form.inputs() | {form.selector}, form.outputs()
-    preview_outs = [tab.preview, tab.preview_paths, tab.preview_note]
-
-    @guarded("Preview")
-    def refresh_preview(data: dict[Any, Any]) -> tuple:
-        cfg, _ = form.read(data)
-        return preview_items(ctx, cfg, data[form.datasets].selected)
-
-    def chain(event: Any) -> None:
-        event.then(live_check, form.inputs(), check_outputs, api_visibility="private",
-                   show_progress="hidden").then(
-            refresh_preview, form.inputs(), preview_outs, api_visibility="private")
-
-    chain(form.selector.input(guarded("Select dataset")(lambda d: on_select(form, d)), ins,
-                              outs, api_visibility="private"))
-    chain(tab.add.click(guarded("Add dataset")(lambda d: on_add(form, d)), ins, outs,
-                        api_visibility="private"))
-    chain(tab.remove.click(guarded("Remove dataset")(lambda d: on_remove(form, d)), ins,
-                           outs, api_visibility="private"))
-    chain(tab.up.click(guarded("Move dataset")(lambda d: on_move(form, d, -1)), ins, outs,
-                       api_visibility="private"))
-    chain(tab.down.click(guarded("Move dataset")(lambda d: on_move(form, d, 1)), ins, outs,
-                         api_visibility="private"))
+    preview = preview_event(ctx, form, tab)
+    list_edits = ((form.selector.input, "Select dataset", lambda d: on_select(form, d)),
+                  (tab.add.click, "Add dataset", lambda d: on_add(form, d)),
+                  (tab.remove.click, "Remove dataset", lambda d: on_remove(form, d)),
+                  (tab.up.click, "Move dataset", lambda d: on_move(form, d, -1)),
+                  (tab.down.click, "Move dataset", lambda d: on_move(form, d, 1)))
+    for trigger, what, edit in list_edits:
+        trigger(guarded(what)(edit), ins, outs, api_visibility="private").then(
+            live_check, form.inputs(), check_outputs, api_visibility="private",
+            show_progress="hidden").then(**preview)
     for name in ("images", "caption", "instance_prompt"):
         component = form.editor[name]
         triggers = [component.blur, component.submit] if name != "caption" else [
             component.input]
-        gr.on(triggers, refresh_preview, form.inputs(), preview_outs,
-              api_visibility="private", trigger_mode="always_last")
-    tab.refresh.click(refresh_preview, form.inputs(), preview_outs, api_visibility="private")
-    _wire_captions(form, tab, refresh_preview, preview_outs)
+        gr.on(triggers, trigger_mode="always_last", **preview)
+    tab.refresh.click(**preview)
+    _wire_captions(tab, preview)
 
 
-def _wire_captions(form: Form, tab: DatasetTab, refresh_preview: Any,
-                   preview_outs: list) -> None:
-    def pick(paths: list[str], evt: gr.SelectData) -> tuple[str, str]:
+def _wire_captions(tab: DatasetTab, preview: dict[str, Any]) -> None:
+    def pick(paths: list[str], evt: gr.SelectData) -> dict[Any, Any]:
         path = Path(paths[evt.index]) if 0 <= evt.index < len(paths) else None
         if path is None:
-            return "", ""
+            return {tab.caption_path: "", tab.caption_text: ""}
         txt = path.with_suffix(".txt")
         text = txt.read_text(encoding="utf-8", errors="replace").strip() if txt.exists() else ""
-        return str(path), text
+        return {tab.caption_path: str(path), tab.caption_text: text}
 
     @guarded("Save caption")
     def save(path: str, text: str, paths: list[str]) -> None:
@@ -247,5 +254,4 @@ def _wire_captions(form: Form, tab: DatasetTab, refresh_preview: Any,
     tab.preview.select(pick, [tab.preview_paths], [tab.caption_path, tab.caption_text],
                        api_visibility="private")
     tab.caption_save.click(save, [tab.caption_path, tab.caption_text, tab.preview_paths],
-                           None, api_visibility="private").success(
-        refresh_preview, form.inputs(), preview_outs, api_visibility="private")
+                           None, api_visibility="private").success(**preview)

@@ -1,6 +1,7 @@
 """Runs tab: past and live runs of the workspace (from the run registry) with state, step
-and outputs; open one to follow it on the Training tab. Listing a run whose processes
-are gone while its status said "running" shows as failed (core.runs.registry)."""
+and outputs; open one to follow it in the Training tab's run views (ui/run_views.py).
+Listing a run whose processes are gone while its status said "running" shows as failed
+(core.runs.registry)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from typing import Any
 import gradio as gr
 
 from core.runs.registry import list_runs
-from ui import render
+from ui import render, run_views
 from ui.context import AppContext
 from ui.errors import guarded
-from ui.tab_train import TrainTab, follow, opened_views
+from ui.run_views import RunView
 
 
 @dataclass
@@ -39,11 +40,12 @@ def build() -> RunsTab:
     return RunsTab(refresh, table, choice, open_btn, message)
 
 
-def runs_view(ctx: AppContext) -> tuple[list, Any]:
+def runs_view(ctx: AppContext, tab: RunsTab) -> dict[Any, Any]:
+    """The table of runs and the run chooser (the newest run chosen)."""
     infos = list_runs(ctx.workspace)
     choices = [(f"{ctx.relative(i.run_dir)} ({i.state})", str(i.run_dir)) for i in infos]
-    return (render.run_rows(infos, ctx.relative),
-            gr.Dropdown(choices=choices, value=choices[0][1] if choices else None))
+    return {tab.table: render.run_rows(infos, ctx.relative),
+            tab.choice: gr.Dropdown(choices=choices, value=choices[0][1] if choices else None)}
 
 
 def newest_live(ctx: AppContext) -> Path | None:
@@ -51,39 +53,33 @@ def newest_live(ctx: AppContext) -> Path | None:
     return live[0].run_dir if live else None
 
 
-def wire(ctx: AppContext, tab: RunsTab, train: TrainTab, tabs: gr.Tabs) -> None:
+def wire(ctx: AppContext, tab: RunsTab, view: RunView, tabs: gr.Tabs) -> None:
+    """Events of the tab; an opened run is shown in `view` and `tabs` switch to it."""
+
     @guarded("List runs")
-    def refresh() -> tuple:
-        return runs_view(ctx)
+    def refresh() -> dict[Any, Any]:
+        return runs_view(ctx, tab)
 
     @guarded("Open run")
-    def open_run(run_dir: str | None) -> tuple:
+    def open_run(run_dir: str | None) -> dict[Any, Any]:
         if not run_dir:
             raise gr.Error("choose a run first")
         known = {str(i.run_dir) for i in list_runs(ctx.workspace)}
         if run_dir not in known:  # only runs of this workspace's registry
             raise gr.Error(f"{run_dir} is not a run of this workspace")
-        f = follow(ctx, run_dir)
-        shown = opened_views(ctx, f)
-        return (f, *[shown[k] for k in ("progress", "log", "plot", "gallery", "command")],
-                gr.Tabs(selected="train"), "")
+        return {**run_views.opened(ctx, view, run_dir), tabs: gr.Tabs(selected="train"),
+                tab.message: ""}
 
     tab.refresh.click(refresh, None, [tab.table, tab.choice], api_visibility="private")
-    tab.open.click(open_run, [tab.choice],
-                   [train.following, train.progress, train.log, train.plot, train.gallery,
-                    train.command, tabs, tab.message], api_visibility="private")
+    tab.open.click(open_run, [tab.choice], [*view.components(), tabs, tab.message],
+                   api_visibility="private")
 
 
-def on_load(ctx: AppContext, following: Any) -> tuple:
+def on_load(ctx: AppContext, tab: RunsTab, view: RunView, following: Any) -> dict[Any, Any]:
     """A new page: list the runs and, when nothing is followed, follow the newest live
     run (a restarted app picks its running training back up)."""
-    rows, choice = runs_view(ctx)
-    if following is not None:
-        return (rows, choice, following, *([gr.skip()] * 5))
-    live = newest_live(ctx)
-    if live is None:
-        return (rows, choice, None, *([gr.skip()] * 5))
-    f = follow(ctx, live)
-    shown = opened_views(ctx, f)
-    return (rows, choice, f, *[shown[k] for k in ("progress", "log", "plot", "gallery",
-                                                  "command")])
+    out = runs_view(ctx, tab)
+    live = newest_live(ctx) if following is None else None
+    if live is not None:
+        out.update(run_views.opened(ctx, view, live))
+    return out

@@ -1,83 +1,36 @@
 """Training tab: model, method and hyperparameters (advanced ones folded), validation
 prompts; Launch, Stop, Resume; the followed run's live log, progress (step, it/s, ETA),
 loss and eval-loss plot, validation gallery (newest step first) and the commands that
-reproduce it.
-
-Each browser session follows at most one run (`Following`, kept in gr.State); a 1 s
-timer polls it, reading only new bytes, and sends only the views whose version changed.
+reproduce it (those views and the following are ui/run_views.py's).
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 
-from core.config import load_config
-from core.runs.folder import RunFolder
-from core.runs.follow import RunFollower
-from core.runs.registry import run_info
-from ui import actions, render
+from ui import actions, render, run_views
 from ui.actions import ActionError
 from ui.context import AppContext
 from ui.errors import guarded
 from ui.form import Form
+from ui.run_views import Following, RunView
 
-log = logging.getLogger("ui")
-GALLERY_LIMIT = 60
 BASIC_TRAIN = ("method", "lora_rank", "max_steps", "batch_size", "grad_accum",
                "learning_rate", "seed", "mixed_precision", "checkpoint_every",
                "keep_checkpoints")
 
 
 @dataclass
-class Following:
-    """What one session follows, and which versions of each view it has already sent."""
+class TrainTab(RunView):
+    """The run views (the Runs tab opens runs in them) and the buttons that start runs."""
 
-    follower: RunFollower
-    prompts: list[str] = field(default_factory=list)
-    sent: dict[str, int] = field(default_factory=dict)
-    busy: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    @property
-    def run_dir(self) -> Path:
-        return self.follower.run_dir
-
-    def changed(self, view: str, version: int) -> bool:
-        if self.sent.get(view) == version:
-            return False
-        self.sent[view] = version
-        return True
-
-
-def follow(ctx: AppContext, run_dir: str | Path, log_offset: int | None = None) -> Following:
-    """Start following a run; a live one gets a handle so its end is recorded."""
-    run_dir = Path(run_dir)
-    if run_info(run_dir).alive:
-        ctx.handle(run_dir)
-    try:
-        prompts = load_config(RunFolder(run_dir).config).validation.prompts
-    except Exception:  # an old or hand-edited config: the gallery just shows no prompts
-        prompts = []
-    return Following(RunFollower(run_dir, log_offset=log_offset), prompts)
-
-
-@dataclass
-class TrainTab:
     launch: gr.Button
     stop: gr.Button
     resume: gr.Button
     message: gr.HTML
-    progress: gr.HTML
-    log: gr.Textbox
-    plot: gr.LinePlot
-    gallery: gr.Gallery
-    command: gr.Textbox
-    following: gr.State
 
 
 def build(form: Form) -> TrainTab:
@@ -110,89 +63,9 @@ def build(form: Form) -> TrainTab:
                          elem_id="validation-gallery", allow_preview=True)
     command = gr.Textbox(label="Reproduce this run from the command line", lines=6,
                          interactive=False, buttons=["copy"], elem_id="command")
-    return TrainTab(launch, stop, resume, message, progress, log, plot, gallery, command,
-                    gr.State(None))
-
-
-# ---------------------------------------------------------------- views
-
-
-def gallery_items(ctx: AppContext, f: Following) -> tuple[int, list]:
-    version, images = ctx.watchers.get(f.run_dir).snapshot()
-    items = []
-    for image in images[:GALLERY_LIMIT]:
-        prompt = f.prompts[image.index] if image.index < len(f.prompts) else ""
-        caption = f"step {image.step} · {prompt}" if prompt else f"step {image.step}"
-        items.append((servable(ctx, image.path), caption))
-    return version, items
-
-
-def servable(ctx: AppContext, path: Path) -> Any:
-    """A path inside the workspace as is; anything else as pixels, never as a file path,
-    so the server only ever serves files from the workspace."""
-    if path.resolve().is_relative_to(ctx.workspace.resolve()):
-        return str(path)
-    from PIL import Image
-
-    with Image.open(path) as im:
-        return im.convert("RGB")
-
-
-def plot_frame(f: Following) -> Any:
-    import pandas as pd
-
-    rows = f.follower.plot_rows()
-    if not rows:  # None, not an empty frame: a plot that got one never draws lines later
-        return None
-    frame = pd.DataFrame(rows, columns=["step", "loss", "series"])
-    # Typed, so the axes are quantitative whatever pandas infers.
-    return frame.astype({"step": "int64", "loss": "float64", "series": "str"})
-
-
-def tick_views(ctx: AppContext, f: Following | None) -> tuple:
-    """(progress, log, plot, gallery) updates; gr.skip() for what has not changed."""
-    if f is None or not f.busy.acquire(blocking=False):  # a slow tick is still at it
-        return gr.skip(), gr.skip(), gr.skip(), gr.skip()
-    try:
-        return _views(ctx, f)
-    finally:
-        f.busy.release()
-
-
-def _views(ctx: AppContext, f: Following) -> tuple:
-    fol = f.follower.poll()
-    progress = log = plot = gallery = gr.skip()
-    if f.changed("status", fol.status_version):
-        progress = render.run_progress_html(fol.progress, ctx.relative(f.run_dir))
-    if f.changed("log", fol.log_version):
-        log = ctx.redact(fol.log_text())
-    if f.changed("plot", fol.plot_version):
-        plot = plot_frame(f)
-    version, items = gallery_items(ctx, f)
-    if f.changed("gallery", version):
-        gallery = items
-    return progress, log, plot, gallery
-
-
-def safe_tick(ctx: AppContext, f: Following | None) -> tuple:
-    """The timer's view of the run; a failure shows in the progress panel (a toast every
-    second would bury the page) and is retried at the next tick."""
-    try:
-        return tick_views(ctx, f)
-    except Exception as exc:
-        log.exception("following %s failed", f.run_dir if f else None)
-        if f is not None:
-            f.sent.pop("status", None)  # redraw the progress once it reads again
-        text = f"cannot read the run: {type(exc).__name__}: {exc}"
-        return render.message_html(ctx.redact(text), "error"), gr.skip(), gr.skip(), gr.skip()
-
-
-def opened_views(ctx: AppContext, f: Following) -> dict[str, Any]:
-    """Everything shown for a run that was just opened (all views sent once)."""
-    f.sent.clear()
-    progress, log, plot, gallery = tick_views(ctx, f)
-    return {"progress": progress, "log": log, "plot": plot, "gallery": gallery,
-            "command": actions.reproduce_lines(ctx, f.run_dir)}
+    return TrainTab(following=gr.State(None), progress=progress, log=log, plot=plot,
+                    gallery=gallery, command=command, launch=launch, stop=stop, resume=resume,
+                    message=message)
 
 
 # ---------------------------------------------------------------- events
@@ -200,9 +73,7 @@ def opened_views(ctx: AppContext, f: Following) -> dict[str, Any]:
 
 def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: gr.Timer,
          on_launched: list[Any]) -> None:
-    views = [tab.progress, tab.log, tab.plot, tab.gallery, tab.command]
-
-    def start(data: dict[Any, Any], resume: bool) -> tuple:
+    def start(data: dict[Any, Any], resume: bool) -> dict[Any, Any]:
         cfg, problems = form.read(data)
         try:
             if resume:  # the run in view, else the form's output folder, with its own config
@@ -213,15 +84,12 @@ def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: gr.Timer,
                 launched = actions.launch(ctx, cfg, form_problems=problems)
         except ActionError as exc:
             gr.Warning(exc.message)
-            return (render.message_html(exc.message, "error", exc.problems), gr.skip(),
-                    *([gr.skip()] * len(views)))
-        f = follow(ctx, launched.run_dir, log_offset=launched.log_offset)
-        shown = opened_views(ctx, f)
+            return {tab.message: render.message_html(exc.message, "error", exc.problems)}
         verb = "resumed" if resume else "launched"
         text = render.message_html(f"{verb}: {ctx.relative(launched.run_dir)}", "ok",
                                    launched.warnings)
-        return (text, f, *[shown[k] for k in ("progress", "log", "plot", "gallery",
-                                              "command")])
+        return {tab.message: text,
+                **run_views.opened(ctx, tab, launched.run_dir, launched.log_offset)}
 
     @guarded("Stop")
     def stop(f: Following | None) -> str:
@@ -232,7 +100,7 @@ def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: gr.Timer,
         return render.message_html(f"{ctx.relative(f.run_dir)}: {state}",
                                    "ok" if state == "stopped" else "info")
 
-    outs = [tab.message, tab.following, *views]
+    outs = [tab.message, *tab.components()]
     ins = form.inputs() | {tab.following}
     launch_event = tab.launch.click(guarded("Launch")(lambda d: start(d, False)), ins, outs,
                                     api_visibility="private")
@@ -243,13 +111,7 @@ def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: gr.Timer,
             event.then(**then)
     tab.stop.click(stop, [tab.following], [tab.message], api_visibility="private",
                    concurrency_limit=None)
-    timer.tick(lambda f: safe_tick(ctx, f), [tab.following], views[:4],
+    timer.tick(lambda f: run_views.tick(ctx, tab, f), [tab.following], tab.polled(),
                api_visibility="private", show_progress="hidden", concurrency_limit=None)
-    tab.log.change(None, js=scroll_to_end("train-log"))
+    tab.log.change(None, js=render.scroll_to_end("train-log"))
 
-
-def scroll_to_end(elem_id: str) -> str:
-    """Browser-side: keep a log box scrolled to its newest line (unless the user is in it).
-    Gradio's own autoscroll gives up after a burst of lines taller than 100 px."""
-    return (f"() => {{ const t = document.querySelector('#{elem_id} textarea'); "
-            "if (t && document.activeElement !== t) t.scrollTop = t.scrollHeight; }")

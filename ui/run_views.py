@@ -1,0 +1,161 @@
+"""Following a run: the components that show one (`RunView`: progress, log, loss plot,
+validation gallery, reproduce command) and the updates that fill them.
+
+The Training tab owns these components; the Runs tab and the page load open a run in
+them. Each browser session follows at most one run (`Following`, kept in gr.State); a
+1 s timer polls it, reading only new bytes, and sends only the views whose version
+changed. Every function here returns updates keyed by component.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from core.config import load_config
+from core.runs.folder import RunFolder
+from core.runs.follow import RunFollower
+from core.runs.registry import run_info
+from ui import actions, render
+from ui.context import AppContext
+
+log = logging.getLogger("ui")
+GALLERY_LIMIT = 60
+
+
+@dataclass
+class Following:
+    """What one session follows, and which versions of each view it has already sent."""
+
+    follower: RunFollower
+    prompts: list[str] = field(default_factory=list)
+    sent: dict[str, int] = field(default_factory=dict)
+    busy: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.follower.run_dir
+
+    def changed(self, view: str, version: int) -> bool:
+        if self.sent.get(view) == version:
+            return False
+        self.sent[view] = version
+        return True
+
+
+def follow(ctx: AppContext, run_dir: str | Path, log_offset: int | None = None) -> Following:
+    """Start following a run; a live one gets a handle so its end is recorded."""
+    run_dir = Path(run_dir)
+    if run_info(run_dir).alive:
+        ctx.handle(run_dir)
+    try:
+        prompts = load_config(RunFolder(run_dir).config).validation.prompts
+    except Exception:  # an old or hand-edited config: the gallery just shows no prompts
+        prompts = []
+    return Following(RunFollower(run_dir, log_offset=log_offset), prompts)
+
+
+@dataclass
+class RunView:
+    """The components that show the followed run (and the session's `Following`)."""
+
+    following: gr.State
+    progress: gr.HTML
+    log: gr.Textbox
+    plot: gr.LinePlot
+    gallery: gr.Gallery
+    command: gr.Textbox
+
+    def polled(self) -> list[gr.components.Component]:
+        """What the timer updates."""
+        return [self.progress, self.log, self.plot, self.gallery]
+
+    def components(self) -> list[gr.components.Component]:
+        """Everything opening a run updates."""
+        return [self.following, *self.polled(), self.command]
+
+
+# ---------------------------------------------------------------- data
+
+
+def gallery_items(ctx: AppContext, f: Following) -> tuple[int, list]:
+    version, images = ctx.watchers.get(f.run_dir).snapshot()
+    items = []
+    for image in images[:GALLERY_LIMIT]:
+        prompt = f.prompts[image.index] if image.index < len(f.prompts) else ""
+        caption = f"step {image.step} · {prompt}" if prompt else f"step {image.step}"
+        items.append((servable(ctx, image.path), caption))
+    return version, items
+
+
+def servable(ctx: AppContext, path: Path) -> Any:
+    """A path inside the workspace as is; anything else as pixels, never as a file path,
+    so the server only ever serves files from the workspace."""
+    if path.resolve().is_relative_to(ctx.workspace.resolve()):
+        return str(path)
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return im.convert("RGB")
+
+
+def plot_frame(f: Following) -> Any:
+    import pandas as pd
+
+    rows = f.follower.plot_rows()
+    if not rows:  # None, not an empty frame: a plot that got one never draws lines later
+        return None
+    frame = pd.DataFrame(rows, columns=["step", "loss", "series"])
+    # Typed, so the axes are quantitative whatever pandas infers.
+    return frame.astype({"step": "int64", "loss": "float64", "series": "str"})
+
+
+# ---------------------------------------------------------------- updates
+
+
+def changed_views(ctx: AppContext, view: RunView, f: Following | None) -> dict[Any, Any]:
+    """Updates of the polled views that changed since they were last sent to `f`."""
+    if f is None or not f.busy.acquire(blocking=False):  # a slow tick is still at it
+        return {}
+    try:
+        fol = f.follower.poll()
+        out: dict[Any, Any] = {}
+        if f.changed("status", fol.status_version):
+            out[view.progress] = render.run_progress_html(fol.progress,
+                                                          ctx.relative(f.run_dir))
+        if f.changed("log", fol.log_version):
+            out[view.log] = ctx.redact(fol.log_text())
+        if f.changed("plot", fol.plot_version):
+            out[view.plot] = plot_frame(f)
+        version, items = gallery_items(ctx, f)
+        if f.changed("gallery", version):
+            out[view.gallery] = items
+        return out
+    finally:
+        f.busy.release()
+
+
+def tick(ctx: AppContext, view: RunView, f: Following | None) -> Any:
+    """The timer's updates; a failure shows in the progress panel (a toast every second
+    would bury the page) and is retried at the next tick."""
+    try:
+        return changed_views(ctx, view, f) or gr.skip()
+    except Exception as exc:
+        log.exception("following %s failed", f.run_dir if f else None)
+        if f is not None:
+            f.sent.pop("status", None)  # redraw the progress once it reads again
+        text = f"cannot read the run: {type(exc).__name__}: {exc}"
+        return {view.progress: render.message_html(ctx.redact(text), "error")}
+
+
+def opened(ctx: AppContext, view: RunView, run_dir: str | Path,
+           log_offset: int | None = None) -> dict[Any, Any]:
+    """Follow `run_dir` in this session: every view sent once, and the new `Following`."""
+    f = follow(ctx, run_dir, log_offset=log_offset)  # nothing sent yet: every view changed
+    return {view.following: f, **changed_views(ctx, view, f),
+            view.command: actions.reproduce_lines(ctx, f.run_dir)}

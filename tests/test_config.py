@@ -82,6 +82,18 @@ def test_wrong_types_are_named():
     assert any("train.seed" in m for m in lines)
 
 
+def test_a_toml_file_keeps_its_own_types():
+    """`--set` parses text; a TOML file has types, and a quoted number there is a mistake."""
+    text = ('version = 1\n[train]\nmax_steps = "20"\nmixed_precision = 1\nema = "yes"\n'
+            'learning_rate = nan\n[validation]\nresolution = 64.0\nprompts = "a red circle"\n')
+    with pytest.raises(ConfigError) as info:
+        loads_config(text)
+    named = {p.where for p in info.value.problems}
+    assert named == {"train.max_steps", "train.mixed_precision", "train.ema",
+                     "train.learning_rate", "validation.resolution", "validation.prompts"}
+    assert loads_config("version = 1\n[train]\nlearning_rate = 1\n").train.learning_rate == 1.0
+
+
 def test_bad_toml_and_bad_version_are_reported(tmp_path: Path):
     bad = tmp_path / "bad.toml"
     bad.write_text("version = 1\n[train\n", encoding="utf-8")

@@ -32,7 +32,7 @@ def _build_section(cls: type, data: Any, prefix: str, problems: list[Problem]) -
             problems.append(unknown_key(key, name, known))
             continue
         try:
-            kwargs[name] = convert_value(key, hints[name], value)
+            kwargs[name] = convert_value(key, hints[name], value, strict=True)
         except ConfigError as exc:
             problems.extend(exc.problems)
     return cls(**kwargs)

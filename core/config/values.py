@@ -27,18 +27,32 @@ def unknown_key(key: str, name: str, known: list[str]) -> Problem:
     return error(key, f"unknown key{hint}")
 
 
-def convert_value(key: str, tp: Any, raw: Any) -> Any:
+def _has_type(raw: Any, tp: Any) -> bool:
+    """A TOML value of the field's own type (an int stands for a float)."""
+    if tp is bool or tp is str:
+        return isinstance(raw, tp)
+    if tp is int or tp is float:
+        allowed = int if tp is int else int | float
+        return isinstance(raw, allowed) and not isinstance(raw, bool)
+    return isinstance(raw, list) and all(isinstance(v, str) for v in raw)
+
+
+def convert_value(key: str, tp: Any, raw: Any, *, strict: bool = False) -> Any:
     """`raw` as a value of field type `tp`, or a ConfigError naming `key`.
 
-    Typed values (TOML, form widgets) are checked: an int stands for a float and a whole
-    float for an int. Text (`--set`) is parsed: `true`/`off`, `1_000`, `2e-4`, a list as
-    a TOML array `["a", "b"]` or as its one item. Numbers must be finite.
+    Typed values (form widgets) are checked: an int stands for a float and a whole float
+    for an int. Text (`--set`) is parsed: `true`/`off`, `1_000`, `2e-4`, a list as a TOML
+    array `["a", "b"]` or as its one item. `strict` (a TOML file, which has types of its
+    own) takes only a value of the field's type: "20" is not a number there. Numbers must
+    be finite.
     """
     convert = _CONVERTERS.get(tp)
     if convert is None and get_origin(tp) is list and get_args(tp) == (str,):
         convert = _to_strings
     if convert is None:
         raise TypeError(f"unsupported field type for {key}: {tp}")
+    if strict and not _has_type(raw, tp):
+        raise ConfigError([error(key, f"expected {type_name(tp)}, got {raw!r}")])
     try:
         return convert(raw, tp)
     except ValueError as exc:  # a parse error, or an _Invalid with its own message

@@ -11,7 +11,7 @@ from typing import Any
 
 import gradio as gr
 
-from core.runs.registry import list_runs
+from core import ops
 from ui import render, run_views
 from ui.context import AppContext
 from ui.errors import guarded
@@ -42,14 +42,14 @@ def build() -> RunsTab:
 
 def runs_view(ctx: AppContext, tab: RunsTab) -> dict[Any, Any]:
     """The table of runs and the run chooser (the newest run chosen)."""
-    infos = list_runs(ctx.workspace)
+    infos = ops.list_runs(ctx.workspace)
     choices = [(f"{ctx.relative(i.run_dir)} ({i.state})", str(i.run_dir)) for i in infos]
     return {tab.table: render.run_rows(infos, ctx.relative),
             tab.choice: gr.Dropdown(choices=choices, value=choices[0][1] if choices else None)}
 
 
 def newest_live(ctx: AppContext) -> Path | None:
-    live = [i for i in list_runs(ctx.workspace) if i.alive]
+    live = [i for i in ops.list_runs(ctx.workspace) if i.alive]
     return live[0].run_dir if live else None
 
 
@@ -64,7 +64,7 @@ def wire(ctx: AppContext, tab: RunsTab, view: RunView, tabs: gr.Tabs) -> None:
     def open_run(run_dir: str | None) -> dict[Any, Any]:
         if not run_dir:
             raise gr.Error("choose a run first")
-        known = {str(i.run_dir) for i in list_runs(ctx.workspace)}
+        known = {str(i.run_dir) for i in ops.list_runs(ctx.workspace)}
         if run_dir not in known:  # only runs of this workspace's registry
             raise gr.Error(f"{run_dir} is not a run of this workspace")
         return {**run_views.opened(ctx, view, run_dir), tabs: gr.Tabs(selected="train"),

@@ -46,13 +46,14 @@ def resumed_command(run_dir: Path) -> str:
 
 
 def test_ui_api_and_headless_resume_launch_the_same_command(tmp_path: Path, fake_trainer):
+    from core.runs.prepare import prepare_run_dir
     from ui import actions
     from ui.context import AppContext
 
     workspace = tmp_path / "ws"
-    first = ops.launch(workspace_config(workspace, processes=1), workspace)
-    assert first.handle.wait(timeout=120) == "done"
-    run_dir = first.run_dir
+    saved = workspace_config(workspace, processes=1)
+    run_dir = ops.output_dir(saved, workspace)
+    prepare_run_dir(saved, run_dir, resume=False)  # what a first launch leaves: config.toml
     (run_dir / "fake_checkpoint.txt").write_text("40")  # where the stand-in resumes from
 
     # The caller's config asks for two processes; a resume keeps the run's saved layout.

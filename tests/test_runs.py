@@ -24,11 +24,8 @@ from core.runs import (
     LogTail,
     RunDirError,
     RunStartError,
-    RunStatus,
-    append_event,
     attach,
     build_accelerate_command,
-    decide_final_state,
     exit_code_for_state,
     follow_run,
     format_command,
@@ -156,96 +153,6 @@ def test_format_command_round_trips_through_the_shell(tmp_path):
     env_words = [w for w in words[: len(spec.env)]]
     assert dict(w.split("=", 1) for w in env_words) == spec.env
     assert words[len(spec.env):] == spec.argv
-
-
-# ---------------------------------------------------------------- tails and status files
-
-
-def test_log_tail_reads_new_bytes_collapses_progress_and_keeps_partial_lines(tmp_path):
-    path = tmp_path / "train.log"
-    tail = LogTail(path)
-    assert tail.read() == []  # not there yet
-    with open(path, "wb") as fh:
-        fh.write(b"loading\n\rstep 1/3\rstep 2/3")
-        fh.flush()
-        assert tail.read() == ["loading"]
-        assert tail.partial == "step 2/3"  # the live progress bar, not yet a line
-        fh.write(b"\rstep 3/3\r\ndone caf\xc3")  # a UTF-8 character split across reads
-        fh.flush()
-        assert tail.read() == ["step 3/3"]
-        fh.write(b"\xa9 \xff\n")
-        fh.flush()
-        assert tail.read() == ["done caf\u00e9 \ufffd"]
-        assert tail.read() == []
-    path.write_bytes(b"new run\n")  # truncated and rewritten: start over
-    assert tail.read() == ["new run"]
-
-
-def test_log_tail_from_end_skips_to_the_next_whole_line(tmp_path):
-    path = tmp_path / "train.log"
-    path.write_text("".join(f"line {i}\n" for i in range(1000)))
-    assert LogTail(path, from_end=20).read() == ["line 998", "line 999"]
-
-
-def test_event_tail_leaves_half_written_line_and_counts_bad_ones(tmp_path):
-    run_dir = tmp_path
-    append_event(run_dir, {"type": "step", "step": 1, "loss": float("nan")})
-    tail = EventTail(run_dir / "events.jsonl")
-    with open(run_dir / "events.jsonl", "a") as fh:
-        fh.write('not json\n{"type": "step", "st')
-    first = tail.read()
-    assert [e["step"] for e in first] == [1]
-    assert first[0]["loss"] is None  # NaN is written as null: strict JSON
-    assert tail.bad_lines == 1
-    with open(run_dir / "events.jsonl", "a") as fh:
-        fh.write('ep": 2}\n')
-    assert tail.read() == [{"type": "step", "step": 2}]
-    with pytest.raises(ValueError, match="event type"):
-        append_event(run_dir, {"type": "bogus"})
-
-
-def test_status_is_merged_atomically_and_read_tolerantly(tmp_path):
-    assert read_status(tmp_path) is None
-    write_status(tmp_path, state="running", step=3, launcher_pid=123)
-    write_status(tmp_path, step=4)
-    status = read_status(tmp_path)
-    assert status.state == "running" and status.step == 4
-    assert status.launcher_pid == 123  # the trainer's updates keep the manager's fields
-    (tmp_path / "status.json").write_text('{"state": "runn')  # a partial file
-    assert read_status(tmp_path) is None
-    assert not list(tmp_path.glob("*.tmp"))
-    with pytest.raises(ValueError, match="unknown run state"):
-        write_status(tmp_path, state="complete")
-
-
-# ---------------------------------------------------------------- final state
-
-
-@pytest.mark.parametrize(
-    ("rc", "status", "stop", "forced", "expected"),
-    [
-        (0, {"state": "running"}, False, False, "done"),
-        (0, {"state": "done"}, False, False, "done"),
-        (1, {"state": "running"}, False, False, "failed"),
-        (1, {"state": "done"}, False, False, "failed"),  # never "complete" on a failure
-        (130, {"state": "running"}, False, False, "stopped"),
-        (-signal.SIGINT, None, False, False, "stopped"),
-        (1, {"state": "stopped"}, True, False, "stopped"),  # launcher turns 130 into 1
-        (-signal.SIGKILL, {"state": "running"}, True, True, "stopped"),
-        (-signal.SIGKILL, {"state": "running"}, False, False, "failed"),
-        (None, {"state": "running"}, False, False, "failed"),
-        (1, {"state": "failed", "finalized_by": "manager"}, False, False, "failed"),
-        (130, {"state": "failed", "finalized_by": "manager"}, False, False, "stopped"),
-    ],
-)
-def test_final_state_is_decided_from_exit_code_and_trainer_status(rc, status, stop, forced,
-                                                                  expected):
-    typed = RunStatus.from_dict(status) if status is not None else None
-    state, reason = decide_final_state(rc, typed, stop_requested=stop, forced=forced)
-    assert state == expected
-    if expected == "failed" and rc not in (None,) and (status or {}).get("state") == "running":
-        assert ("code 1" in reason) or ("SIGKILL" in reason)
-    assert exit_code_for_state(state) == {"done": 0, "failed": 1, "stopped": 130}[state]
 
 
 # ---------------------------------------------------------------- run folder

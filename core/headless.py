@@ -67,9 +67,8 @@ def stage_train(cfg: Config, workspace: Path, resume: str | None,
     from core.runs.status import exit_code_for_state
 
     launched = ops.launch(cfg, workspace, resume=resume, checked=checked)
-    for problem in launched.warnings:
-        if problem not in checked.problems:  # the check's own lines are printed already
-            say(str(problem))
+    for problem in launched.folder_notes:  # the check's warnings are printed already
+        say(str(problem))
     say(f"== train: {launched.run_dir} (log: {launched.handle.folder.log})")
     state = follow_run(launched.handle, say, grace_s=FOLLOW_GRACE_S)
     summarize_run(launched.run_dir, state, workspace)

@@ -71,9 +71,11 @@ def check(cfg: Config, workspace: Path, extra_problems: list[Problem] | None = N
 
 
 def require_ok(cfg: Config, workspace: Path, what: str,
-               extra_problems: list[Problem] | None = None) -> CheckReport:
-    """The check, raising when it finds errors: errors block `what`, warnings do not."""
-    report = check(cfg, workspace, extra_problems)
+               extra_problems: list[Problem] | None = None,
+               checked: CheckReport | None = None) -> CheckReport:
+    """The check (or `checked`, when the caller just ran it), raising when it finds
+    errors: errors block `what`, warnings do not."""
+    report = checked or check(cfg, workspace, extra_problems)
     found = errors(report.problems)
     if found:
         raise OpError(f"{len(found)} error(s) block {what}; fix them first", found)
@@ -126,8 +128,7 @@ def start_cache(cfg: Config, workspace: Path, *, running: CacheJob | None = None
     if running is not None and running.poll() is None:
         raise OpError(f"a cache build is already running (log: {running.log_path}); wait "
                       "for it or stop it")
-    if checked is None or errors(checked.problems):
-        require_ok(cfg, workspace, "the cache build", extra_problems)
+    require_ok(cfg, workspace, "the cache build", extra_problems, checked)
     try:
         return start_cache_job(cfg, workspace)
     except RunStartError as exc:
@@ -141,7 +142,12 @@ def start_cache(cfg: Config, workspace: Path, *, running: CacheJob | None = None
 class Launched:
     handle: RunHandle
     command: str
-    warnings: list[Problem] = field(default_factory=list)
+    check_warnings: list[Problem] = field(default_factory=list)
+    folder_notes: list[Problem] = field(default_factory=list)  # e.g. a resume's differences
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return self.check_warnings + self.folder_notes
 
     @property
     def run_dir(self) -> Path:
@@ -180,8 +186,7 @@ def launch(cfg: Config, workspace: Path, *, resume: str | None = None,
     from core.runs.prepare import prepare_run_dir
 
     what = "resuming" if resume else "the launch"
-    if checked is None or errors(checked.problems):
-        checked = require_ok(cfg, workspace, what, extra_problems)
+    report = require_ok(cfg, workspace, what, extra_problems, checked)
     run_dir = output_dir(cfg, workspace)
     try:
         notes = prepare_run_dir(cfg, run_dir, resume=bool(resume))
@@ -195,7 +200,7 @@ def launch(cfg: Config, workspace: Path, *, resume: str | None = None,
         handle = start_run(spec, RunFolder(run_dir))
     except RunStartError as exc:
         raise OpError(str(exc), exit_code=EXIT_FAILED) from None
-    return Launched(handle, format_command(spec), warnings(checked.problems) + notes)
+    return Launched(handle, format_command(spec), warnings(report.problems), notes)
 
 
 def resume(run_dir: Path, workspace: Path, checkpoint: str = "latest") -> Launched:
@@ -210,20 +215,22 @@ def stop(run_dir: Path, grace_s: float, handle: RunHandle | None = None) -> str:
     recorded as failed."""
     from core.runs.manager import stop_run
 
-    folder = RunFolder(run_dir)
-    if not folder.status.exists():
-        raise OpError(f"{run_dir}: no run here (no {folder.status.name})")
-    return stop_run(folder, grace_s=grace_s, handle=handle).state
+    return stop_run(_run_folder(run_dir), grace_s=grace_s, handle=handle).state
 
 
 def run_status(run_dir: Path) -> RunInfo:
     """A run's state, progress and failure message. Reads only."""
     from core.runs.registry import run_info
 
+    return run_info(_run_folder(run_dir).root)
+
+
+def _run_folder(run_dir: Path) -> RunFolder:
+    """The folder of a run that was started (it has a status.json), or an OpError."""
     folder = RunFolder(run_dir)
     if not folder.status.exists():
         raise OpError(f"{run_dir}: no run here (no {folder.status.name})")
-    return run_info(run_dir)
+    return folder
 
 
 def list_runs(workspace: Path) -> list[RunInfo]:

@@ -77,8 +77,10 @@ def decide_final_state(
     *,
     stop_requested: bool = False,
     forced: bool = False,
+    log: str = "its log",
 ) -> tuple[str, str]:
-    """(state, reason) for a run whose processes have all ended.
+    """(state, reason) for a run whose processes have all ended; a failure's reason
+    points at `log`.
 
     A final state the trainer wrote itself is kept, except "done" with a failing exit
     code when nobody asked it to stop (one rank may have crashed). Otherwise the exit
@@ -94,7 +96,7 @@ def decide_final_state(
         if returncode in (0, None) or stop_requested:
             return "done", ""
         return "failed", (f"the trainer reported done but the launcher "
-                          f"{_describe_exit(returncode)}; see its log")
+                          f"{_describe_exit(returncode)}; see {log}")
     if returncode == 0:
         return "done", ""
     if returncode in (130, -signal.SIGINT):
@@ -105,7 +107,7 @@ def decide_final_state(
                                "period and was killed, so the last checkpoint may be older "
                                "than the last step")
         return "stopped", "stopped by the user"
-    return "failed", f"the training process {_describe_exit(returncode)}; see its log"
+    return "failed", f"the training process {_describe_exit(returncode)}; see {log}"
 
 
 def finalize_run(
@@ -118,9 +120,8 @@ def finalize_run(
     """Decide the final state and record it in status.json and events.jsonl."""
     status = read_status(folder.root) or RunStatus()
     state, reason = decide_final_state(returncode, status, stop_requested=stop_requested,
-                                       forced=forced)
+                                       forced=forced, log=str(folder.log))
     if state == "failed":
-        reason = reason.replace("see its log", f"see {folder.log}")
         tail = last_lines(folder.log, 1)
         if tail and "last line:" not in reason:
             reason += f" (last line: {tail[-1].strip()[:200]})"

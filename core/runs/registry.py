@@ -14,6 +14,7 @@ The identity fields have the names status.json uses (`launcher_pid`, `launcher_s
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from dataclasses import dataclass, field
@@ -166,7 +167,7 @@ def reconcile_run(info: RunInfo) -> RunInfo:
                           finalized_by="manager")
     append_event(info.run_dir, {"type": "error", "step": step, "message": info.reason})
     append_event(info.run_dir, {"type": "status", "state": "failed", "step": step})
-    return RunInfo(**{**vars(info), "status": status})
+    return dataclasses.replace(info, status=status)
 
 
 def _records(workspace: str | Path) -> list[RunRecord]:

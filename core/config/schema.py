@@ -14,6 +14,7 @@ from core.models.registry import FAMILY_NAMES as FAMILIES
 
 CONFIG_VERSION = 1
 CAPTION_STRATEGIES = ("textfile", "filename", "jsonl", "instance_prompt")
+QUANTIZE_CHOICES = ("none", "int8", "fp8", "nf4")
 
 
 def meta(
@@ -52,7 +53,14 @@ class ModelConfig:
                      help="Architecture of the base model.")
     path: str = _f("tiny:sd15", label="Model path", kind="model_path",
                    help="Hub id, local diffusers folder, single-file .safetensors, "
-                        "or tiny:<family> for a tiny offline model.")
+                        "tiny:<family> for a tiny offline model, or random:<family> for "
+                        "the full-size architecture with random weights (memory and "
+                        "speed measurements without downloads).")
+    quantize: str = _f("none", label="Quantize frozen base", choices=QUANTIZE_CHOICES,
+                       help="Store the frozen denoiser's linear weights in 8 or 4 bits "
+                            "(torchao int8/fp8, bitsandbytes nf4) so large models fit; "
+                            "LoRA trains on top and saves a normal LoRA. fp8 needs a "
+                            "GPU with fp8 (compute capability 8.9+), nf4 bitsandbytes.")
 
 
 @dataclass

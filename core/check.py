@@ -12,6 +12,7 @@ from pathlib import Path
 
 from core.config import Config, resolved, validate_config
 from core.data.conflicts import check_directory_conflicts
+from core.models.memory import MemoryEstimate
 from core.problems import Problem, errors, errors_first, warning, warnings
 
 
@@ -27,6 +28,7 @@ class CheckReport:
     problems: list[Problem]
     datasets: list[DatasetSummary]
     steps_per_epoch: int | None
+    memory: MemoryEstimate | None = None
 
     @property
     def ok(self) -> bool:
@@ -46,6 +48,8 @@ class CheckReport:
                 out += [f"  {line}" for line in format_histogram(histogram)]
         if self.steps_per_epoch is not None:
             out.append(f"steps per epoch: {self.steps_per_epoch} (optimizer steps)")
+        if self.memory is not None:
+            out += self.memory.lines()
         return out
 
 
@@ -94,11 +98,18 @@ def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummar
 def run_check(cfg: Config, workspace: str | Path) -> CheckReport:
     workspace = Path(workspace).expanduser().absolute()
     from core.models.loading import check_model_source
+    from core.models.memory import estimate_memory
+    from core.models.quantize import quantize_problems
 
     problems = validate_config(cfg)
     full = resolved(cfg, workspace)
-    if not any(p.where.startswith("model.") for p in problems):
+    model_ok = not any(p.where.startswith("model.") for p in problems)
+    if model_ok:
         problems += check_model_source(full.model.path, cfg.model.family)
+        problems += quantize_problems(cfg.model.quantize)
     problems += check_directory_conflicts(full)
     datasets, steps = _summarise(full, problems)
-    return CheckReport(problems, datasets, steps)
+    memory = None
+    if not any(p.where.startswith("model.") for p in errors(problems)):
+        memory = estimate_memory(full, workspace)
+    return CheckReport(problems, datasets, steps, memory)

@@ -52,15 +52,17 @@ def process_group(state: Any) -> ProcessGroup:
                         barrier=state.wait_for_everyone, device=state.device)
 
 
-def load_model(cfg: Config, workspace: Path, state: Any,
-               dtype: Any = None) -> tuple[ModelFamily, Components]:
-    """The family and its loaded components; a tiny model is built once, by the main
-    process, while the others wait."""
+def load_model(cfg: Config, workspace: Path, state: Any, dtype: Any = None,
+               device: Any = None) -> tuple[ModelFamily, Components]:
+    """The family and its components, loaded in `dtype` onto `device` (the process's
+    device when None); a tiny model is built once, by the main process, while the
+    others wait."""
     from core.models.registry import get_family
     from core.models.tiny import resolve_model_path
 
     family = get_family(cfg.model.family)
     with state.main_process_first():
         path = resolve_model_path(cfg.model.path, workspace)
-    components = family.load(path, dtype=dtype, device=state.device)
+    components = family.load(path, dtype=dtype,
+                             device=state.device if device is None else device)
     return family, components

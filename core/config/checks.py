@@ -117,6 +117,10 @@ def _check_cross(cfg: Config) -> list[Problem]:
                            "is longer than train.max_steps; the rate never reaches its target"))
     if cfg.launch.cpu and cfg.train.mixed_precision == "fp16":
         out.append(error("train.mixed_precision", "fp16 does not run on the CPU; use bf16 or no"))
+    if cfg.model.quantize != "none" and cfg.train.method == "full":
+        out.append(error("model.quantize", f"{cfg.model.quantize} with train.method = \"full\": "
+                                           "a quantized base cannot be fully fine-tuned; use "
+                                           "train.method = \"lora\" or model.quantize = \"none\""))
     return out
 
 

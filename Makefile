@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-fast ui lint bench bench-ui clean-venv
+.PHONY: demo test test-fast ui lint bench bench-ui bench-gpu clean-venv
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ bench: $(STAMP)
 
 bench-ui: $(STAMP)
 	$(PY) bench/ui_latency.py
+
+# Needs a CUDA GPU for measured figures; without one it prints the estimates only.
+bench-gpu: $(STAMP)
+	$(PY) bench/gpu_memory.py
 
 clean-venv:
 	rm -rf $(VENV)

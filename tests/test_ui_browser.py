@@ -137,6 +137,9 @@ def launch_watch_and_stop(page, workspace: Path) -> None:
     page.wait_for_selector("#validation-gallery img", timeout=TIMEOUT_MS)
     assert "step 2" in page.inner_text("#validation-gallery")
     assert "step " in page.inner_text("#train-progress")
+    # The trainer's memory events (a first step is done): host memory only on a CPU.
+    page.wait_for_function("document.querySelector('#train-progress').innerText"
+                           ".includes('memory: peak')", timeout=30_000)
     command = field(page, "command").input_value()
     assert "accelerate.commands.launch" in command and "--resume" in command
     page.screenshot(path=str(workspace / "running.png"), full_page=True)

@@ -1,5 +1,6 @@
-"""Following a run: the components that show one (`RunView`: progress, log, loss plot,
-validation gallery, reproduce command) and the updates that fill them.
+"""Following a run: the components that show one (`RunView`: progress with the memory
+line, log, loss plot, validation gallery, reproduce command) and the updates that fill
+them.
 
 The Training tab owns these components; the Runs tab and the page load open a run in
 them. Each browser session follows at most one run (`Following`, kept in gr.State); a
@@ -9,6 +10,7 @@ changed. Every function here returns updates keyed by component.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -20,12 +22,40 @@ import gradio as gr
 from core.config import load_config
 from core.runs.folder import RunFolder
 from core.runs.follow import RunFollower
+from core.runs.memory import format_memory
 from core.runs.registry import run_info
+from core.runs.tail import LogTail
 from ui import actions, render
 from ui.context import AppContext
 
 log = logging.getLogger("ui")
 GALLERY_LIMIT = 60
+
+
+class MemoryWatch:
+    """The run's `memory` events, read from events.jsonl as it grows. RunFollower keeps
+    only what its views need, so this reads the lines itself; only lines that mention
+    "memory" are parsed (a handful per run among thousands of step events)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self._tail = LogTail(RunFolder(run_dir).events)
+        self.events: list[dict[str, Any]] = []
+        self.version = 0
+
+    def poll(self) -> None:
+        for line in self._tail.read():
+            if '"memory"' not in line:
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # EventTail (the follower) already logs a bad line
+            if isinstance(event, dict) and event.get("type") == "memory":
+                self.events.append(event)
+                self.version += 1
+
+    def line(self) -> str | None:
+        return format_memory(self.events)
 
 
 @dataclass
@@ -36,6 +66,10 @@ class Following:
     prompts: list[str] = field(default_factory=list)
     sent: dict[str, int] = field(default_factory=dict)
     busy: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    memory: MemoryWatch = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.memory = MemoryWatch(self.follower.run_dir)
 
     @property
     def run_dir(self) -> Path:
@@ -115,6 +149,15 @@ def plot_frame(f: Following) -> Any:
     return frame.astype({"step": "int64", "loss": "float64", "series": "str"})
 
 
+def progress_html(ctx: AppContext, f: Following) -> str:
+    """The progress bar, and under it the memory line once the trainer reported one."""
+    text = render.run_progress_html(f.follower.progress, ctx.relative(f.run_dir))
+    line = f.memory.line()
+    if line:
+        text += f"<div class='dt-memory' style='color:#4b5563'>{render.esc(line)}</div>"
+    return text
+
+
 # ---------------------------------------------------------------- updates
 
 
@@ -124,10 +167,11 @@ def changed_views(ctx: AppContext, view: RunView, f: Following | None) -> dict[A
         return {}
     try:
         fol = f.follower.poll()
+        f.memory.poll()
         out: dict[Any, Any] = {}
-        if f.changed("status", fol.status_version):
-            out[view.progress] = render.run_progress_html(fol.progress,
-                                                          ctx.relative(f.run_dir))
+        status_new = f.changed("status", fol.status_version)
+        if f.changed("memory", f.memory.version) or status_new:
+            out[view.progress] = progress_html(ctx, f)
         if f.changed("log", fol.log_version):
             out[view.log] = ctx.redact(fol.log_text())
         if f.changed("plot", fol.plot_version):

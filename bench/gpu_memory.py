@@ -1,0 +1,277 @@
+"""Benchmark: GPU memory of each family's LoRA preset, measured against the goals and
+the estimate `--stage check` prints.
+
+    python bench/gpu_memory.py [--families sd15,sdxl,sd3,flux] [--steps 10]
+                               [--quantize int8|fp8|none] [--out results.json]
+                               [--estimate-only] [--workspace DIR] [--keep]
+
+Per family: the preset on `model.path = "random:<family>"` (full-size architecture, random
+weights: no download), 8 generated images, and the real path, `python app.py --no-ui
+--preset <p> --set ...` (check, caches, `accelerate launch`, validation images at the
+end). The trainer's `memory` events (docs/run-folder.md) give allocated device bytes: per
+phase the most held since the previous event, and the launch's peak. Seconds per step:
+the median interval between step events with nothing else between them.
+
+Goals (peak of the whole run): Flux LoRA 512 px, batch 1, int8, gradient checkpointing
+<= 20 GiB; SDXL LoRA 1024 px, batch 1, bf16 <= 14 GiB; SD1.5 LoRA 512 px, batch 4
+<= 8 GiB; SD3 at its preset's resolution, batch 1: reported only. Without a CUDA GPU only
+the estimates are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from common import REPO, workspace, write_images
+
+from core.runs.memory import GIB, memory_phases  # noqa: E402  (common put the repo on sys.path)
+
+PHASES = ("loaded", "cached", "first_step", "peak")
+IMAGES = 8
+VALIDATION_STEPS = 4  # memory does not grow with steps; time does
+STOP_GRACE_S = 150  # after a timeout: Ctrl-C to the app, which stops its run and saves
+
+
+@dataclass(frozen=True)
+class Case:
+    family: str
+    preset: str
+    resolution: int | None  # None: the preset's
+    batch: int
+    goal_gib: float | None  # None: reported only
+
+
+CASES = {
+    "sd15": Case("sd15", "sd15-lora", 512, 4, 8.0),
+    "sdxl": Case("sdxl", "sdxl-lora", 1024, 1, 14.0),
+    "sd3": Case("sd3", "sd3-lora", None, 1, None),
+    "flux": Case("flux", "flux-lora", 512, 1, 20.0),
+}
+
+
+def overrides(case: Case, steps: int, quantize: str) -> list[str]:
+    """The --set items for this case (the preset keeps everything else)."""
+    items = [f"model.path=random:{case.family}", f"train.max_steps={steps}",
+             f"train.batch_size={case.batch}", f"validation.steps={VALIDATION_STEPS}",
+             f"validation.every={steps}", f"train.eval_every={steps}",
+             f"train.checkpoint_every={steps + 1}", "train.lr_warmup_steps=0",
+             f"datasets.0.images=data/{case.family}",
+             f"output.dir=runs/gpu-memory-{case.family}"]
+    if case.resolution:  # validation at the training resolution, as a user would
+        items += [f"datasets.0.resolution={case.resolution}",
+                  f"validation.resolution={case.resolution}"]
+    if case.family == "flux":
+        items.append(f"model.quantize={quantize}")
+    return items
+
+
+def estimate(cfg: Any, ws: Path) -> dict[str, Any]:
+    """The check's estimate: total and activation part in GiB, or why there is none."""
+    from core.config import resolved
+    from core.models.memory import estimate_memory
+
+    try:
+        est = estimate_memory(resolved(cfg, ws), ws)
+    except Exception as exc:  # an estimate that fails is a figure missing, not a crash
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    if est is None:
+        return {"error": "no estimate (the model's configs could not be read)"}
+    act = sum(p.bytes for p in est.parts if p.name == "activations")
+    return {"total_gib": est.total_bytes / GIB, "activations_gib": act / GIB,
+            "parts": {p.name: p.bytes for p in est.parts}}
+
+
+def child_env() -> dict[str, str]:
+    """This environment (PYTHONPATH included: the GPU machine finds its wheels there), with
+    the repository first on the path."""
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+
+
+def run_app(argv: list[str], log_path: Path, timeout: float) -> int | str:
+    """app.py's exit code, or "timed out" (it was stopped through Ctrl-C, then killed)."""
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, str(REPO / "app.py"), *argv], cwd=REPO,
+                                env=child_env(), stdout=log, stderr=subprocess.STDOUT)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)  # the app stops its trainer's process group
+            try:
+                proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            return "timed out"
+
+
+def seconds_per_step(events: list[dict[str, Any]]) -> float | None:
+    """Median interval between consecutive step events with no other event between."""
+    intervals, last = [], None
+    for event in events:
+        if event.get("type") != "step":
+            last = None
+            continue
+        if last is not None:
+            intervals.append(event["time"] - last)
+        last = event["time"]
+    return statistics.median(intervals) if intervals else None
+
+
+def measured(events: list[dict[str, Any]]) -> dict[str, float | None]:
+    """GiB per phase: the most held during it (at "peak": during the whole launch)."""
+    phases = memory_phases(events)
+    out: dict[str, float | None] = {}
+    for phase in PHASES:
+        event = phases.get(phase, {})
+        key = "device_bytes" if phase == "peak" else "device_peak_bytes"
+        value = event.get(key)
+        out[phase] = value / GIB if isinstance(value, (int, float)) else None
+    return out
+
+
+def run_case(case: Case, items: list[str], ws: Path, timeout: float) -> dict[str, Any]:
+    import shutil
+
+    from core.runs.folder import RunFolder
+    from core.runs.tail import EventTail, last_lines
+
+    run_dir = ws / "runs" / f"gpu-memory-{case.family}"
+    shutil.rmtree(run_dir, ignore_errors=True)  # this bench's own folder from a past run
+    log_path = ws / f"gpu-memory-{case.family}.log"
+    argv = ["--no-ui", "--preset", case.preset, "--workspace", str(ws)]
+    for item in items:
+        argv += ["--set", item]
+    start = time.monotonic()
+    code = run_app(argv, log_path, timeout)
+    events = EventTail(RunFolder(run_dir).events).read()
+    result = {"exit": code, "wall_s": round(time.monotonic() - start, 1),
+              "measured_gib": measured(events), "s_per_step": seconds_per_step(events)}
+    if code != 0 or result["measured_gib"]["peak"] is None:
+        why = f"exit {code}" if code != 0 else "no memory events with device figures"
+        result["error"] = why
+        print(f"!! {case.family}: the run failed ({why}); the end of {log_path}:", flush=True)
+        for line in last_lines(log_path, n=40):
+            print(f"   | {line}", flush=True)
+    return result
+
+
+def gpu_line() -> str | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(0)
+    return f"{props.name}, {props.total_memory / GIB:.1f} GiB; torch {torch.__version__}"
+
+
+def verdict(case: Case, row: dict[str, Any]) -> str:
+    peak = row.get("measured_gib", {}).get("peak")
+    if case.goal_gib is None:
+        return "report only"
+    if peak is None:
+        return f"<= {case.goal_gib:g} GiB: not measured"
+    return f"<= {case.goal_gib:g} GiB: {'MET' if peak <= case.goal_gib else 'MISSED'}"
+
+
+def fmt(value: float | None, spec: str = ".1f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    head = (f"{'family':<6} {'settings':<30} {'loaded':>7} {'cached':>7} {'1st stp':>7} "
+            f"{'peak':>7} {'est.':>7} {'est.act':>7} {'s/step':>7}  goal")
+    print("\n" + head + "\n" + "-" * (len(head) + 14))
+    for row in rows:
+        s, m, e = row["settings"], row.get("measured_gib", {}), row["estimate"]
+        text = (f"{s['resolution']}px b{s['batch']} {s['mixed_precision']} q={s['quantize']}"
+                f"{' gc' if s['gradient_checkpointing'] else ''}") if s else "?"
+        cells = [fmt(m.get(p)) for p in PHASES]
+        print(f"{row['family']:<6} {text:<30} " + " ".join(f"{c:>7}" for c in cells)
+              + f" {fmt(e.get('total_gib')):>7} {fmt(e.get('activations_gib')):>7} "
+              f"{fmt(row.get('s_per_step'), '.3f'):>7}  {row['goal']}")
+    print("GiB of allocated tensors (torch.cuda.memory_allocated); per phase the most held "
+          "during it, peak over the whole run; est. = the check's estimate, est.act its "
+          "activation part")
+    for row in rows:
+        for why in filter(None, [row.get("error"), row["estimate"].get("error")]):
+            print(f"  {row['family']}: {why}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--families", default=",".join(CASES),
+                        help=f"comma-separated, from {', '.join(CASES)}")
+    parser.add_argument("--steps", type=int, default=10, help="training steps per run")
+    parser.add_argument("--quantize", choices=("int8", "fp8", "none"), default="int8",
+                        help="model.quantize for flux (the goal is set for int8 or fp8)")
+    parser.add_argument("--out", type=Path, default=None, help="also write the table as JSON")
+    parser.add_argument("--estimate-only", action="store_true",
+                        help="no training: the estimates only (runs without a GPU)")
+    parser.add_argument("--timeout", type=float, default=1800, help="per run, seconds")
+    parser.add_argument("--workspace", type=Path, default=None, help="default: a temp dir")
+    parser.add_argument("--keep", action="store_true", help="keep the temp workspace")
+    args = parser.parse_args(argv)
+    families = [f for f in args.families.split(",") if f]
+    unknown = sorted(set(families) - set(CASES))
+    if unknown:
+        parser.error(f"unknown famil(ies) {', '.join(unknown)}; choose from {', '.join(CASES)}")
+    gpu = None if args.estimate_only else gpu_line()
+    if not args.estimate_only and gpu is None:
+        print("no CUDA GPU here: measured figures need one; printing the estimates only")
+    print(f"GPU: {gpu or 'none'}; python {sys.version.split()[0]}; {args.steps} steps per run")
+    with workspace(args.workspace, "bench-gpu-memory-", keep=args.keep) as ws:
+        rows = [bench_family(CASES[f], args, ws, gpu is not None) for f in families]
+    print_table(rows)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"gpu": gpu, "steps": args.steps, "rows": rows},
+                                       indent=2), encoding="utf-8")
+        print(f"wrote {args.out}")
+    return 1 if any(r.get("error") for r in rows) else 0
+
+
+def bench_family(case: Case, args: argparse.Namespace, ws: Path, measure: bool
+                 ) -> dict[str, Any]:
+    """One family's row; a failure is reported in it and the next family still runs."""
+    from core import ops
+
+    items = overrides(case, args.steps, args.quantize)
+    row: dict[str, Any] = {"family": case.family, "preset": case.preset, "settings": {},
+                           "estimate": {}, "goal_gib": case.goal_gib}
+    try:
+        cfg = ops.load_run_config(None, case.preset, items)
+        write_images(ws / cfg.datasets[0].images, IMAGES, cfg.datasets[0].resolution)
+    except Exception as exc:
+        row.update(error=f"{type(exc).__name__}: {exc}", goal=verdict(case, row))
+        print(f"!! {case.family}: {row['error']}", flush=True)
+        return row
+    t = cfg.train
+    row["settings"] = {"resolution": cfg.datasets[0].resolution, "batch": t.batch_size,
+                       "quantize": cfg.model.quantize, "mixed_precision": t.mixed_precision,
+                       "gradient_checkpointing": t.gradient_checkpointing}
+    row["estimate"] = estimate(cfg, ws)
+    if measure:
+        print(f"== {case.family}: python app.py --no-ui --preset {case.preset} "
+              + " ".join(f"--set {i}" for i in items), flush=True)
+        row.update(run_case(case, items, ws, args.timeout))
+        print(f"   {case.family}: {json.dumps(row['measured_gib'])}, "
+              f"{fmt(row['s_per_step'], '.3f')} s/step, {row['wall_s']} s", flush=True)
+    peak = row.get("measured_gib", {}).get("peak")
+    row["met"] = None if case.goal_gib is None or peak is None else peak <= case.goal_gib
+    row["goal"] = verdict(case, row)
+    return row
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,5 +1,6 @@
 """Training tab: model, method and hyperparameters (advanced ones folded), validation
-prompts; Launch, Stop, Resume; the followed run's live log, progress (step, it/s, ETA),
+prompts; the per-GPU memory estimate of the form's config (the `memory:` line of
+`--stage check`); Launch, Stop, Resume; the followed run's live log, progress (step, it/s, ETA),
 loss and eval-loss plot, validation gallery (newest step first) and the commands that
 reproduce it (those views and the following are ui/run_views.py's).
 """
@@ -11,6 +12,7 @@ from typing import Any
 
 import gradio as gr
 
+from core.config import Config
 from ui import actions, render, run_views
 from ui.actions import ActionError
 from ui.context import AppContext
@@ -31,6 +33,7 @@ class TrainTab(RunView):
     stop: gr.Button
     resume: gr.Button
     message: gr.HTML
+    memory: gr.Markdown
 
 
 def build(form: Form) -> TrainTab:
@@ -52,6 +55,7 @@ def build(form: Form) -> TrainTab:
         launch = gr.Button("Launch", variant="primary", elem_id="launch")
         stop = gr.Button("Stop", variant="stop", elem_id="stop")
         resume = gr.Button("Resume", elem_id="resume")
+    memory = gr.Markdown("", elem_id="train-memory-estimate")
     message = gr.HTML("", elem_id="train-message")
     progress = gr.HTML("<div>No run followed yet.</div>", elem_id="train-progress")
     with gr.Row():
@@ -65,10 +69,33 @@ def build(form: Form) -> TrainTab:
                          interactive=False, buttons=["copy"], elem_id="command")
     return TrainTab(following=gr.State(None), progress=progress, log=log, plot=plot,
                     gallery=gallery, command=command, launch=launch, stop=stop, resume=resume,
-                    message=message)
+                    message=message, memory=memory)
 
 
 # ---------------------------------------------------------------- events
+
+
+def memory_view(ctx: AppContext, cfg: Config, last: dict[str, Any]) -> str:
+    """The estimate's lines as Markdown. `last` keeps the latest one: the estimate reads
+    the model's configs (seconds for an unbuilt tiny model), and most edits of the form
+    (captions, datasets' folders, validation) do not change it."""
+    from core.config import resolved
+    from core.models.memory import estimate_memory
+
+    full = resolved(cfg, ctx.workspace)
+    key = repr((full.model, full.train, full.launch, [d.resolution for d in full.datasets]))
+    if last.get("key") != key:
+        estimate = estimate_memory(full, ctx.workspace)
+        last.update(key=key, text="\n\n".join(
+            _markdown_text(line.strip()) for line in (estimate.lines() if estimate else [])))
+    return last["text"]
+
+
+def _markdown_text(line: str) -> str:
+    """A plain line shown as such (a lone `~` would strike text through)."""
+    for ch in "\\`*_~<>[]":
+        line = line.replace(ch, "\\" + ch)
+    return line
 
 
 def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: gr.Timer,
@@ -100,6 +127,12 @@ def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: gr.Timer,
         return render.message_html(f"{ctx.relative(f.run_dir)}: {state}",
                                    "ok" if state == "stopped" else "info")
 
+    last: dict[str, Any] = {}
+    fields = [*form.editor.values(), *form.fields.values()]
+    gr.on([c.change for c in fields],
+          guarded("Memory estimate")(lambda d: memory_view(ctx, form.read(d)[0], last)),
+          form.inputs(), [tab.memory], trigger_mode="always_last", show_progress="hidden",
+          api_visibility="private")
     outs = [tab.message, *tab.components()]
     ins = form.inputs() | {tab.following}
     launch_event = tab.launch.click(guarded("Launch")(lambda d: start(d, False)), ins, outs,

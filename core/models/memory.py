@@ -1,18 +1,45 @@
 """What a run needs on each GPU, estimated before launch from the model's configs alone
 (no weights loaded): frozen weights, trainable parameters, gradients and optimizer states
 exactly, activations as an estimate. `--stage check` and the Training tab print it.
+
+Two phases, as the trainer runs them (core/train/setup.py): first the caches are built
+with the text encoders and the VAE on the GPU; they go back to the CPU, and only then
+does the denoiser come to the GPU, with what trains it. The per-GPU figure is the larger
+phase. A CPU run (launch.cpu) holds every part in RAM at once.
+
+memory_model.py reads the sizes (meta-device components from their configs);
+memory_activations.py holds the activation formulas and their coefficients.
 """
 
 from __future__ import annotations
 
+import math
+import os
+import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.problems import warning
+
 if TYPE_CHECKING:
     from core.config import Config
+    from core.models.memory_activations import StepShape
+    from core.models.memory_model import ComponentSize, DenoiserSize, ModelSizes
 
 GIB = 1024 ** 3
+# CUDA context, cuBLAS/cuDNN workspaces and allocator slack, per process. Calibrated on:
+# nothing yet (a typical figure); recalibrate from measured H100 runs.
+CUDA_CONTEXT_BYTES = GIB // 2
+# The caches are built this many images / captions at a time (core/cache/stage.py's
+# vae_batch, core/cache/build.py's text batch_size).
+CACHE_VAE_BATCH = 4
+CACHE_TEXT_BATCH = 16
+CLIP_TOKENS = 77
+FP32 = 4
+OPTIMIZER_BYTES_PER_PARAM = {"adamw": 8, "adamw8bit": 2}  # two states each
+SCALE_BYTES = {"int8": 2, "fp8": 2, "nf4": 4}  # bf16 per output row; fp32 per 64 weights
 
 
 @dataclass
@@ -24,19 +51,277 @@ class MemoryPart:
 
 @dataclass
 class MemoryEstimate:
-    parts: list[MemoryPart] = field(default_factory=list)
+    parts: list[MemoryPart] = field(default_factory=list)  # training, on one GPU
     device_total_bytes: int | None = None  # the detected GPU's memory, when there is one
+    caching: list[MemoryPart] = field(default_factory=list)  # building caches, before
+    shape: str = ""  # what the activations were estimated from
+    device_name: str = ""
+    cpu: bool = False  # a CPU run: every part in RAM at once, no caching phase apart
+    unknown: str | None = None  # why there is no figure (then there are no parts)
+    advice: list[str] = field(default_factory=list)  # settings that would lower it
+
+    @property
+    def training_bytes(self) -> int:
+        return sum(p.bytes for p in self.parts)
+
+    @property
+    def caching_bytes(self) -> int:
+        return sum(p.bytes for p in self.caching)
+
+    @property
+    def caching_dominates(self) -> bool:
+        return self.caching_bytes > self.training_bytes
 
     @property
     def total_bytes(self) -> int:
-        return sum(p.bytes for p in self.parts)
+        """The per-GPU figure: the larger of the two phases."""
+        return max(self.training_bytes, self.caching_bytes)
 
     def lines(self) -> list[str]:
         """The first starts with `memory:` and gives the per-GPU figure in GiB."""
-        return [f"memory: {self.total_bytes / GIB:.1f} GiB per GPU"]
+        if self.unknown is not None:
+            return [f"memory: unknown ({self.unknown})"]
+        where = "per process (CPU run)" if self.cpu else "per GPU"
+        training = f"{_sum_text(self.parts)} (activations estimated from {self.shape})"
+        caching = (f"{_sum_text(self.caching)} (text encoders and VAE on the GPU; the "
+                   "denoiser comes after)")
+        if self.caching_dominates:
+            out = [f"memory: {_total(self.total_bytes)} GiB {where} (estimate; building "
+                   f"the caches dominates) = {caching}",
+                   f"  training: {_total(self.training_bytes)} GiB = {training}"]
+        else:
+            out = [f"memory: {_total(self.total_bytes)} GiB {where} (estimate) = {training}"]
+            if self.caching:
+                out.append(f"  building caches first: {_total(self.caching_bytes)} GiB = "
+                           f"{caching}")
+        if self.device_total_bytes is not None and self.total_bytes > self.device_total_bytes:
+            gpu = f"{_total(self.device_total_bytes)} GiB" + (
+                f", {self.device_name}" if self.device_name else "")
+            hint = f"; try {', '.join(self.advice)}" if self.advice else ""
+            out.append(str(warning("memory", f"the estimate ({_total(self.total_bytes)} GiB)"
+                                   f" is more than this machine's GPU has ({gpu}){hint}")))
+        return out
+
+
+def _total(n: int) -> str:
+    return f"{n / GIB:.1f}" if n >= GIB else f"{n / GIB:.2f}"
+
+
+def _part_text(p: MemoryPart) -> str:
+    v = p.bytes / GIB
+    number = f"{v:.1f}" if v >= 1 else f"{v:.2f}" if v >= 0.005 else "<0.01"
+    return f"{p.name} {'' if p.exact else '~'}{number} GiB"
+
+
+def _sum_text(parts: list[MemoryPart]) -> str:
+    return " + ".join(_part_text(p) for p in parts if p.bytes > 0)
+
+
+# ---------------------------------------------------------------- the estimate
 
 
 def estimate_memory(cfg: Config, workspace: Path) -> MemoryEstimate | None:
-    """The per-GPU estimate for `cfg` (paths resolved), or None when the model's configs
-    cannot be read without a download."""
-    return None
+    """The per-GPU estimate for `cfg` (paths resolved). When the model's configs cannot
+    be read without a download (a hub id not in the HF cache) or at all, an estimate
+    whose `unknown` says why, and no parts."""
+    from core.models.memory_model import UnknownModel, model_source, read_sizes
+
+    lora = cfg.train.method == "lora"
+    try:
+        with model_source(cfg.model.path, cfg.model.family, Path(workspace)) as source:
+            sizes = read_sizes(source, cfg.train.lora_rank, cfg.train.lora_targets, lora)
+    except UnknownModel as exc:
+        return MemoryEstimate(unknown=str(exc))
+    except Exception as exc:  # noqa: BLE001 - the estimate never stops a check
+        first = str(exc).splitlines()[0][:200] if str(exc) else ""
+        return MemoryEstimate(unknown=f"cannot read the model's configs: "
+                                      f"{type(exc).__name__}: {first}")
+    return assemble(cfg, sizes, None if cfg.launch.cpu else detect_gpu())
+
+
+def assemble(cfg: Config, sizes: ModelSizes, gpu: tuple[int, str] | None) -> MemoryEstimate:
+    """The estimate from the sizes; `gpu` is (total bytes, name) of the GPU it runs on."""
+    wbytes = weight_bytes(cfg.train.mixed_precision)
+    shape = step_shape(cfg, sizes)
+    training = training_parts(cfg, sizes.denoiser, wbytes)
+    training.append(MemoryPart("activations", activation_bytes(sizes, shape), exact=False))
+    encoders = [MemoryPart("text encoders", _weights(sizes.text_encoders, wbytes)),
+                MemoryPart("VAE", _weights([sizes.vae] if sizes.vae else [],
+                                           _vae_bytes(cfg, sizes.vae, wbytes)))]
+    estimate = MemoryEstimate(shape=_shape_text(cfg, shape), cpu=cfg.launch.cpu,
+                              advice=_advice(cfg))
+    if cfg.launch.cpu:
+        estimate.parts = training + encoders
+        return estimate
+    context = MemoryPart("CUDA context", CUDA_CONTEXT_BYTES, exact=False)
+    estimate.parts = [*training, context]
+    encoding = MemoryPart("encoding", caching_activation_bytes(cfg, sizes), exact=False)
+    estimate.caching = [*encoders, encoding, context]
+    if gpu is not None:
+        estimate.device_total_bytes, estimate.device_name = gpu
+    return estimate
+
+
+def weight_bytes(mixed_precision: str) -> int:
+    """Bytes of a frozen weight: the mixed-precision dtype's."""
+    return 2 if mixed_precision in ("fp16", "bf16") else FP32
+
+
+def _weights(components: list[ComponentSize], per_weight: int) -> int:
+    return sum(c.floats * per_weight + c.other_bytes for c in components)
+
+
+def _vae_bytes(cfg: Config, vae: ComponentSize | None, wbytes: int) -> int:
+    """An fp16 VAE whose config asks for it encodes in float32 (core/models/modules.py)."""
+    upcast = vae is not None and bool(vae.config.get("force_upcast"))
+    return FP32 if cfg.train.mixed_precision == "fp16" and upcast else wbytes
+
+
+def frozen_denoiser_bytes(d: DenoiserSize, scheme: str, wbytes: int) -> int:
+    """The frozen denoiser: the weights `quantizable` picks in 8 or 4 bits plus their
+    scales when `scheme` quantizes, everything else in the mixed-precision dtype."""
+    from core.models.quantize import QUANTIZED_BYTES_PER_WEIGHT
+
+    per_weight = QUANTIZED_BYTES_PER_WEIGHT.get(scheme)
+    if per_weight is None:
+        return d.floats * wbytes + d.other_bytes
+    blocks = d.quantizable_blocks if scheme == "nf4" else d.quantizable_rows
+    return ((d.floats - d.quantizable) * wbytes + math.ceil(d.quantizable * per_weight)
+            + blocks * SCALE_BYTES[scheme] + d.other_bytes)
+
+
+def training_parts(cfg: Config, d: DenoiserSize, wbytes: int) -> list[MemoryPart]:
+    """Frozen weights, trainable, gradients, optimizer, EMA: exact. LoRA and full
+    fine-tunes keep trainable weights, their gradients and AdamW's states in fp32; DDP
+    (more than one process) copies the gradients into its buckets, once more."""
+    if cfg.train.method == "lora":
+        frozen = frozen_denoiser_bytes(d, cfg.model.quantize, wbytes)
+        params = d.lora
+    else:
+        frozen, params = d.other_bytes, d.floats
+    processes = cfg.launch.num_processes * cfg.launch.num_machines
+    parts = [MemoryPart("frozen weights", frozen),
+             MemoryPart("trainable", params * FP32),
+             MemoryPart("gradients", params * FP32 * (2 if processes > 1 else 1)),
+             MemoryPart("optimizer", params * OPTIMIZER_BYTES_PER_PARAM.get(
+                 cfg.train.optimizer, 8))]
+    if cfg.train.ema:
+        parts.append(MemoryPart("EMA", params * FP32))
+    return parts
+
+
+# ---------------------------------------------------------------- activations
+
+
+def step_shape(cfg: Config, sizes: ModelSizes) -> StepShape:
+    """The largest resolution of the datasets in latents, the batch and dtype."""
+    from core.models.memory_activations import StepShape
+
+    resolution = max((ds.resolution for ds in cfg.datasets), default=512)
+    levels = len((sizes.vae.config if sizes.vae else {}).get("block_out_channels", (0,) * 4))
+    latent = math.ceil(resolution / 2 ** (levels - 1))
+    half = cfg.train.mixed_precision in ("fp16", "bf16")
+    return StepShape(latent, latent, cfg.train.batch_size, 2 if half else FP32,
+                     cfg.train.gradient_checkpointing)
+
+
+def _shape_text(cfg: Config, shape: StepShape) -> str:
+    resolution = max((ds.resolution for ds in cfg.datasets), default=512)
+    on = "on" if shape.checkpointing else "off"
+    return f"{resolution}x{resolution}, batch {shape.batch}, gradient checkpointing {on}"
+
+
+def text_tokens(family: str) -> int:
+    """Text tokens an MMDiT attends to beside the image: the T5 length the family pads
+    to, and SD3's CLIP tokens before them."""
+    from core.models.registry import get_family
+
+    t5 = int(getattr(get_family(family), "max_sequence_length", 0) or 0)
+    return t5 + (CLIP_TOKENS if family == "sd3" else 0)
+
+
+def activation_bytes(sizes: ModelSizes, shape: StepShape) -> int:
+    from core.models import memory_activations as act
+
+    d = sizes.denoiser
+    if d.kind == "unet":
+        return act.unet_activation_bytes(d.config, shape)
+    # Flux packs 2x2 latent patches itself (its config says patch_size 1).
+    patch = int(d.config.get("patch_size", 1) or 1) * (2 if sizes.family == "flux" else 1)
+    return act.mmdit_activation_bytes(d.config, shape, text_tokens(sizes.family), patch)
+
+
+def caching_activation_bytes(cfg: Config, sizes: ModelSizes) -> int:
+    """The larger of a VAE encode batch and one text encoder's batch (they take turns)."""
+    from core.models import memory_activations as act
+
+    resolution = max((ds.resolution for ds in cfg.datasets), default=512)
+    wbytes = weight_bytes(cfg.train.mixed_precision)
+    peaks = [0]
+    if sizes.vae is not None:
+        peaks.append(act.vae_encode_bytes(sizes.vae.config, resolution, resolution,
+                                          CACHE_VAE_BATCH, _vae_bytes(cfg, sizes.vae, wbytes)))
+    for encoder in sizes.text_encoders:
+        t5 = encoder.config.get("model_type") == "t5"
+        tokens = text_tokens(sizes.family) if t5 else int(
+            encoder.config.get("max_position_embeddings", CLIP_TOKENS))
+        if t5 and sizes.family == "sd3":
+            tokens -= CLIP_TOKENS
+        peaks.append(act.text_encode_bytes(encoder.config, tokens, CACHE_TEXT_BATCH,
+                                           wbytes, eager_scores=t5))
+    return max(peaks)
+
+
+# ---------------------------------------------------------------- the machine
+
+
+def _advice(cfg: Config) -> list[str]:
+    """Settings of this config that would lower the figure."""
+    t = cfg.train
+    out = []
+    if t.method == "full":
+        out.append('train.method = "lora"')
+    elif cfg.model.quantize == "none":
+        out.append('model.quantize = "int8"')
+    if not t.gradient_checkpointing:
+        out.append("train.gradient_checkpointing = true")
+    if t.batch_size > 1:
+        out.append("a smaller train.batch_size (with train.grad_accum)")
+    if t.method == "full" and t.optimizer == "adamw":
+        out.append('train.optimizer = "adamw8bit"')
+    if t.mixed_precision == "no":
+        out.append('train.mixed_precision = "bf16"')
+    return out
+
+
+def detect_gpu() -> tuple[int, str] | None:
+    """(total bytes, name) of the first visible GPU, or None without one. Read through
+    nvidia-smi rather than torch.cuda, which would start a CUDA context (hundreds of MB
+    of GPU memory) in the web server for the rest of its life."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        if torch.cuda.is_initialized():  # a process that already has its context
+            props = torch.cuda.get_device_properties(0)
+            return int(props.total_memory), str(props.name)
+    except Exception:  # noqa: BLE001 - no usable CUDA: no GPU to compare with
+        return None
+    return _nvidia_smi_first_gpu()
+
+
+def _nvidia_smi_first_gpu() -> tuple[int, str] | None:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    command = [smi, "--query-gpu=memory.total,name", "--format=csv,noheader,nounits",
+               "-i", visible or "0"]
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=10,
+                             check=True).stdout.strip().splitlines()
+        mib, name = out[0].split(",", 1)
+        return int(float(mib)) * 1024 ** 2, name.strip()
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None

@@ -1,0 +1,166 @@
+"""Activation memory, estimated from a component's config and the run's shape.
+
+Pure functions of config dicts (no torch). Each counts the tensors autograd keeps for the
+backward pass (or, for the caching phase, the tensors alive at once during inference)
+in *units*: one block's hidden state, batch x tokens x width elements, times the bytes of
+the compute dtype. The per-block unit counts are the module-level coefficients below, so
+they can be calibrated against measured runs without touching the formulas.
+
+Calibrated on: nothing yet. The values are counted from the layers of diffusers 0.42's
+blocks (which intermediate tensors each op saves for backward, attention by SDPA without
+the score matrix). Recalibrate them from the peak memory of measured runs on an H100
+(random:<family> models, the trainer's `memory` events): change the numbers here only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+# ---------------------------------------------------------------- UNet (SD1.5, SD2, SDXL)
+
+# ResnetBlock2D: norm, SiLU, conv, time-embedding add, norm, SiLU, conv, residual, output.
+UNET_RESNET_UNITS = 9.0
+# BasicTransformerBlock: three norms, self-attention q/k/v/out, cross-attention q/out,
+# GEGLU feed-forward (projection to 8x width, GELU and product at 4x), residuals.
+UNET_TRANSFORMER_UNITS = 32.0
+# Transformer2DModel around its blocks (group norm, proj_in, proj_out, residual); it is
+# not checkpointed, so it counts with and without gradient checkpointing.
+UNET_STACK_UNITS = 4.0
+# Up-block resnets read the skip connection concatenated to their input: wider tensors.
+UNET_UP_WIDTH = 1.5
+
+# ---------------------------------------------------------------- MMDiT (SD3, Flux)
+
+# A joint (double-stream) or single-stream block over image + text tokens at the model
+# width: modulated norms, q/k/v with q/k norms and rotary copies, attention output and
+# projection, gated residuals, MLP at 4x width (projection and GELU) and back.
+MMDIT_BLOCK_UNITS = 24.0
+# SD3.5's dual-attention blocks add a second self-attention over the image tokens only.
+MMDIT_DUAL_ATTENTION_UNITS = 8.0
+# Embedders, final norm and projection, the packed latents and the loss, outside blocks.
+MMDIT_OUTSIDE_UNITS = 4.0
+
+# ---------------------------------------------------------------- both kinds
+
+# With gradient checkpointing each checkpointed block keeps only its input.
+CHECKPOINT_INPUT_UNITS = 1.0
+# During backward one block is recomputed and its activations' gradients live beside it:
+# the largest block's full activations, this many times.
+BACKWARD_BLOCKS = 1.5
+
+# ---------------------------------------------------------------- caching phase (inference)
+
+# VAE encoder: full-resolution tensors at its first width alive at once (input, norm,
+# activation, convolution output).
+VAE_ENCODE_UNITS = 4.0
+# Text encoder layer: feed-forward tensors at the intermediate width alive at once.
+TEXT_FF_UNITS = 3.0
+# Attention scores and their softmax, for encoders that run eager attention (T5's bias).
+TEXT_SCORE_COPIES = 2.0
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """What one training step processes on one GPU."""
+
+    latent_height: int
+    latent_width: int
+    batch: int
+    dtype_bytes: int  # the compute dtype's: 2 under fp16/bf16 autocast, else 4
+    checkpointing: bool
+
+
+def _per_level(value: Any, levels: int) -> list[int]:
+    """A UNet setting given as one int or one per level."""
+    if isinstance(value, (list, tuple)):
+        return [int(v if not isinstance(v, (list, tuple)) else max(v)) for v in value]
+    return [int(value)] * levels
+
+
+def _unet_modules(config: dict[str, Any], shape: StepShape
+                  ) -> tuple[list[tuple[float, float]], float]:
+    """(full activations, input) of each checkpointable module in elements, and the
+    elements kept outside them, walking the down, mid and up blocks level by level."""
+    widths = list(config.get("block_out_channels", (320, 640, 1280, 1280)))
+    n = len(widths)
+    layers = _per_level(config.get("layers_per_block", 2), n)
+    depth = _per_level(config.get("transformer_layers_per_block", 1), n)
+    down = config.get("down_block_types", ())
+    up = config.get("up_block_types", ())
+    modules: list[tuple[float, float]] = []
+    outside = 0.0
+
+    def level(i: int, resnets: int, attention: bool, width_factor: float) -> None:
+        nonlocal outside
+        h = math.ceil(shape.latent_height / 2 ** i)
+        w = math.ceil(shape.latent_width / 2 ** i)
+        unit = shape.batch * h * w * widths[i]
+        for _ in range(resnets):
+            modules.append((UNET_RESNET_UNITS * width_factor * unit, width_factor * unit))
+            if attention:
+                modules.extend([(UNET_TRANSFORMER_UNITS * unit, unit)] * depth[i])
+                outside += UNET_STACK_UNITS * unit
+
+    for i in range(n):
+        level(i, layers[i], i < len(down) and "CrossAttn" in down[i], 1.0)
+    mid = config.get("mid_block_type", "UNetMidBlock2DCrossAttn")
+    if mid is not None:  # resnet, attention, resnet at the lowest resolution
+        level(n - 1, 1, "CrossAttn" in mid, 1.0)
+        level(n - 1, 1, False, 1.0)
+    for k in range(n):
+        i = n - 1 - k
+        level(i, layers[i] + 1, k < len(up) and "CrossAttn" in up[k], UNET_UP_WIDTH)
+    return modules, outside
+
+
+def _kept(modules: list[tuple[float, float]], outside: float, checkpointing: bool) -> float:
+    """Elements kept for backward: everything, or each module's input plus one module
+    recomputed with its gradients."""
+    if not checkpointing:
+        return sum(full for full, _ in modules) + outside
+    largest = max((full for full, _ in modules), default=0.0)
+    return (CHECKPOINT_INPUT_UNITS * sum(inp for _, inp in modules) + outside
+            + BACKWARD_BLOCKS * largest)
+
+
+def unet_activation_bytes(config: dict[str, Any], shape: StepShape) -> int:
+    """Activations of one UNet2DConditionModel training step (diffusers checkpoints each
+    resnet and each transformer block when gradient checkpointing is on)."""
+    modules, outside = _unet_modules(config, shape)
+    return int(_kept(modules, outside, shape.checkpointing) * shape.dtype_bytes)
+
+
+def mmdit_activation_bytes(config: dict[str, Any], shape: StepShape, text_tokens: int,
+                           patch: int) -> int:
+    """Activations of one SD3/Flux transformer step: image tokens (latent / patch,
+    squared) and text tokens run through every block at the model width."""
+    width = int(config.get("num_attention_heads", 24)) * int(config.get("attention_head_dim", 64))
+    image = math.ceil(shape.latent_height / patch) * math.ceil(shape.latent_width / patch)
+    unit = shape.batch * (image + text_tokens) * width
+    blocks = int(config.get("num_layers", 0)) + int(config.get("num_single_layers", 0))
+    dual = len(config.get("dual_attention_layers") or ())
+    modules = [(MMDIT_BLOCK_UNITS * unit, unit)] * blocks
+    modules += [(MMDIT_DUAL_ATTENTION_UNITS * shape.batch * image * width, 0.0)] * dual
+    kept = _kept(modules, MMDIT_OUTSIDE_UNITS * unit, shape.checkpointing)
+    return int(kept * shape.dtype_bytes)
+
+
+def vae_encode_bytes(config: dict[str, Any], height: int, width: int, batch: int,
+                     dtype_bytes: int) -> int:
+    """Peak of a VAE encode of `batch` images at height x width pixels (no gradients)."""
+    first = int(list(config.get("block_out_channels", (128,)))[0])
+    return int(VAE_ENCODE_UNITS * batch * height * width * first * dtype_bytes)
+
+
+def text_encode_bytes(config: dict[str, Any], tokens: int, batch: int, dtype_bytes: int,
+                      eager_scores: bool) -> int:
+    """Peak of one text encoder's forward on `batch` prompts of `tokens` tokens."""
+    hidden = int(config.get("hidden_size") or config.get("d_model") or 768)
+    inner = int(config.get("intermediate_size") or config.get("d_ff") or 4 * hidden)
+    heads = int(config.get("num_attention_heads") or config.get("num_heads") or 12)
+    elements = TEXT_FF_UNITS * batch * tokens * inner + 2 * batch * tokens * hidden
+    if eager_scores:
+        elements += TEXT_SCORE_COPIES * batch * heads * tokens * tokens
+    return int(elements * dtype_bytes)

@@ -1,0 +1,309 @@
+"""The sizes a memory estimate needs, read from a model's configs without loading weights.
+
+Where the configs come from (`model_source`): a local diffusers folder; `random:<family>`
+the full-size configs in core/models/full_size/<family>/; `tiny:<family>` the workspace's
+built tiny model, or a throwaway build in a temporary folder (a check writes nothing to
+the workspace); a hub id the HF cache only (a check downloads nothing); a single-file
+.safetensors the tensor shapes in its header, with the architecture (LoRA layers,
+activations, and the parts the file lacks) from the full-size configs of its family.
+
+Each component is instantiated on the meta device from its config.json (accelerate's
+init_empty_weights, buffers included: SD3's positional table is one), so the counts are
+the model's own: parameters and buffers, LoRA parameters as peft adds them, and the
+weights `core.models.quantize.quantizable` picks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import math
+import struct
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DENOISERS = ("unet", "transformer")
+NF4_BLOCK = 64  # weights per fp32 absmax in bitsandbytes' nf4
+# Original-format (A1111/ComfyUI) key prefixes of the parts a single file may bundle;
+# every other tensor belongs to the denoiser.
+VAE_PREFIXES = ("first_stage_model.", "vae.")
+TEXT_PREFIXES = ("cond_stage_model.", "conditioner.", "text_encoders.", "text_encoder.")
+_INT_BYTES = {"I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+
+
+class UnknownModel(Exception):
+    """The configs cannot be read without a download or a build; the message says why."""
+
+
+@dataclass
+class ComponentSize:
+    name: str  # "unet", "vae", "text_encoder_2", ...
+    config: dict[str, Any]
+    floats: int  # floating-point parameters and buffers: stored in the weight dtype
+    other_bytes: int = 0  # integer buffers, at their own size
+
+
+@dataclass
+class DenoiserSize(ComponentSize):
+    quantizable: int = 0  # weights of the modules `quantizable` says yes to
+    quantizable_rows: int = 0  # their output rows: one int8/fp8 scale each
+    quantizable_blocks: int = 0  # their 64-weight blocks: one nf4 absmax each
+    lora: int = 0  # LoRA parameters peft adds for the run's rank and targets
+
+    @property
+    def kind(self) -> str:
+        return "unet" if self.name == "unet" else "mmdit"
+
+
+@dataclass
+class ModelSizes:
+    family: str
+    denoiser: DenoiserSize
+    vae: ComponentSize | None
+    text_encoders: list[ComponentSize] = field(default_factory=list)
+
+
+@dataclass
+class ModelSource:
+    family: str
+    folder: Path  # diffusers layout: model_index.json and <component>/config.json
+    file: Path | None = None  # a single-file checkpoint: frozen sizes from its header
+
+
+# ---------------------------------------------------------------- where the configs are
+
+
+@contextlib.contextmanager
+def model_source(path: str, family: str, workspace: Path) -> Iterator[ModelSource]:
+    """The folder of configs for model.path (resolved); raises UnknownModel."""
+    from core.models.full_size import RANDOM_PREFIX, full_size_dir
+    from core.models.tiny import TINY_PREFIX
+
+    if path.startswith(TINY_PREFIX):
+        with _tiny_folder(path[len(TINY_PREFIX):], workspace) as folder:
+            yield ModelSource(path[len(TINY_PREFIX):], folder)
+        return
+    if path.startswith(RANDOM_PREFIX):
+        name = path[len(RANDOM_PREFIX):]
+        yield ModelSource(name, _config_folder(full_size_dir(name), f"{path}: no full-size"))
+        return
+    p = Path(path).expanduser()
+    if p.is_dir():
+        yield ModelSource(family, _config_folder(p, f"{path}: no"))
+    elif p.is_file():
+        from core.models.loading import detect_checkpoint_family, safetensors_keys
+
+        found = detect_checkpoint_family(safetensors_keys(str(p))) or family
+        arch = _config_folder(full_size_dir(found), f"{path} is a single file and there "
+                              f"are no full-size {found} configs for its architecture:")
+        yield ModelSource(found, arch, file=p)
+    else:
+        from core.models.loading import ModelLoadError, classify_source
+
+        try:
+            classify_source(path)  # a missing folder or file is not a hub id
+        except ModelLoadError as exc:
+            raise UnknownModel(f"{path} {exc.problem.message}") from None
+        yield ModelSource(family, _hub_folder(path))
+
+
+def _config_folder(folder: Path, missing: str) -> Path:
+    if not (folder / "model_index.json").is_file():
+        raise UnknownModel(f"{missing} model_index.json in {folder}")
+    return folder
+
+
+def _hub_folder(repo_id: str) -> Path:
+    """The cached snapshot of a hub model (its configs), without any download."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(repo_id, "model_index.json")
+    except Exception:  # noqa: BLE001 - an odd id or cache is simply not cached
+        cached = None
+    if not isinstance(cached, str):
+        raise UnknownModel(f"hub model {repo_id} is not in the HF cache, and a check "
+                           "downloads nothing")
+    return Path(cached).parent
+
+
+@contextlib.contextmanager
+def _tiny_folder(family: str, workspace: Path) -> Iterator[Path]:
+    """The workspace's built tiny model, else a build in a temporary folder, deleted
+    afterwards: the check leaves the workspace as it was."""
+    from core.models.tiny import MARKER, TINY_SEED, TINY_VERSION, tiny_builder, tiny_dir
+
+    built = tiny_dir(family, workspace)
+    try:
+        marker = json.loads((built / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        marker = None
+    if marker == {"family": family, "seed": TINY_SEED, "version": TINY_VERSION}:
+        yield built
+        return
+    import torch
+
+    with tempfile.TemporaryDirectory(prefix=f"memory-estimate-tiny-{family}-") as tmp:
+        with torch.random.fork_rng(devices=[]):  # the build seeds torch; keep the caller's
+            tiny_builder(family)(Path(tmp), TINY_SEED)
+        yield Path(tmp)
+
+
+# ---------------------------------------------------------------- counting
+
+
+def read_sizes(source: ModelSource, lora_rank: int, lora_scope: str,
+               with_lora: bool) -> ModelSizes:
+    """Every loaded component's size; the denoiser's quantizable weights and LoRA."""
+    index = json.loads((source.folder / "model_index.json").read_text(encoding="utf-8"))
+    denoiser: DenoiserSize | None = None
+    vae, encoders = None, []
+    for name, entry in sorted(index.items()):
+        if name.startswith("_") or not isinstance(entry, list) or None in entry[:2]:
+            continue
+        if name in DENOISERS:
+            denoiser = _denoiser_size(source, name, entry, lora_rank, lora_scope, with_lora)
+        elif name == "vae" or name.startswith("text_encoder"):
+            module = _meta_module(source.folder, name, entry)
+            size = _size_of(module, ComponentSize(name, _full_config(module), 0))
+            if name == "vae":
+                vae = size
+            else:
+                encoders.append(size)
+    if denoiser is None:
+        raise UnknownModel(f"{source.folder}/model_index.json names no unet or transformer")
+    sizes = ModelSizes(source.family, denoiser, vae, encoders)
+    if source.file is not None:
+        _sizes_from_header(sizes, source.file)
+    return sizes
+
+
+def _config(folder: Path, name: str) -> dict[str, Any]:
+    path = folder / name / "config.json"
+    if not path.is_file():
+        raise UnknownModel(f"no {name}/config.json in {folder}")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _full_config(module: Any) -> dict[str, Any]:
+    """The module's config with the class defaults config.json leaves out (diffusers'
+    AutoencoderKL force_upcast, a UNet's transformer_layers_per_block)."""
+    config = module.config
+    return config.to_dict() if hasattr(config, "to_dict") else dict(config)
+
+
+def _meta_module(folder: Path, name: str, entry: list[str]) -> Any:
+    """The component built from its config.json on the meta device (no memory)."""
+    from accelerate import init_empty_weights
+
+    library, class_name = entry[0], entry[1]
+    config = _config(folder, name)
+    if library not in ("diffusers", "transformers"):
+        raise UnknownModel(f"{name}: {library}.{class_name} is not a diffusers or "
+                           "transformers model")
+    cls = getattr(importlib.import_module(library), class_name, None)
+    if cls is None:
+        raise UnknownModel(f"{name}: {library} has no class {class_name}")
+    with init_empty_weights(include_buffers=True):
+        if library == "diffusers":
+            return cls.from_config(config)
+        module = cls(cls.config_class.from_dict(config))
+    # from_pretrained ties T5's encoder.embed_tokens to `shared`; count it once, as loaded.
+    if hasattr(module, "tie_weights"):
+        module.tie_weights()
+    return module
+
+
+def _size_of(module: Any, size: ComponentSize) -> ComponentSize:
+    for tensor in (*module.parameters(), *module.buffers()):
+        if tensor.is_floating_point():
+            size.floats += tensor.numel()
+        else:
+            size.other_bytes += tensor.numel() * tensor.element_size()
+    return size
+
+
+def _denoiser_size(source: ModelSource, name: str, entry: list[str], lora_rank: int,
+                   lora_scope: str, with_lora: bool) -> DenoiserSize:
+    from core.models.quantize import quantizable
+
+    module = _meta_module(source.folder, name, entry)
+    size = _size_of(module, DenoiserSize(name, _full_config(module), 0))
+    assert isinstance(size, DenoiserSize)
+    for module_name, sub in module.named_modules():
+        weight = getattr(sub, "weight", None)
+        if weight is None or not quantizable(module_name, sub):
+            continue
+        size.quantizable += weight.numel()
+        size.quantizable_rows += weight.shape[0]
+        size.quantizable_blocks += math.ceil(weight.numel() / NF4_BLOCK)
+    if with_lora:
+        size.lora = lora_parameters(module, source.family, lora_rank, lora_scope)
+    return size
+
+
+def lora_parameters(denoiser: Any, family: str, rank: int, scope: str) -> int:
+    """What peft adds to `denoiser` (meta or real) for the family's LoRA targets."""
+    from accelerate import init_empty_weights
+    from peft import LoraConfig
+
+    from core.models.registry import get_family
+
+    targets = get_family(family).lora_target_modules(scope)
+    with init_empty_weights():
+        denoiser.add_adapter(LoraConfig(r=rank, lora_alpha=rank, target_modules=targets))
+    return sum(p.numel() for n, p in denoiser.named_parameters() if "lora_" in n)
+
+
+# ---------------------------------------------------------------- single files
+
+
+def safetensors_shapes(path: Path) -> dict[str, tuple[str, list[int]]]:
+    """dtype and shape of every tensor of a .safetensors file, from its JSON header."""
+    from core.models.loading import ModelLoadError
+
+    try:
+        with open(path, "rb") as fh:
+            (length,) = struct.unpack("<Q", fh.read(8))
+            if length > 100_000_000:
+                raise ValueError(f"header of {length} bytes")
+            header = json.loads(fh.read(length))
+    except (OSError, ValueError, struct.error) as exc:
+        raise ModelLoadError(str(path), f"is not a readable .safetensors file ({exc})") from exc
+    return {k: (v["dtype"], list(v["shape"])) for k, v in header.items()
+            if k != "__metadata__"}
+
+
+def _sizes_from_header(sizes: ModelSizes, path: Path) -> None:
+    """Frozen sizes from the file's tensors: its denoiser, and its VAE and text encoders
+    when it bundles them (else the architecture's, which the loader fetches apart).
+    The quantizable share and the LoRA come from the architecture, scaled to the file."""
+    groups = {"denoiser": [0, 0], "vae": [0, 0], "text": [0, 0]}
+    for key, (dtype, shape) in safetensors_shapes(path).items():
+        group = ("vae" if key.startswith(VAE_PREFIXES)
+                 else "text" if key.startswith(TEXT_PREFIXES) else "denoiser")
+        count = math.prod(shape)
+        if dtype in _INT_BYTES:
+            groups[group][1] += count * _INT_BYTES[dtype]
+        else:
+            groups[group][0] += count
+    d = sizes.denoiser
+    if d.floats and groups["denoiser"][0]:
+        scale = groups["denoiser"][0] / d.floats
+        d.quantizable = min(int(d.quantizable * scale), groups["denoiser"][0])
+        d.quantizable_rows = int(d.quantizable_rows * scale)
+        d.quantizable_blocks = int(d.quantizable_blocks * scale)
+    d.floats, d.other_bytes = groups["denoiser"]
+    if sizes.vae is not None and groups["vae"][0]:
+        sizes.vae.floats, sizes.vae.other_bytes = groups["vae"]
+    arch_text = sum(e.floats for e in sizes.text_encoders)
+    if arch_text and groups["text"][0]:
+        total = groups["text"][0]
+        for encoder in sizes.text_encoders:  # the file's tensors, shared in proportion
+            encoder.floats = round(total * encoder.floats / arch_text)
+            encoder.other_bytes = 0
+        sizes.text_encoders[0].other_bytes = groups["text"][1]

@@ -1,0 +1,245 @@
+"""The per-GPU memory estimate `--stage check` prints: exact weight, LoRA and optimizer
+bytes from meta-device models (compared with the real tiny models, loaded), the check's
+`memory:` line, no side effects on the workspace, and the full-size Flux figures that
+decide whether a 24 GB card is enough."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import PYTHON, REPO, write_shapes
+
+from core.config import Config, DatasetConfig, apply_overrides, load_config, resolved, save_config
+from core.models.full_size import full_size_dir
+from core.models.memory import GIB, MemoryEstimate, MemoryPart, estimate_memory
+from core.models.memory_activations import StepShape, mmdit_activation_bytes, unet_activation_bytes
+from core.models.registry import get_family
+from core.models.tiny import materialize_tiny
+from core.presets import preset_path
+
+MEMORY_LINE = re.compile(r"^memory: [0-9.]+ GiB")
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A workspace with the tiny sd15 and flux models built once."""
+    ws = tmp_path_factory.mktemp("memory-ws")
+    for family in ("sd15", "flux"):
+        materialize_tiny(family, ws)
+    return ws
+
+
+def part(parts: list[MemoryPart], name: str) -> int:
+    return next(p.bytes for p in parts if p.name == name)
+
+
+def stored_bytes(module: torch.nn.Module, per_weight: int) -> int:
+    """What a loaded module holds: floating tensors at `per_weight`, others as they are."""
+    tensors = [*module.parameters(), *module.buffers()]
+    return sum(t.numel() * (per_weight if t.is_floating_point() else t.element_size())
+               for t in tensors)
+
+
+def tiny_config(family: str, **train: object) -> Config:
+    cfg = Config()
+    cfg.model.family, cfg.model.path = family, f"tiny:{family}"
+    cfg.datasets = [DatasetConfig(id="a", images="data/a", vae_cache="cache/a", resolution=64)]
+    for key, value in train.items():
+        setattr(cfg.train, key, value)
+    return cfg
+
+
+def tree(root: Path) -> list[tuple[str, int]]:
+    return sorted((str(p.relative_to(root)), p.stat().st_mtime_ns) for p in root.rglob("*"))
+
+
+# ---------------------------------------------------------------- exact parts
+
+
+@pytest.mark.parametrize("precision,per_weight", [("no", 4), ("bf16", 2)])
+def test_tiny_sd15_frozen_weights_are_the_loaded_models_bytes(workspace: Path, precision: str,
+                                                              per_weight: int) -> None:
+    cfg = load_config(preset_path("demo"))
+    cfg.train.mixed_precision = precision
+    estimate = estimate_memory(resolved(cfg, workspace), workspace)
+    assert estimate is not None and estimate.unknown is None
+    c = get_family("sd15").load(str(workspace / "models" / "tiny-sd15"))
+    unet_params = sum(p.numel() for p in c.denoiser.parameters())
+    assert list(c.denoiser.buffers()) == []  # so the frozen part is parameters alone
+    assert part(estimate.parts, "frozen weights") == unet_params * per_weight
+    assert part(estimate.caching, "text encoders") == stored_bytes(c.text_encoders[0],
+                                                                   per_weight)
+    assert part(estimate.caching, "VAE") == stored_bytes(c.vae, per_weight)
+    assert estimate.total_bytes < GIB  # the demo fits anywhere
+    assert estimate.training_bytes - part(estimate.parts, "CUDA context") < 64 * 1024 ** 2
+
+
+@pytest.mark.parametrize("family,scope", [("sd15", "all"), ("flux", "attention")])
+def test_lora_trainable_count_equals_peft_on_the_real_tiny_model(workspace: Path, family: str,
+                                                                 scope: str) -> None:
+    from peft import LoraConfig
+
+    cfg = tiny_config(family, lora_rank=8, lora_targets=scope, optimizer="adamw", ema=True)
+    estimate = estimate_memory(resolved(cfg, workspace), workspace)
+    fam = get_family(family)
+    denoiser = fam.load(str(workspace / "models" / f"tiny-{family}")).denoiser
+    denoiser.requires_grad_(False)
+    denoiser.add_adapter(LoraConfig(r=8, lora_alpha=8,
+                                    target_modules=fam.lora_target_modules(scope)))
+    trainable = sum(p.numel() for p in denoiser.parameters() if p.requires_grad)
+    assert trainable > 0
+    assert part(estimate.parts, "trainable") == trainable * 4
+    assert part(estimate.parts, "gradients") == trainable * 4
+    assert part(estimate.parts, "optimizer") == trainable * 8
+    assert part(estimate.parts, "EMA") == trainable * 4
+
+
+def test_int8_stores_quantizable_weights_in_a_byte_plus_a_scale_per_row(workspace: Path) -> None:
+    from core.models.quantize import quantizable
+
+    none = tiny_config("flux", mixed_precision="bf16")
+    int8 = tiny_config("flux", mixed_precision="bf16")
+    int8.model.quantize = "int8"
+    frozen = {name: part(estimate_memory(resolved(c, workspace), workspace).parts,
+                         "frozen weights") for name, c in (("none", none), ("int8", int8))}
+    denoiser = get_family("flux").load(str(workspace / "models" / "tiny-flux")).denoiser
+    weights = [m.weight for n, m in denoiser.named_modules() if quantizable(n, m)]
+    assert weights
+    saved = sum(w.numel() * (2 - 1) - w.shape[0] * 2 for w in weights)
+    assert frozen["none"] - frozen["int8"] == saved
+
+
+def test_full_fine_tune_trains_the_whole_denoiser_in_fp32(workspace: Path) -> None:
+    cfg = tiny_config("sd15", method="full", mixed_precision="bf16", optimizer="adamw8bit")
+    estimate = estimate_memory(resolved(cfg, workspace), workspace)
+    unet = get_family("sd15").load(str(workspace / "models" / "tiny-sd15")).denoiser
+    params = sum(p.numel() for p in unet.parameters())
+    assert part(estimate.parts, "frozen weights") == 0
+    assert part(estimate.parts, "trainable") == params * 4
+    assert part(estimate.parts, "optimizer") == params * 2
+
+
+def test_single_file_counts_the_tensors_in_its_header(workspace: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from safetensors.torch import save_file
+
+    import core.models.full_size as full_size
+
+    # The architecture (LoRA, activations, the parts the file lacks): the tiny sd15.
+    monkeypatch.setattr(full_size, "full_size_dir", lambda f: workspace / "models" / f"tiny-{f}")
+    path = tmp_path / "model.safetensors"
+    save_file({"model.diffusion_model.input_blocks.0.0.weight": torch.zeros(320, 4, 3, 3),
+               "model.diffusion_model.out.2.weight": torch.zeros(4, 320, 3, 3),
+               "cond_stage_model.transformer.text_model.final_layer_norm.weight":
+                   torch.zeros(768)}, str(path))
+    cfg = tiny_config("sd15", mixed_precision="fp16")
+    cfg.model.path = str(path)
+    estimate = estimate_memory(resolved(cfg, workspace), workspace)
+    assert estimate.unknown is None
+    assert part(estimate.parts, "frozen weights") == (320 * 4 * 9 + 4 * 320 * 9) * 2
+    assert part(estimate.caching, "text encoders") == 768 * 2
+    c = get_family("sd15").load(str(workspace / "models" / "tiny-sd15"))
+    assert part(estimate.caching, "VAE") == stored_bytes(c.vae, 4)  # fp16 VAE upcasts
+
+
+# ---------------------------------------------------------------- the check and the workspace
+
+
+def test_check_prints_the_memory_line_and_leaves_an_unbuilt_workspace_alone(
+        tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    write_shapes(ws / "data/a", 3)
+    cfg = tiny_config("sd15")
+    cfg.output.dir = "runs/x"
+    save_config(cfg, tmp_path / "run.toml")
+    before = tree(ws)
+    done = subprocess.run([PYTHON, str(REPO / "app.py"), "--no-ui", "--config",
+                           str(tmp_path / "run.toml"), "--workspace", str(ws),
+                           "--stage", "check"], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [line for line in done.stdout.splitlines() if MEMORY_LINE.match(line)], done.stdout
+    assert tree(ws) == before  # the tiny model was built elsewhere, and removed
+
+
+def test_unbuilt_tiny_model_estimate_creates_nothing_in_the_workspace(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "data").mkdir(parents=True)
+    before = tree(ws)
+    estimate = estimate_memory(resolved(tiny_config("sd3"), ws), ws)
+    assert estimate.unknown is None and estimate.total_bytes > 0
+    assert tree(ws) == before
+
+
+def test_hub_model_not_in_the_cache_is_unknown_not_a_guess(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    cfg = tiny_config("flux")
+    cfg.model.path = "nobody/not-a-cached-model"
+    estimate = estimate_memory(resolved(cfg, tmp_path), tmp_path)
+    assert estimate.parts == [] and estimate.lines()[0].startswith("memory: unknown (")
+    assert "not in the HF cache" in estimate.lines()[0]
+
+
+# ---------------------------------------------------------------- the lines
+
+
+def test_lines_name_the_dominant_phase_and_warn_above_the_gpu() -> None:
+    estimate = MemoryEstimate(parts=[MemoryPart("frozen weights", 3 * GIB),
+                                     MemoryPart("activations", GIB, exact=False)],
+                              caching=[MemoryPart("text encoders", 9 * GIB)],
+                              shape="512x512, batch 1, gradient checkpointing on",
+                              advice=['model.quantize = "int8"'])
+    lines = estimate.lines()
+    assert lines[0].startswith("memory: 9.0 GiB per GPU") and "caches dominates" in lines[0]
+    assert "activations ~1.0 GiB" in lines[1] and "512x512" in lines[1]
+    assert not any(line.startswith("warning") for line in lines)  # no GPU detected
+    estimate.device_total_bytes, estimate.device_name = 8 * GIB, "Small GPU"
+    warning = estimate.lines()[-1]
+    assert warning.startswith("warning: memory:") and "Small GPU" in warning
+    assert 'model.quantize = "int8"' in warning
+
+
+def test_checkpointing_and_resolution_move_the_activation_estimate() -> None:
+    unet = {"block_out_channels": [320, 640, 1280, 1280],
+            "down_block_types": ["CrossAttnDownBlock2D"] * 3 + ["DownBlock2D"],
+            "up_block_types": ["UpBlock2D"] + ["CrossAttnUpBlock2D"] * 3}
+    mmdit = {"num_attention_heads": 24, "attention_head_dim": 128, "num_layers": 19,
+             "num_single_layers": 38}
+    for estimate in (lambda s: unet_activation_bytes(unet, s),
+                     lambda s: mmdit_activation_bytes(mmdit, s, 512, 2)):
+        plain = estimate(StepShape(64, 64, 1, 2, checkpointing=False))
+        checkpointed = estimate(StepShape(64, 64, 1, 2, checkpointing=True))
+        larger = estimate(StepShape(128, 128, 1, 2, checkpointing=True))
+        assert checkpointed < plain / 4
+        assert larger > 2 * checkpointed
+        assert estimate(StepShape(64, 64, 2, 2, checkpointing=False)) == 2 * plain
+
+
+# ---------------------------------------------------------------- full size
+
+
+def flux_estimate(quantize: str) -> MemoryEstimate:
+    cfg = apply_overrides(load_config(preset_path("flux-lora")), [
+        "model.path=random:flux", f"model.quantize={quantize}", "datasets.0.resolution=512",
+        "train.batch_size=1", "train.gradient_checkpointing=true",
+        "train.mixed_precision=bf16"])
+    estimate = estimate_memory(resolved(cfg, REPO), REPO)
+    assert estimate is not None and estimate.unknown is None, estimate
+    return estimate
+
+
+@pytest.mark.skipif(not (full_size_dir("flux") / "model_index.json").is_file(),
+                    reason="core/models/full_size/flux/ has no configs yet")
+def test_flux_dev_needs_more_than_24gb_cards_offer_unless_quantized() -> None:
+    none, int8 = flux_estimate("none"), flux_estimate("int8")
+    frozen = part(none.parts, "frozen weights")
+    assert 11.8e9 * 2 < frozen < 12.0e9 * 2  # FLUX.1-dev's 11.9 B parameters in bf16
+    assert none.total_bytes > 22 * GIB
+    assert int8.total_bytes < 16 * GIB
+    assert part(int8.parts, "trainable") == part(none.parts, "trainable")

@@ -82,7 +82,7 @@ def _bare_steps(cfg: Any, model_dir: Path, shapes: dict[str, tuple[int, ...]],
     torch.manual_seed(cfg.train.seed)
     family = get_family("sd15")
     comps = family.load(str(model_dir))
-    params = add_trainable(family, comps.denoiser, cfg, torch.float32)
+    params = add_trainable(family, comps.denoiser, cfg)
     optimizer = make_optimizer(params, cfg)
     batch = cfg.train.batch_size
     latents = torch.randn(batch, *shapes["latents"])

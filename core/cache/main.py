@@ -47,13 +47,19 @@ def load_for_caching(config: Path, workspace: Path
                      ) -> tuple[Config, ModelFamily, Components, ProcessGroup] | None:
     from accelerate import PartialState
 
+    from core.models.loading import resolve_dtype
+    from core.models.modules import move_encoders
     from core.startup import load_model, load_resolved_config, process_group
 
     cfg = load_resolved_config(config, workspace)
     if cfg is None:
         return None
     state = PartialState(cpu=cfg.launch.cpu)
-    family, components = load_model(cfg, workspace.absolute(), state)
+    # In the dtype training uses, on the CPU; only the encoders and the VAE, which build
+    # the caches, go to the GPU (the denoiser is not needed here).
+    family, components = load_model(cfg, workspace.absolute(), state, device="cpu",
+                                    dtype=resolve_dtype(cfg.train.mixed_precision))
+    move_encoders(components, state.device)
     return cfg, family, components, process_group(state)
 
 

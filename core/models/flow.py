@@ -89,7 +89,7 @@ class FlowFamily:
     def _from_pretrained(self, path: str, kind: loading.SourceKind, dtype: Any) -> Any:
         kwargs: dict[str, Any] = {}
         if dtype is not None:
-            kwargs["torch_dtype"] = dtype
+            kwargs["dtype"] = dtype
         if kind == "folder":
             kwargs.update(self._missing_optional(path))
         try:

@@ -6,7 +6,8 @@ Nothing heavy at module level: the trainer imports `unwrap` from here before it 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from core.models.objectives import standard_noise
@@ -20,6 +21,47 @@ def freeze(modules: Iterable[Any], device: Any) -> None:
             module.to(device)
             module.requires_grad_(False)
             module.eval()
+
+
+def move_encoders(c: Any, device: Any) -> None:
+    """Text encoders and the VAE to `device`: onto the GPU while caches are built, back
+    to the CPU once they are, so training holds only the denoiser there."""
+    for module in (c.vae, *c.text_encoders):
+        if module is not None:
+            module.to(device)
+
+
+def cast_encoders(c: Any, dtype: Any) -> None:
+    """Text encoders and the VAE to `dtype` (a full fine-tune loads everything in fp32
+    for its trainable denoiser; the frozen parts run in the mixed-precision dtype)."""
+    for module in (c.vae, *c.text_encoders):
+        if module is not None:
+            module.to(dtype=dtype)
+
+
+def release_device_memory(device: Any) -> None:
+    """Give cached blocks back to the driver after modules left the GPU."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+
+
+@contextlib.contextmanager
+def plain_forward(model: Any) -> Iterator[None]:
+    """Run `model` without the forward accelerate patched into it for mixed precision
+    (autocast, outputs cast to fp32): a pipeline wants outputs in the model's own dtype,
+    since its VAE decodes what the denoiser returns."""
+    patched = model.__dict__.get("forward")
+    original = model.__dict__.get("_original_forward")
+    if patched is None or original is None:
+        yield
+        return
+    model.forward = original
+    try:
+        yield
+    finally:
+        model.forward = patched
 
 
 def unwrap(model: Any) -> Any:

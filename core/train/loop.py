@@ -107,10 +107,10 @@ class Loop:
 
     def validate(self, step: int) -> None:
         if self.acc.is_main_process and self.cfg.validation.prompts:
-            with self.acc.autocast():  # bf16/fp16 weights next to fp32 text encoders
-                paths = generate_validation_images(self.s.family, self.s.components,
-                                                   self.cfg.validation, self.run_dir, step,
-                                                   self.acc.device)
+            # The pipeline runs in the denoiser's dtype, from the prompts encoded up front.
+            paths = generate_validation_images(self.s.family, self.s.components,
+                                               self.cfg.validation, self.run_dir, step,
+                                               self.acc.device, self.s.validation_texts)
             self.reporter.event("validation", step=step, images=[str(p) for p in paths])
             self.reporter.say(f"validation images for step {step}: {paths[0].parent}")
         self.acc.wait_for_everyone()
@@ -189,6 +189,8 @@ class Loop:
                 raise TrainingError(f"the loss became {loss} at step {step}; lower "
                                     "train.learning_rate or use mixed_precision = \"bf16\"")
             self.reporter.step(step, loss, s.lr_scheduler.get_last_lr()[0], s.sampler.epoch)
+            if step == start_step + 1:
+                self.reporter.memory(s.memory.snapshot("first_step"))
             if stop:
                 self.reporter.status("stopping", step=step)
                 self.finish(step)
@@ -204,6 +206,7 @@ class Loop:
         if self.s.ema is not None:
             self.s.ema.copy_to(self.s.params)
         self.save_weights()
+        self.reporter.memory(self.s.memory.snapshot("peak"))
 
 
 def _with_denoiser(components: Components, denoiser: Any) -> Components:

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
                     processes=accelerator.num_processes)
     try:
         set_seed(cfg.train.seed, device_specific=True)
-        setup = build_setup(cfg, workspace, accelerator, reporter.say)
+        setup = build_setup(cfg, workspace, accelerator, reporter)
         start = restore(setup, run_dir, args.resume, reporter.say) if args.resume else 0
         reporter.status("running", step=start, phase="training")
         state = Loop(setup, cfg, run_dir, reporter, stop).run(start)

@@ -14,6 +14,7 @@ from typing import Any
 from core.runs.status import append_event, write_status
 
 STATUS_EVERY_S = 1.0
+GIB = 1024 ** 3
 
 
 class Reporter:
@@ -38,6 +39,19 @@ class Reporter:
     def event(self, kind: str, **fields: Any) -> None:
         if self.is_main:
             append_event(self.run_dir, {"type": kind, **fields})
+
+    def memory(self, snapshot: dict[str, Any]) -> None:
+        """A `memory` event (core/train/memory.py) and a line in the log."""
+        self.event("memory", **snapshot)
+        parts = []
+        if snapshot.get("device_bytes") is not None:
+            parts.append(f"GPU {snapshot['device_bytes'] / GIB:.2f} GiB")
+            if snapshot.get("device_peak_bytes") is not None:
+                parts[-1] += f" (peak {snapshot['device_peak_bytes'] / GIB:.2f} GiB)"
+        if snapshot.get("host_rss_bytes") is not None:
+            parts.append(f"host {snapshot['host_rss_bytes'] / GIB:.2f} GiB")
+        if parts:
+            self.say(f"memory, {snapshot['phase']}: " + ", ".join(parts))
 
     def seconds_per_step(self) -> float | None:
         if not self._step_times:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +14,11 @@ from core.cache.plan import TextJob, VaeJob
 from core.cache.stage import build_caches
 from core.config import Config
 from core.data.sampler import MultiDatasetSampler
+from core.models.modules import cast_encoders, move_encoders, release_device_memory
+from core.models.quantize import quantize_frozen
 from core.startup import load_model, process_group
+from core.train.memory import MemoryTracker
+from core.train.validation import ValidationTexts, encode_validation_prompts
 
 if TYPE_CHECKING:
     from core.models.base import Components, ModelFamily
@@ -34,6 +41,8 @@ class Setup:
     datasets: list[CachedDataset]
     sampler: MultiDatasetSampler
     weight_dtype: Any
+    validation_texts: ValidationTexts | None
+    memory: MemoryTracker
 
 
 def weight_dtype_for(mixed_precision: str) -> Any:
@@ -42,23 +51,22 @@ def weight_dtype_for(mixed_precision: str) -> Any:
     return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(mixed_precision, torch.float32)
 
 
-def add_trainable(family: ModelFamily, denoiser: Any, cfg: Config,
-                  weight_dtype: Any) -> list[Any]:
-    """LoRA layers on the family's targets (frozen base in the compute dtype, LoRA in
-    fp32, as diffusers' examples do), or the whole denoiser for a full fine-tune."""
+def add_trainable(family: ModelFamily, denoiser: Any, cfg: Config) -> list[Any]:
+    """LoRA layers on the family's targets, in fp32 on a frozen base already in the
+    compute dtype (loaded so, as diffusers' examples do), or the whole denoiser, in fp32,
+    for a full fine-tune."""
     import torch
 
     denoiser.requires_grad_(False)
     if cfg.train.method == "lora":
         from peft import LoraConfig
 
-        if weight_dtype != torch.float32:
-            denoiser.to(dtype=weight_dtype)
         alpha = cfg.train.lora_alpha or cfg.train.lora_rank
-        denoiser.add_adapter(LoraConfig(r=cfg.train.lora_rank, lora_alpha=alpha,
-                                        init_lora_weights="gaussian",
-                                        target_modules=family.lora_target_modules(
-                                            cfg.train.lora_targets)))
+        with _quiet_peft_merge_warning():
+            denoiser.add_adapter(LoraConfig(r=cfg.train.lora_rank, lora_alpha=alpha,
+                                            init_lora_weights="gaussian",
+                                            target_modules=family.lora_target_modules(
+                                                cfg.train.lora_targets)))
         for param in denoiser.parameters():
             if param.requires_grad:
                 param.data = param.data.to(torch.float32)
@@ -68,6 +76,15 @@ def add_trainable(family: ModelFamily, denoiser: Any, cfg: Config,
         denoiser.enable_gradient_checkpointing()
     denoiser.train()
     return [p for p in denoiser.parameters() if p.requires_grad]
+
+
+@contextlib.contextmanager
+def _quiet_peft_merge_warning() -> Iterator[None]:
+    """peft warns that a LoRA on a torchao-quantized layer cannot be merged; training
+    never merges (the saved LoRA is the adapter alone), so the warning only alarms."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*get_apply_tensor_subclass.*")
+        yield
 
 
 def make_optimizer(params: list[Any], cfg: Config) -> Any:
@@ -128,12 +145,42 @@ def prepare_data(cfg: Config, family: ModelFamily, components: Components, accel
     return datasets, sampler
 
 
-def build_setup(cfg: Config, workspace: Path, accelerator: Any, say: Any) -> Setup:
-    family, components = load_model(cfg, workspace, accelerator)
-    datasets, sampler = prepare_data(cfg, family, components, accelerator, say)
+def load_and_place(cfg: Config, workspace: Path, accelerator: Any, reporter: Any,
+                   memory: MemoryTracker) -> tuple[ModelFamily, Components,
+                                                    list[CachedDataset], MultiDatasetSampler,
+                                                    ValidationTexts | None]:
+    """Load every part in the dtype it runs in, on the CPU; build the caches and encode
+    the validation prompts with the text encoders and VAE on the GPU; send those back to
+    the CPU; then bring the denoiser (quantized on the way when asked) to the GPU. Only
+    the denoiser and what trains it stay on the GPU while training."""
+    import torch
+
     weight_dtype = weight_dtype_for(accelerator.mixed_precision)
+    full = cfg.train.method == "full"  # trainable weights stay fp32, as in diffusers' examples
+    family, c = load_model(cfg, workspace, accelerator,
+                           dtype=torch.float32 if full else weight_dtype, device="cpu")
+    if full:
+        cast_encoders(c, weight_dtype)
+    elif c.denoiser.dtype != weight_dtype:  # a loader that kept the stored dtype
+        c.denoiser.to(dtype=weight_dtype)
+    reporter.memory(memory.snapshot("loaded"))
+    move_encoders(c, accelerator.device)
+    datasets, sampler = prepare_data(cfg, family, c, accelerator, reporter.say)
+    texts = encode_validation_prompts(family, c, cfg.validation.prompts)
+    move_encoders(c, "cpu")
+    release_device_memory(accelerator.device)
+    quantize_frozen(c.denoiser, cfg.model.quantize, accelerator.device)
+    c.denoiser.to(accelerator.device)
+    reporter.memory(memory.snapshot("cached"))
+    return family, c, datasets, sampler, texts
+
+
+def build_setup(cfg: Config, workspace: Path, accelerator: Any, reporter: Any) -> Setup:
+    memory = MemoryTracker(accelerator.device)
+    family, components, datasets, sampler, texts = load_and_place(
+        cfg, workspace, accelerator, reporter, memory)
     base = components.denoiser
-    params = add_trainable(family, base, cfg, weight_dtype)
+    params = add_trainable(family, base, cfg)
     optimizer = make_optimizer(params, cfg)
     lr_scheduler = make_lr_scheduler(optimizer, cfg)
     ema = None
@@ -145,4 +192,5 @@ def build_setup(cfg: Config, workspace: Path, accelerator: Any, say: Any) -> Set
     model, optimizer = accelerator.prepare(base, optimizer)
     components = dataclasses.replace(components, denoiser=model)
     return Setup(accelerator, family, components, base, params, optimizer, lr_scheduler, ema,
-                 datasets, sampler, weight_dtype)
+                 datasets, sampler, weight_dtype_for(accelerator.mixed_precision), texts,
+                 memory)

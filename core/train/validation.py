@@ -1,40 +1,91 @@
-"""Validation images: fixed prompts and seeds, saved as validation/step_NNNNNN/00.png."""
+"""Validation images: fixed prompts and seeds, saved as validation/step_NNNNNN/00.png.
+
+The prompts are encoded once, before training, while the text encoders are still on the
+GPU for the caches (`encode_validation_prompts`); each validation then runs the family's
+pipeline without text encoders, from those embeddings, in the denoiser's dtype, with the
+VAE brought to the GPU only to decode.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.config import ValidationConfig
+from core.models.modules import plain_forward, unwrap
 from core.runs.folder import RunFolder
 
 if TYPE_CHECKING:
     from core.models.base import Components, ModelFamily
 
+# What encode_prompts returns that the pipelines take as keyword arguments.
+_TEXT_KEYS = ("prompt_embeds", "pooled_prompt_embeds")
+
+
+@dataclasses.dataclass
+class ValidationTexts:
+    """Encoded validation prompts (on the CPU), and the empty prompt's encoding, which
+    classifier-free guidance uses as the negative."""
+
+    prompts: list[dict[str, Any]]
+    negative: dict[str, Any]
+
+    def pipeline_inputs(self, index: int) -> dict[str, Any]:
+        """Keyword arguments of a pipeline call for prompt `index` (a batch of one)."""
+        out = {}
+        for key in _TEXT_KEYS:
+            if key in self.prompts[index]:
+                out[key] = self.prompts[index][key].unsqueeze(0)
+                out[f"negative_{key}"] = self.negative[key].unsqueeze(0)
+        return out
+
+
+def encode_validation_prompts(family: ModelFamily, components: Components,
+                              prompts: list[str]) -> ValidationTexts | None:
+    """The validation prompts and the empty prompt, encoded once (None without prompts)."""
+    if not prompts:
+        return None
+    encoded = [{k: v.detach().cpu() for k, v in item.items()}
+               for item in family.encode_prompts(components, [*prompts, ""])]
+    return ValidationTexts(prompts=encoded[:-1], negative=encoded[-1])
+
 
 def generate_validation_images(family: ModelFamily, components: Components,
                                cfg: ValidationConfig, run_dir: Path, step: int,
-                               device: Any) -> list[Path]:
+                               device: Any, texts: ValidationTexts | None) -> list[Path]:
     """One image per prompt, each from seed `cfg.seed + index`, written atomically so a
     watcher never shows half a PNG."""
-    import torch
-
-    if not cfg.prompts:
+    if texts is None or not cfg.prompts:
         return []
-    pipe = family.validation_pipeline(components)
+    without_text = dataclasses.replace(
+        components, text_encoders=[None] * len(components.text_encoders))
+    pipe = family.validation_pipeline(without_text)
     folder = RunFolder(run_dir).validation_step(step)
     folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for index, prompt in enumerate(cfg.prompts):
-        generator = torch.Generator(device="cpu").manual_seed(cfg.seed + index)
-        with torch.no_grad():
-            image = pipe(prompt=prompt, num_inference_steps=cfg.steps,
-                         guidance_scale=cfg.guidance_scale, height=cfg.resolution,
-                         width=cfg.resolution, generator=generator).images[0]
-        path = folder / f"{index:02d}.png"
-        tmp = folder / f".{index:02d}.png.tmp"
-        image.save(tmp, format="PNG")
-        os.replace(tmp, path)
-        written.append(path)
-    return written
+    vae = components.vae
+    home = vae.device
+    vae.to(device)
+    try:
+        with plain_forward(unwrap(components.denoiser)):
+            return [_one_image(pipe, cfg, texts, index, folder)
+                    for index in range(len(cfg.prompts))]
+    finally:
+        vae.to(home)
+
+
+def _one_image(pipe: Any, cfg: ValidationConfig, texts: ValidationTexts, index: int,
+               folder: Path) -> Path:
+    import torch
+
+    generator = torch.Generator(device="cpu").manual_seed(cfg.seed + index)
+    with torch.no_grad():
+        image = pipe(**texts.pipeline_inputs(index), num_inference_steps=cfg.steps,
+                     guidance_scale=cfg.guidance_scale, height=cfg.resolution,
+                     width=cfg.resolution, generator=generator).images[0]
+    path = folder / f"{index:02d}.png"
+    tmp = folder / f".{index:02d}.png.tmp"
+    image.save(tmp, format="PNG")
+    os.replace(tmp, path)
+    return path

@@ -13,10 +13,13 @@ memory_activations.py holds the activation formulas and their coefficients.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -128,7 +131,8 @@ def estimate_memory(cfg: Config, workspace: Path) -> MemoryEstimate | None:
 
     lora = cfg.train.method == "lora"
     try:
-        with model_source(cfg.model.path, cfg.model.family, Path(workspace)) as source:
+        with _quiet_libraries(), \
+                model_source(cfg.model.path, cfg.model.family, Path(workspace)) as source:
             sizes = read_sizes(source, cfg.train.lora_rank, cfg.train.lora_targets, lora)
     except UnknownModel as exc:
         return MemoryEstimate(unknown=str(exc))
@@ -137,6 +141,48 @@ def estimate_memory(cfg: Config, workspace: Path) -> MemoryEstimate | None:
         return MemoryEstimate(unknown=f"cannot read the model's configs: "
                                       f"{type(exc).__name__}: {first}")
     return assemble(cfg, sizes, None if cfg.launch.cpu else detect_gpu())
+
+
+# torchao warns at import about its CUDA-only extensions, and torch about torchao's enums.
+IMPORT_NOISE_LOGGERS = ("torchao", "torch.utils._pytree")
+_QUIET_ENV = {"DIFFUSERS_VERBOSITY": "error", "TRANSFORMERS_VERBOSITY": "error",
+              "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+
+
+@contextlib.contextmanager
+def _quiet_libraries() -> Iterator[None]:
+    """Meta-device models (and a tiny model built in a temporary folder) make diffusers,
+    transformers and torchao print import notices and progress bars that would bury the
+    check's own output; the environment is put back for the processes launched after."""
+    saved = {key: os.environ.get(key) for key in _QUIET_ENV}
+    os.environ.update(_QUIET_ENV)
+    loggers = {name: logging.getLogger(name).level for name in IMPORT_NOISE_LOGGERS}
+    for name in loggers:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        from diffusers.utils import logging as diffusers_logging
+        from transformers.utils import logging as transformers_logging
+
+        levels = diffusers_logging.get_verbosity(), transformers_logging.get_verbosity()
+        bars = diffusers_logging.is_progress_bar_enabled()
+        diffusers_logging.set_verbosity_error()
+        transformers_logging.set_verbosity_error()
+        diffusers_logging.disable_progress_bar()
+        try:
+            yield
+        finally:
+            diffusers_logging.set_verbosity(levels[0])
+            transformers_logging.set_verbosity(levels[1])
+            if bars:
+                diffusers_logging.enable_progress_bar()
+    finally:
+        for name, level in loggers.items():
+            logging.getLogger(name).setLevel(level)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def assemble(cfg: Config, sizes: ModelSizes, gpu: tuple[int, str] | None) -> MemoryEstimate:

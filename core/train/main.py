@@ -54,8 +54,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:
+    import logging
+
+    from core.models.memory import IMPORT_NOISE_LOGGERS
     from core.startup import load_resolved_config
 
+    for name in IMPORT_NOISE_LOGGERS:  # notices, not problems: keep train.log readable
+        logging.getLogger(name).setLevel(logging.ERROR)
     workspace = Path(args.workspace).absolute()
     cfg = load_resolved_config(Path(args.config), workspace)
     if cfg is None:

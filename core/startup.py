@@ -56,13 +56,24 @@ def load_model(cfg: Config, workspace: Path, state: Any, dtype: Any = None,
                device: Any = None) -> tuple[ModelFamily, Components]:
     """The family and its components, loaded in `dtype` onto `device` (the process's
     device when None); a tiny model is built once, by the main process, while the
-    others wait."""
+    others wait. `random:<family>` is built straight onto `device` by every process (no
+    files: the same seed gives every process the same weights)."""
+    from core.models.full_size import RANDOM_PREFIX
     from core.models.registry import get_family
     from core.models.tiny import resolve_model_path
 
     family = get_family(cfg.model.family)
+    device = state.device if device is None else device
+    if cfg.model.path.startswith(RANDOM_PREFIX):
+        from core.models.full_size.build import build_random
+        from core.models.full_size.spec import check_random_source
+        from core.models.loading import ModelLoadError
+
+        # Refused as `--stage check` refuses it: another family's or an unknown model.
+        for problem in check_random_source(cfg.model.path, cfg.model.family):
+            raise ModelLoadError(problem.where, problem.message)
+        return family, build_random(cfg.model.family, dtype, device)
     with state.main_process_first():
         path = resolve_model_path(cfg.model.path, workspace)
-    components = family.load(path, dtype=dtype,
-                             device=state.device if device is None else device)
+    components = family.load(path, dtype=dtype, device=device)
     return family, components

@@ -23,7 +23,7 @@ def resolved(cfg: Config, workspace: str | Path) -> Config:
     """A copy with every path field absolute (relative ones joined to the workspace).
 
     `model.path` is joined only when it names something that exists there, because it
-    may also be a hub id such as `org/model` or `tiny:sd15`.
+    may also be a hub id such as `org/model`, `tiny:sd15` or `random:sd15`.
     """
     workspace = Path(workspace).expanduser().absolute()
     out = dataclasses.replace(cfg)
@@ -35,7 +35,9 @@ def resolved(cfg: Config, workspace: str | Path) -> Config:
             if f.metadata.get("kind") == "path" and getattr(obj, f.name):
                 setattr(obj, f.name, str(resolve_path(getattr(obj, f.name), workspace)))
     model_path = out.model.path
-    if model_path and not model_path.startswith("tiny:"):
+    # tiny:/random: name built models, never files (a folder called "random:sd15" in the
+    # workspace must not capture the path).
+    if model_path and not model_path.startswith(("tiny:", "random:")):
         candidate = resolve_path(model_path, workspace)
         if Path(model_path).expanduser().is_absolute() or candidate.exists():
             out.model.path = str(candidate)

@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
+from core.models.full_size import RANDOM_PREFIX
 from core.problems import Problem, error
 
 SourceKind = Literal["folder", "file", "hub"]
@@ -69,6 +70,10 @@ def classify_source(path: str) -> SourceKind:
     if path.startswith("tiny:"):
         raise ModelLoadError(path, "tiny models must be resolved first with "
                              "core.models.tiny.resolve_model_path(path, workspace)")
+    if path.startswith(RANDOM_PREFIX):
+        raise ModelLoadError(path, "is a full-size architecture with random weights: it is "
+                             "built, not loaded from files, by core.models.full_size.build."
+                             "build_random (core.startup.load_model does so)")
     p = Path(path).expanduser()
     if p.is_dir():
         if not (p / "model_index.json").is_file():
@@ -258,7 +263,8 @@ def load_single_file(pipeline_cls: Any, path: str, family: str, dtype: Any = Non
 def check_model_source(path: str, family: str, where: str = "model.path") -> list[Problem]:
     """Problems with model.path for `--stage check`, without torch or loading weights.
 
-    tiny:<family> must match the family; a folder must be a diffusers folder of this
+    tiny:<family> and random:<family> must match the family (random: reads its shipped
+    configs, builds nothing); a folder must be a diffusers folder of this
     family; a file must be a .safetensors that does not look like another family; a hub
     id must be cached or the hub reachable.
     """
@@ -268,6 +274,10 @@ def check_model_source(path: str, family: str, where: str = "model.path") -> lis
             return [error(where, f"{path} is a {tiny} model but model.family is {family}; "
                           f"use tiny:{family}")]
         return []
+    if path.startswith(RANDOM_PREFIX):
+        from core.models.full_size.spec import check_random_source
+
+        return check_random_source(path, family, where)
     try:
         kind = checked_source(path, family)
         if kind == "hub" and not hub_reachable() and not _hub_cached(path):

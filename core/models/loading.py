@@ -152,9 +152,7 @@ def load_component(cls: Any, path: str, kind: SourceKind, subfolder: str | None,
                    dtype: Any = None, **kwargs: Any) -> Any:
     """One component (`subfolder`: "unet", "vae", ...) through `from_pretrained`."""
     if dtype is not None:
-        # transformers 5 spells it `dtype`, diffusers `torch_dtype`.
-        key = "dtype" if cls.__module__.startswith("transformers") else "torch_dtype"
-        kwargs[key] = dtype
+        kwargs["dtype"] = dtype  # transformers 5 and diffusers 0.42 both spell it so
     if subfolder:
         kwargs["subfolder"] = subfolder
     where = str(Path(path) / subfolder) if subfolder and kind == "folder" else path
@@ -244,7 +242,7 @@ def load_single_file(pipeline_cls: Any, path: str, family: str, dtype: Any = Non
     folder or hub id) or, by default, from the hub (or the HF cache).
     """
     if dtype is not None:
-        kwargs["torch_dtype"] = dtype
+        kwargs["dtype"] = dtype
     if config is not None:
         kwargs["config"] = config
     if config is None or not Path(config).is_dir():

@@ -264,3 +264,19 @@ def test_fill_keeps_tied_parameters_tied_and_fp32_modules_fp32():
 def test_random_prefix_is_the_documented_one():
     text = (Path(__file__).parents[1] / "docs/random-models.md").read_text(encoding="utf-8")
     assert RANDOM_PREFIX == "random:" and all(f"random:{f}" in text for f in FAMILY_NAMES)
+
+
+def test_config_rules_and_cache_status_know_random_models(tmp_path):
+    from core.cache.status import model_identity
+    from core.config import Config, validate_config
+
+    cfg = Config()
+    cfg.model.family, cfg.model.path = "sdxl", "random:flux"
+    problems = [p for p in validate_config(cfg) if p.where == "model.path"]
+    assert problems and "model.family" in problems[0].message
+    cfg.model.path = "random:sd4"
+    assert any("unknown random family" in p.message for p in validate_config(cfg))
+    cfg.model.path = "random:sdxl"
+    assert not [p for p in validate_config(cfg) if p.where == "model.path"]
+    identity, note = model_identity(cfg, tmp_path)  # what the cache entries record
+    assert identity == {"family": "sdxl", "model": "random-sdxl-0"} and note == ""

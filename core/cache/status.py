@@ -66,6 +66,11 @@ def model_identity(cfg: Config, workspace: Path) -> tuple[dict[str, str] | None,
             return None, (f"the tiny model is not built yet ({folder}); it is built by the "
                           "first cache build or training run")
         path = str(folder)
+    if path.startswith("random:"):
+        from core.models.full_size.build import random_fingerprint
+
+        return {"family": cfg.model.family,
+                "model": random_fingerprint(path.removeprefix("random:"))}, ""
     try:
         kind = classify_source(path)
         return {"family": cfg.model.family, "model": fingerprint(path, kind)}, ""

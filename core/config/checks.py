@@ -97,11 +97,13 @@ def _check_datasets(cfg: Config) -> list[Problem]:
 
 def _check_cross(cfg: Config) -> list[Problem]:
     out: list[Problem] = []
-    if cfg.model.path.startswith("tiny:"):
-        fam = cfg.model.path.removeprefix("tiny:")
+    prefix = next((p for p in ("tiny:", "random:") if cfg.model.path.startswith(p)), None)
+    if prefix:
+        fam = cfg.model.path.removeprefix(prefix)
         if fam not in FAMILIES:
-            out.append(error("model.path", f"unknown tiny family {fam!r}; use one of "
-                                           f"{', '.join('tiny:' + f for f in FAMILIES)}"))
+            kind = prefix.rstrip(":")
+            out.append(error("model.path", f"unknown {kind} family {fam!r}; use one of "
+                                           f"{', '.join(prefix + f for f in FAMILIES)}"))
         elif fam != cfg.model.family:
             out.append(error("model.path", f"{cfg.model.path} does not match "
                                            f"model.family = {cfg.model.family!r}"))

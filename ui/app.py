@@ -69,7 +69,7 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: gr.Time
     tab_dataset.wire(ctx, form, dataset, check_outputs, live_check)
     runs_refresh = {"fn": lambda: tab_runs.runs_view(ctx, runs), "inputs": None,
                     "outputs": [runs.table, runs.choice], "api_visibility": "private"}
-    tab_train.wire(ctx, form, train, timer, on_launched=[runs_refresh])
+    memory_estimate = tab_train.wire(ctx, form, train, timer, on_launched=[runs_refresh])
     tab_runs.wire(ctx, runs, train, tabs)
     runs_tab.select(**runs_refresh)
     preview = tab_dataset.preview_event(ctx, form, dataset)
@@ -77,6 +77,7 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: gr.Time
     demo.load(guarded("Open the page")(lambda f: tab_runs.on_load(ctx, runs, train, f)),
               [train.following], [runs.table, runs.choice, *train.components()],
               api_visibility="private")
+    demo.load(**memory_estimate)
 
 
 def launch_app(ctx: AppContext, *, server_name: str = "127.0.0.1", port: int = 7860,

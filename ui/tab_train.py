@@ -99,7 +99,9 @@ def _markdown_text(line: str) -> str:
 
 
 def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: gr.Timer,
-         on_launched: list[Any]) -> None:
+         on_launched: list[Any]) -> dict[str, Any]:
+    """Wire the tab's events; returns the memory estimate's event, which the app also
+    runs when the page opens (the form is filled then without a change event)."""
     def start(data: dict[Any, Any], resume: bool) -> dict[Any, Any]:
         cfg, problems = form.read(data)
         try:
@@ -129,10 +131,11 @@ def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: gr.Timer,
 
     last: dict[str, Any] = {}
     fields = [*form.editor.values(), *form.fields.values()]
-    gr.on([c.change for c in fields],
-          guarded("Memory estimate")(lambda d: memory_view(ctx, form.read(d)[0], last)),
-          form.inputs(), [tab.memory], trigger_mode="always_last", show_progress="hidden",
-          api_visibility="private")
+    memory_event = {
+        "fn": guarded("Memory estimate")(lambda d: memory_view(ctx, form.read(d)[0], last)),
+        "inputs": form.inputs(), "outputs": [tab.memory], "show_progress": "hidden",
+        "api_visibility": "private"}
+    gr.on([c.change for c in fields], trigger_mode="always_last", **memory_event)
     outs = [tab.message, *tab.components()]
     ins = form.inputs() | {tab.following}
     launch_event = tab.launch.click(guarded("Launch")(lambda d: start(d, False)), ins, outs,
@@ -147,4 +150,4 @@ def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: gr.Timer,
     timer.tick(lambda f: run_views.tick(ctx, tab, f), [tab.following], tab.polled(),
                api_visibility="private", show_progress="hidden", concurrency_limit=None)
     tab.log.change(None, js=render.scroll_to_end("train-log"))
-
+    return memory_event

@@ -164,17 +164,21 @@ def _quiet_libraries() -> Iterator[None]:
         from transformers.utils import logging as transformers_logging
 
         levels = diffusers_logging.get_verbosity(), transformers_logging.get_verbosity()
-        bars = diffusers_logging.is_progress_bar_enabled()
+        bars = (diffusers_logging.is_progress_bar_enabled(),
+                transformers_logging.is_progress_bar_enabled())
         diffusers_logging.set_verbosity_error()
         transformers_logging.set_verbosity_error()
         diffusers_logging.disable_progress_bar()
+        transformers_logging.disable_progress_bar()
         try:
             yield
         finally:
             diffusers_logging.set_verbosity(levels[0])
             transformers_logging.set_verbosity(levels[1])
-            if bars:
+            if bars[0]:
                 diffusers_logging.enable_progress_bar()
+            if bars[1]:
+                transformers_logging.enable_progress_bar()
     finally:
         for name, level in loggers.items():
             logging.getLogger(name).setLevel(level)

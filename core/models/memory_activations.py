@@ -6,10 +6,22 @@ in *units*: one block's hidden state, batch x tokens x width elements, times the
 the compute dtype. The per-block unit counts are the module-level coefficients below, so
 they can be calibrated against measured runs without touching the formulas.
 
-Calibrated on: nothing yet. The values are counted from the layers of diffusers 0.42's
-blocks (which intermediate tensors each op saves for backward, attention by SDPA without
-the score matrix). Recalibrate them from the peak memory of measured runs on an H100
-(random:<family> models, the trainer's `memory` events): change the numbers here only.
+Calibrated on: fake-tensor measurements of the full-size architectures
+(core/models/full_size: SD1.5, SDXL base, SD3.5 medium, FLUX.1-dev), torch 2.13 and
+diffusers 0.42, by bench/activations.py: the denoiser built on the meta device with the
+trainer's LoRA (rank 16, attention targets, fp32) on a frozen bf16 base, one forward under
+CUDA autocast's casting rules, the fp32 MSE loss and the backward, as fake CPU tensors
+under torch's MemTracker; the figure is the step's peak less parameters and gradients.
+Cases: each family's preset (resolution, batch), and 512 and 1024 px at batch 1 and 4,
+with and without gradient checkpointing (33 in all). The formulas give 1.00 to 1.20 times
+the measurement (UNets 1.00-1.09, Flux 1.01-1.02, SD3 1.04-1.20, highest with
+checkpointing at 512 px). Not measured, and not in these figures: the CUDA caching
+allocator's rounding and fragmentation and cuBLAS/attention workspaces (the estimate's
+separate CUDA-context part), nor kernels that save more on CUDA than their meta
+implementations say. The tiny models are not covered: their constant-size tensors
+(time and text embeddings) dominate, and the formulas give 0.7 to 1.35 times their
+measurement, a few MB. Recalibrate with `python bench/activations.py` (or from the
+trainer's `memory` events of measured GPU runs): change the numbers here only.
 """
 
 from __future__ import annotations
@@ -20,11 +32,13 @@ from typing import Any
 
 # ---------------------------------------------------------------- UNet (SD1.5, SD2, SDXL)
 
-# ResnetBlock2D: norm, SiLU, conv, time-embedding add, norm, SiLU, conv, residual, output.
-UNET_RESNET_UNITS = 9.0
+# ResnetBlock2D: norm, SiLU, conv, time-embedding add, norm, SiLU, conv, residual, output;
+# under autocast the group norms' outputs (and what SiLU saves of them) are fp32, hence
+# more than the nine tensors counted. This and the transformer block: measured.
+UNET_RESNET_UNITS = 9.5
 # BasicTransformerBlock: three norms, self-attention q/k/v/out, cross-attention q/out,
 # GEGLU feed-forward (projection to 8x width, GELU and product at 4x), residuals.
-UNET_TRANSFORMER_UNITS = 32.0
+UNET_TRANSFORMER_UNITS = 34.0
 # Transformer2DModel around its blocks (group norm, proj_in, proj_out, residual); it is
 # not checkpointed, so it counts with and without gradient checkpointing.
 UNET_STACK_UNITS = 4.0
@@ -33,14 +47,21 @@ UNET_UP_WIDTH = 1.5
 
 # ---------------------------------------------------------------- MMDiT (SD3, Flux)
 
-# A joint (double-stream) or single-stream block over image + text tokens at the model
-# width: modulated norms, q/k/v with q/k norms and rotary copies, attention output and
-# projection, gated residuals, MLP at 4x width (projection and GELU) and back.
+# A joint (double-stream) block over image + text tokens at the model width: modulated
+# norms (fp32 under autocast), q/k/v with q/k norms and rotary copies, attention output
+# and projection, gated residuals, MLP at 4x width (projection and GELU) and back.
 MMDIT_BLOCK_UNITS = 24.0
-# SD3.5's dual-attention blocks add a second self-attention over the image tokens only.
+# Flux's single-stream block: one fused projection to q/k/v and the 4x MLP, no separate
+# text stream or second modulation.
+MMDIT_SINGLE_BLOCK_UNITS = 18.5
+# SD3.5's dual-attention blocks add a second self-attention over the image tokens only
+# (in image units: batch x image tokens x width), inside the same checkpointed block.
 MMDIT_DUAL_ATTENTION_UNITS = 8.0
 # Embedders, final norm and projection, the packed latents and the loss, outside blocks.
-MMDIT_OUTSIDE_UNITS = 4.0
+MMDIT_OUTSIDE_UNITS = 5.0
+# BACKWARD_BLOCKS for an MMDiT block: measured lower than a UNet's (about 1.1 of the
+# largest block for Flux, about 0.9 for SD3.5; the higher one, so SD3.5 errs high).
+MMDIT_BACKWARD_BLOCKS = 1.15
 
 # ---------------------------------------------------------------- both kinds
 
@@ -115,14 +136,15 @@ def _unet_modules(config: dict[str, Any], shape: StepShape
     return modules, outside
 
 
-def _kept(modules: list[tuple[float, float]], outside: float, checkpointing: bool) -> float:
+def _kept(modules: list[tuple[float, float]], outside: float, checkpointing: bool,
+          backward_blocks: float = BACKWARD_BLOCKS) -> float:
     """Elements kept for backward: everything, or each module's input plus one module
     recomputed with its gradients."""
     if not checkpointing:
         return sum(full for full, _ in modules) + outside
     largest = max((full for full, _ in modules), default=0.0)
     return (CHECKPOINT_INPUT_UNITS * sum(inp for _, inp in modules) + outside
-            + BACKWARD_BLOCKS * largest)
+            + backward_blocks * largest)
 
 
 def unet_activation_bytes(config: dict[str, Any], shape: StepShape) -> int:
@@ -135,15 +157,18 @@ def unet_activation_bytes(config: dict[str, Any], shape: StepShape) -> int:
 def mmdit_activation_bytes(config: dict[str, Any], shape: StepShape, text_tokens: int,
                            patch: int) -> int:
     """Activations of one SD3/Flux transformer step: image tokens (latent / patch,
-    squared) and text tokens run through every block at the model width."""
+    squared) and text tokens run through every block at the model width. A joint block
+    with SD3.5's second self-attention is one checkpointed module with it."""
     width = int(config.get("num_attention_heads", 24)) * int(config.get("attention_head_dim", 64))
     image = math.ceil(shape.latent_height / patch) * math.ceil(shape.latent_width / patch)
     unit = shape.batch * (image + text_tokens) * width
-    blocks = int(config.get("num_layers", 0)) + int(config.get("num_single_layers", 0))
-    dual = len(config.get("dual_attention_layers") or ())
-    modules = [(MMDIT_BLOCK_UNITS * unit, unit)] * blocks
-    modules += [(MMDIT_DUAL_ATTENTION_UNITS * shape.batch * image * width, 0.0)] * dual
-    kept = _kept(modules, MMDIT_OUTSIDE_UNITS * unit, shape.checkpointing)
+    dual = set(config.get("dual_attention_layers") or ())
+    extra = MMDIT_DUAL_ATTENTION_UNITS * shape.batch * image * width
+    modules = [(MMDIT_BLOCK_UNITS * unit + (extra if i in dual else 0.0), unit)
+               for i in range(int(config.get("num_layers", 0)))]
+    modules += [(MMDIT_SINGLE_BLOCK_UNITS * unit, unit)] * int(config.get("num_single_layers", 0))
+    kept = _kept(modules, MMDIT_OUTSIDE_UNITS * unit, shape.checkpointing,
+                 MMDIT_BACKWARD_BLOCKS)
     return int(kept * shape.dtype_bytes)
 
 

@@ -95,7 +95,9 @@ def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummar
     return summaries, sampler.steps_per_epoch()
 
 
-def run_check(cfg: Config, workspace: str | Path) -> CheckReport:
+def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> CheckReport:
+    """Every problem and the summary; `estimate`: with the memory estimate (it reads the
+    model's configs, a second or more: views that re-check on each edit leave it out)."""
     workspace = Path(workspace).expanduser().absolute()
     from core.models.loading import check_model_source
     from core.models.memory import estimate_memory
@@ -110,6 +112,6 @@ def run_check(cfg: Config, workspace: str | Path) -> CheckReport:
     problems += check_directory_conflicts(full)
     datasets, steps = _summarise(full, problems)
     memory = None
-    if not any(p.where.startswith("model.") for p in errors(problems)):
+    if estimate and not any(p.where.startswith("model.") for p in errors(problems)):
         memory = estimate_memory(full, workspace)
     return CheckReport(problems, datasets, steps, memory)

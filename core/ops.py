@@ -62,10 +62,11 @@ def output_dir(cfg: Config, workspace: Path) -> Path:
     return Path(resolved(cfg, workspace).output.dir)
 
 
-def check(cfg: Config, workspace: Path, extra_problems: list[Problem] | None = None
-          ) -> CheckReport:
-    """`--stage check`: changes nothing. `extra_problems` (the form's) come first."""
-    report = run_check(cfg, workspace)
+def check(cfg: Config, workspace: Path, extra_problems: list[Problem] | None = None,
+          estimate: bool = True) -> CheckReport:
+    """`--stage check`: changes nothing. `extra_problems` (the form's) come first;
+    `estimate`: with the memory estimate."""
+    report = run_check(cfg, workspace, estimate)
     report.problems[:0] = extra_problems or []
     return report
 

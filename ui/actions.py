@@ -46,10 +46,10 @@ def refusals() -> Iterator[None]:
         raise ActionError(_for_the_browser(exc.message), exc.problems) from None
 
 
-def check(ctx: AppContext, cfg: Config, form_problems: list[Problem] | None = None
-          ) -> CheckReport:
+def check(ctx: AppContext, cfg: Config, form_problems: list[Problem] | None = None,
+          estimate: bool = True) -> CheckReport:
     """`--stage check` on the form's config; form problems (an empty number) come first."""
-    return ops.check(cfg, ctx.workspace, form_problems)
+    return ops.check(cfg, ctx.workspace, form_problems, estimate)
 
 
 # ---------------------------------------------------------------- training runs

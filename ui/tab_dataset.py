@@ -143,7 +143,8 @@ def histogram_rows(report) -> Any:
 def check_view(ctx: AppContext, tab: DatasetTab, cfg: Config,
                form_problems: list) -> dict[Any, Any]:
     """The check panel (problems, or what is ready) and the bucket histogram."""
-    report = actions.check(ctx, cfg, form_problems)
+    # The Training tab shows the memory estimate, cached; this panel re-checks on edits.
+    report = actions.check(ctx, cfg, form_problems, estimate=False)
     summary = [f"{ds.id}: {ds.images} image(s)" for ds in report.datasets]
     if report.steps_per_epoch is not None:
         summary.append(f"{report.steps_per_epoch} steps per epoch")

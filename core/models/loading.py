@@ -187,8 +187,9 @@ def check_folder_family(folder: str, family: str) -> None:
                              f"{family} model")
 
 
-def safetensors_keys(path: str) -> list[str]:
-    """Tensor names of a .safetensors file from its JSON header (no torch, no tensors)."""
+def safetensors_header(path: str) -> dict[str, Any]:
+    """The JSON header of a .safetensors file: {name: {"dtype", "shape", ...}} per tensor,
+    without "__metadata__" (no torch, no tensors read)."""
     import struct
 
     try:
@@ -197,10 +198,15 @@ def safetensors_keys(path: str) -> list[str]:
             if size > 100_000_000:
                 raise ValueError(f"header of {size} bytes")
             header = json.loads(fh.read(size))
-        return [k for k in header if k != "__metadata__"]
     except (OSError, ValueError, struct.error) as exc:
         raise ModelLoadError(path, f"is not a readable .safetensors file ({exc}); "
                              "re-download it") from exc
+    return {k: v for k, v in header.items() if k != "__metadata__"}
+
+
+def safetensors_keys(path: str) -> list[str]:
+    """Tensor names of a .safetensors file from its JSON header."""
+    return list(safetensors_header(path))
 
 
 def detect_checkpoint_family(keys: list[str]) -> str | None:

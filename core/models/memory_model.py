@@ -19,7 +19,6 @@ import contextlib
 import importlib
 import json
 import math
-import struct
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -264,18 +263,9 @@ def lora_parameters(denoiser: Any, family: str, rank: int, scope: str) -> int:
 
 def safetensors_shapes(path: Path) -> dict[str, tuple[str, list[int]]]:
     """dtype and shape of every tensor of a .safetensors file, from its JSON header."""
-    from core.models.loading import ModelLoadError
+    from core.models.loading import safetensors_header
 
-    try:
-        with open(path, "rb") as fh:
-            (length,) = struct.unpack("<Q", fh.read(8))
-            if length > 100_000_000:
-                raise ValueError(f"header of {length} bytes")
-            header = json.loads(fh.read(length))
-    except (OSError, ValueError, struct.error) as exc:
-        raise ModelLoadError(str(path), f"is not a readable .safetensors file ({exc})") from exc
-    return {k: (v["dtype"], list(v["shape"])) for k, v in header.items()
-            if k != "__metadata__"}
+    return {k: (v["dtype"], list(v["shape"])) for k, v in safetensors_header(str(path)).items()}
 
 
 def _sizes_from_header(sizes: ModelSizes, path: Path) -> None:

@@ -23,20 +23,23 @@ def freeze(modules: Iterable[Any], device: Any) -> None:
             module.eval()
 
 
+def encoder_modules(c: Any) -> list[Any]:
+    """The VAE and the text encoders that are loaded (an SD3 without T5 has a None)."""
+    return [m for m in (c.vae, *c.text_encoders) if m is not None]
+
+
 def move_encoders(c: Any, device: Any) -> None:
     """Text encoders and the VAE to `device`: onto the GPU while caches are built, back
     to the CPU once they are, so training holds only the denoiser there."""
-    for module in (c.vae, *c.text_encoders):
-        if module is not None:
-            module.to(device)
+    for module in encoder_modules(c):
+        module.to(device)
 
 
 def cast_encoders(c: Any, dtype: Any) -> None:
     """Text encoders and the VAE to `dtype` (a full fine-tune loads everything in fp32
     for its trainable denoiser; the frozen parts run in the mixed-precision dtype)."""
-    for module in (c.vae, *c.text_encoders):
-        if module is not None:
-            module.to(dtype=dtype)
+    for module in encoder_modules(c):
+        module.to(dtype=dtype)
 
 
 def release_device_memory(device: Any) -> None:

@@ -11,10 +11,10 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from core.runs.memory import GIB
 from core.runs.status import append_event, write_status
 
 STATUS_EVERY_S = 1.0
-GIB = 1024 ** 3
 
 
 class Reporter:

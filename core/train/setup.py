@@ -14,6 +14,7 @@ from core.cache.plan import TextJob, VaeJob
 from core.cache.stage import build_caches
 from core.config import Config
 from core.data.sampler import MultiDatasetSampler
+from core.models.loading import resolve_dtype
 from core.models.modules import cast_encoders, move_encoders, release_device_memory
 from core.models.quantize import quantize_frozen
 from core.startup import load_model, process_group
@@ -43,12 +44,6 @@ class Setup:
     weight_dtype: Any
     validation_texts: ValidationTexts | None
     memory: MemoryTracker
-
-
-def weight_dtype_for(mixed_precision: str) -> Any:
-    import torch
-
-    return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(mixed_precision, torch.float32)
 
 
 def add_trainable(family: ModelFamily, denoiser: Any, cfg: Config) -> list[Any]:
@@ -155,7 +150,7 @@ def load_and_place(cfg: Config, workspace: Path, accelerator: Any, reporter: Any
     the denoiser and what trains it stay on the GPU while training."""
     import torch
 
-    weight_dtype = weight_dtype_for(accelerator.mixed_precision)
+    weight_dtype = resolve_dtype(accelerator.mixed_precision)
     full = cfg.train.method == "full"  # trainable weights stay fp32, as in diffusers' examples
     family, c = load_model(cfg, workspace, accelerator,
                            dtype=torch.float32 if full else weight_dtype, device="cpu")
@@ -192,5 +187,5 @@ def build_setup(cfg: Config, workspace: Path, accelerator: Any, reporter: Any) -
     model, optimizer = accelerator.prepare(base, optimizer)
     components = dataclasses.replace(components, denoiser=model)
     return Setup(accelerator, family, components, base, params, optimizer, lr_scheduler, ema,
-                 datasets, sampler, weight_dtype_for(accelerator.mixed_precision), texts,
+                 datasets, sampler, resolve_dtype(accelerator.mixed_precision), texts,
                  memory)

@@ -15,6 +15,7 @@ from core.models.registry import FAMILY_NAMES as FAMILIES
 CONFIG_VERSION = 1
 CAPTION_STRATEGIES = ("textfile", "filename", "jsonl", "instance_prompt")
 QUANTIZE_CHOICES = ("none", "int8", "fp8", "nf4")
+PREDICTION_TYPES = ("auto", "epsilon", "v_prediction")
 
 
 def meta(
@@ -61,6 +62,15 @@ class ModelConfig:
                             "(torchao int8/fp8, bitsandbytes nf4) so large models fit; "
                             "LoRA trains on top and saves a normal LoRA. fp8 needs a "
                             "GPU with fp8 (compute capability 8.9+), nf4 bitsandbytes.")
+    config: str = _f("", label="Architecture config (single file)", kind="model_path",
+                     help="For a single-file .safetensors: a diffusers folder or hub id of "
+                          "the same architecture, whose configs and tokenizers describe the "
+                          "file (diffusers' from_single_file(config=...)). Needed offline.")
+    prediction_type: str = _f("auto", label="Prediction type", choices=PREDICTION_TYPES,
+                              advanced=True,
+                              help="What the denoiser predicts (epsilon/v families): auto "
+                                   "reads the scheduler config; set epsilon for SD2-base "
+                                   "files, v_prediction for SD2-768 and v-pred fine-tunes.")
 
 
 @dataclass
@@ -147,6 +157,14 @@ class LaunchConfig:
     main_process_ip: str = _f("", label="Main process IP", advanced=True)
     main_process_port: int = _f(29500, label="Main process port", min=1, max=65535,
                                 advanced=True)
+    timeout_minutes: int = _f(60, label="Collective timeout (minutes)", min=1, max=10080,
+                              advanced=True,
+                              help="How long processes wait for each other at a collective "
+                                   "(a long validation or full-model save on rank 0).")
+    join_timeout_minutes: int = _f(10, label="Join timeout (minutes)", min=1, max=10080,
+                                   advanced=True,
+                                   help="Multi-machine runs: how long a machine waits for "
+                                        "the others to join before it gives up.")
 
 
 @dataclass

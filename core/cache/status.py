@@ -59,10 +59,10 @@ def model_identity(cfg: Config, workspace: Path) -> tuple[dict[str, str] | None,
 
     path = cfg.model.path
     if path.startswith("tiny:"):
-        from core.models.tiny import MARKER, tiny_dir
+        from core.models.tiny import tiny_dir, tiny_is_built
 
         folder = tiny_dir(path.removeprefix("tiny:"), workspace)
-        if not (folder / MARKER).is_file():
+        if not tiny_is_built(path.removeprefix("tiny:"), workspace):
             return None, (f"the tiny model is not built yet ({folder}); it is built by the "
                           "first cache build or training run")
         path = str(folder)

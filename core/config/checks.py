@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from core.config.schema import CONFIG_VERSION, FAMILIES, SECTION_TYPES, Config
+from core.models.tiny import tiny_family, tiny_names
 from core.problems import Problem, error
 
 # ---------------------------------------------------------------- paths
@@ -99,11 +100,13 @@ def _check_cross(cfg: Config) -> list[Problem]:
     out: list[Problem] = []
     prefix = next((p for p in ("tiny:", "random:") if cfg.model.path.startswith(p)), None)
     if prefix:
-        fam = cfg.model.path.removeprefix(prefix)
+        name = cfg.model.path.removeprefix(prefix)
+        fam = tiny_family(name) if prefix == "tiny:" else name
+        names = tiny_names() if prefix == "tiny:" else list(FAMILIES)
         if fam not in FAMILIES:
             kind = prefix.rstrip(":")
-            out.append(error("model.path", f"unknown {kind} family {fam!r}; use one of "
-                                           f"{', '.join(prefix + f for f in FAMILIES)}"))
+            out.append(error("model.path", f"unknown {kind} model {name!r}; use one of "
+                                           f"{', '.join(prefix + n for n in names)}"))
         elif fam != cfg.model.family:
             out.append(error("model.path", f"{cfg.model.path} does not match "
                                            f"model.family = {cfg.model.family!r}"))

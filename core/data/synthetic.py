@@ -24,7 +24,7 @@ BACKGROUNDS = {"white": (245, 245, 245), "black": (20, 20, 20)}
 MARKER = ".demo-dataset"
 
 
-def _draw(shape: str, color: tuple[int, int, int], background: tuple[int, int, int],
+def draw_shape(shape: str, color: tuple[int, int, int], background: tuple[int, int, int],
           size: int, rng: random.Random):
     from PIL import Image, ImageDraw
 
@@ -76,7 +76,7 @@ def generate_demo_dataset(folder: Path, size: int = 128, per_combo: int = 3,
     try:
         for stem, shape, color, background, _variant in demo_items(per_combo, seed):
             rng = random.Random(f"{seed}-{stem}")
-            image = _draw(shape, COLORS[color], BACKGROUNDS[background], size, rng)
+            image = draw_shape(shape, COLORS[color], BACKGROUNDS[background], size, rng)
             image.save(tmp / f"{stem}.png")
             (tmp / f"{stem}.txt").write_text(
                 f"a {color} {shape} on a {background} background\n", encoding="utf-8")

@@ -273,7 +273,12 @@ def check_model_source(path: str, family: str, where: str = "model.path") -> lis
     id must be cached or the hub reachable.
     """
     if path.startswith("tiny:"):
-        tiny = path[len("tiny:"):]
+        from core.models.tiny import tiny_family, tiny_names
+
+        tiny = tiny_family(path[len("tiny:"):])
+        if tiny is None:
+            return [error(where, f"unknown tiny model {path}; use one of "
+                          + ", ".join(f"tiny:{n}" for n in tiny_names()))]
         if tiny != family:
             return [error(where, f"{path} is a {tiny} model but model.family is {family}; "
                           f"use tiny:{family}")]

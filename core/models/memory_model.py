@@ -80,11 +80,12 @@ class ModelSource:
 def model_source(path: str, family: str, workspace: Path) -> Iterator[ModelSource]:
     """The folder of configs for model.path (resolved); raises UnknownModel."""
     from core.models.full_size import RANDOM_PREFIX, full_size_dir
-    from core.models.tiny import TINY_PREFIX
+    from core.models.tiny import TINY_PREFIX, tiny_family
 
     if path.startswith(TINY_PREFIX):
-        with _tiny_folder(path[len(TINY_PREFIX):], workspace) as folder:
-            yield ModelSource(path[len(TINY_PREFIX):], folder)
+        name = path[len(TINY_PREFIX):]
+        with _tiny_folder(name, workspace) as folder:
+            yield ModelSource(tiny_family(name) or name, folder)
         return
     if path.startswith(RANDOM_PREFIX):
         name = path[len(RANDOM_PREFIX):]
@@ -131,24 +132,19 @@ def _hub_folder(repo_id: str) -> Path:
 
 
 @contextlib.contextmanager
-def _tiny_folder(family: str, workspace: Path) -> Iterator[Path]:
+def _tiny_folder(name: str, workspace: Path) -> Iterator[Path]:
     """The workspace's built tiny model, else a build in a temporary folder, deleted
     afterwards: the check leaves the workspace as it was."""
-    from core.models.tiny import MARKER, TINY_SEED, TINY_VERSION, tiny_builder, tiny_dir
+    from core.models.tiny import TINY_SEED, tiny_builder, tiny_dir, tiny_is_built
 
-    built = tiny_dir(family, workspace)
-    try:
-        marker = json.loads((built / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        marker = None
-    if marker == {"family": family, "seed": TINY_SEED, "version": TINY_VERSION}:
-        yield built
+    if tiny_is_built(name, workspace):
+        yield tiny_dir(name, workspace)
         return
     import torch
 
-    with tempfile.TemporaryDirectory(prefix=f"memory-estimate-tiny-{family}-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"memory-estimate-tiny-{name}-") as tmp:
         with torch.random.fork_rng(devices=[]):  # the build seeds torch; keep the caller's
-            tiny_builder(family)(Path(tmp), TINY_SEED)
+            tiny_builder(name)(Path(tmp), TINY_SEED)
         yield Path(tmp)
 
 

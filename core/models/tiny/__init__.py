@@ -1,4 +1,4 @@
-"""Tiny random models for every family, built offline from configs: the demo's model and
+"""Tiny models for every family, built offline from configs: the demo's model and
 the tests'. Apart from the production families (core/models/<family>.py), which load
 them like any diffusers folder.
 
@@ -6,6 +6,8 @@ them like any diffusers folder.
   tiny model once (atomically, under a lock) and returns its folder.
 - <family>.py: `build(out_dir, seed)`, one per family in registry.FAMILY_NAMES, found by
   `tiny_builder(family)`.
+- shapes/: `tiny:sd15-shapes`, the demo's base: the tiny SD1.5 with trained weights
+  (weights.safetensors, made by shapes/pretrain.py), so the demo shows what it learned.
 - clip.py, t5.py, vae.py: the small text encoders, tokenizers and VAEs they share.
 
 Importing this package stays cheap (no torch): `--stage check` and the cache status use
@@ -17,12 +19,17 @@ from core.models.tiny.materialize import (
     TINY_PREFIX,
     TINY_SEED,
     TINY_VERSION,
+    TRAINED_TINY,
     build_tiny_folder,
     materialize_tiny,
     resolve_model_path,
     tiny_builder,
     tiny_dir,
+    tiny_family,
+    tiny_is_built,
+    tiny_names,
 )
 
-__all__ = ["MARKER", "TINY_PREFIX", "TINY_SEED", "TINY_VERSION", "build_tiny_folder",
-           "materialize_tiny", "resolve_model_path", "tiny_builder", "tiny_dir"]
+__all__ = ["MARKER", "TINY_PREFIX", "TINY_SEED", "TINY_VERSION", "TRAINED_TINY",
+           "build_tiny_folder", "materialize_tiny", "resolve_model_path", "tiny_builder",
+           "tiny_dir", "tiny_family", "tiny_is_built", "tiny_names"]

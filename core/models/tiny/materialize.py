@@ -1,7 +1,11 @@
-"""Tiny random models, built offline once per workspace: `tiny:<family>` in model.path.
+"""Tiny models, built offline once per workspace: `tiny:<name>` in model.path.
 
-`materialize_tiny` writes `<workspace>/models/tiny-<family>/` with the `build(out_dir,
-seed)` of core/models/tiny/<family>.py (`tiny_builder`). The build goes to a temporary
+Each family has a random one, `tiny:<family>` (core/models/tiny/<family>.py), which the
+tests use; `TRAINED_TINY` adds trained ones of a family, such as the demo's
+`tiny:sd15-shapes`, whose committed weights the build loads.
+
+`materialize_tiny` writes `<workspace>/models/tiny-<name>/` with the `build(out_dir,
+seed)` of the name's module (`tiny_builder`). The build goes to a temporary
 sibling folder that is renamed into place only after a marker file is written last, so
 a crashed build never leaves a folder that looks loadable. A lock file serialises
 concurrent builders (two training processes starting together); without `fcntl` the
@@ -11,7 +15,9 @@ rename race is tolerated instead: the loser deletes its copy and uses the winner
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -26,31 +32,64 @@ TINY_SEED = 0
 # Bump when a family's tiny config changes so existing workspaces rebuild.
 TINY_VERSION = 2  # 2: calibrated VAE latent scaling
 MARKER = ".tiny-complete.json"
+# Trained tiny models: name -> (family, module whose build() loads the committed weights).
+TRAINED_TINY = {"sd15-shapes": ("sd15", "core.models.tiny.shapes")}
 
 
-def tiny_builder(family: str) -> Callable[[Path, int], None]:
-    """The `build(out_dir, seed)` of core/models/tiny/<family>.py, imported on first use
+def tiny_names() -> list[str]:
+    """Every name `tiny:<name>` accepts."""
+    return [*FAMILY_NAMES, *TRAINED_TINY]
+
+
+def tiny_family(name: str) -> str | None:
+    """The family of the tiny model `name` (None for an unknown name)."""
+    if name in FAMILY_NAMES:
+        return name
+    return TRAINED_TINY[name][0] if name in TRAINED_TINY else None
+
+
+def tiny_builder(name: str) -> Callable[[Path, int], None]:
+    """The `build(out_dir, seed)` of the tiny model's module, imported on first use
     (torch and diffusers load only then)."""
-    _require_known(family)
-    return importlib.import_module(f"core.models.tiny.{family}").build
+    _require_known(name)
+    module = TRAINED_TINY[name][1] if name in TRAINED_TINY else f"core.models.tiny.{name}"
+    return importlib.import_module(module).build
 
 
-def _require_known(family: str) -> None:
-    if family not in FAMILY_NAMES:
-        raise ValueError(f"unknown tiny model 'tiny:{family}'; choose one of "
-                         + ", ".join(f"tiny:{f}" for f in FAMILY_NAMES))
+def _require_known(name: str) -> None:
+    if tiny_family(name) is None:
+        raise ValueError(f"unknown tiny model 'tiny:{name}'; choose one of "
+                         + ", ".join(f"tiny:{n}" for n in tiny_names()))
 
 
-def tiny_dir(family: str, workspace: Path) -> Path:
-    return Path(workspace).expanduser().absolute() / "models" / f"tiny-{family}"
+def tiny_dir(name: str, workspace: Path) -> Path:
+    return Path(workspace).expanduser().absolute() / "models" / f"tiny-{name}"
 
 
-def _marker_ok(folder: Path, family: str) -> bool:
+def _weights_digest(name: str) -> str | None:
+    """A trained model's committed weights, hashed: new weights rebuild the folder."""
+    if name not in TRAINED_TINY:
+        return None
+    spec = importlib.util.find_spec(TRAINED_TINY[name][1])
+    assert spec is not None and spec.submodule_search_locations
+    weights = Path(next(iter(spec.submodule_search_locations))) / "weights.safetensors"
+    return hashlib.sha256(weights.read_bytes()).hexdigest()[:16]
+
+
+def _marker(name: str) -> dict[str, object]:
+    marker: dict[str, object] = {"family": name, "seed": TINY_SEED, "version": TINY_VERSION}
+    digest = _weights_digest(name)
+    if digest:
+        marker["weights"] = digest
+    return marker
+
+
+def _marker_ok(folder: Path, name: str) -> bool:
     try:
         data = json.loads((folder / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return data == {"family": family, "seed": TINY_SEED, "version": TINY_VERSION}
+    return data == _marker(name)
 
 
 @contextlib.contextmanager
@@ -68,46 +107,50 @@ def _locked(lock_path: Path) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def build_tiny_folder(family: str, out_dir: Path, seed: int = TINY_SEED) -> None:
+def tiny_is_built(name: str, workspace: Path) -> bool:
+    """Whether the workspace holds a complete, current build of the tiny model `name`."""
+    return _marker_ok(tiny_dir(name, workspace), name)
+
+
+def build_tiny_folder(name: str, out_dir: Path, seed: int = TINY_SEED) -> None:
     """Build a tiny model straight into `out_dir` (no marker, no atomicity): for tests."""
-    tiny_builder(family)(Path(out_dir), seed)
+    tiny_builder(name)(Path(out_dir), seed)
 
 
-def _build_keeping_rng(family: str, out_dir: Path) -> None:
+def _build_keeping_rng(name: str, out_dir: Path) -> None:
     """Build with a private RNG: the build seeds torch itself, and a trainer that happens
     to build the model must draw the same noise as one that found it built."""
     import torch
 
     with torch.random.fork_rng(devices=[]):
-        tiny_builder(family)(out_dir, TINY_SEED)
+        tiny_builder(name)(out_dir, TINY_SEED)
 
 
-def materialize_tiny(family: str, workspace: Path) -> Path:
-    """The folder of the tiny `family` model in this workspace, built if missing."""
-    _require_known(family)
-    final = tiny_dir(family, workspace)
-    if _marker_ok(final, family):
+def materialize_tiny(name: str, workspace: Path) -> Path:
+    """The folder of the tiny model `name` in this workspace, built if missing."""
+    _require_known(name)
+    final = tiny_dir(name, workspace)
+    if _marker_ok(final, name):
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(final.parent / f".tiny-{family}.lock"):
-        if _marker_ok(final, family):  # another process built it while we waited
+    with _locked(final.parent / f".tiny-{name}.lock"):
+        if _marker_ok(final, name):  # another process built it while we waited
             return final
-        tmp = Path(tempfile.mkdtemp(prefix=f".tiny-{family}.", suffix=".tmp", dir=final.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".tiny-{name}.", suffix=".tmp", dir=final.parent))
         try:
-            _build_keeping_rng(family, tmp)
-            marker = {"family": family, "seed": TINY_SEED, "version": TINY_VERSION}
-            (tmp / MARKER).write_text(json.dumps(marker), encoding="utf-8")
-            _swap_in(tmp, final, family)
+            _build_keeping_rng(name, tmp)
+            (tmp / MARKER).write_text(json.dumps(_marker(name)), encoding="utf-8")
+            _swap_in(tmp, final, name)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 
-def _swap_in(tmp: Path, final: Path, family: str) -> None:
+def _swap_in(tmp: Path, final: Path, name: str) -> None:
     """Rename the finished build into place; an old/broken folder is moved aside first."""
     if final.exists():
-        if _marker_ok(final, family):
+        if _marker_ok(final, name):
             return  # lost a lock-free race: keep the winner's identical build
         trash = final.with_name(f".{final.name}.old-{os.getpid()}")
         os.replace(final, trash)
@@ -115,12 +158,12 @@ def _swap_in(tmp: Path, final: Path, family: str) -> None:
     try:
         os.replace(tmp, final)
     except OSError:
-        if not _marker_ok(final, family):
+        if not _marker_ok(final, name):
             raise
 
 
 def resolve_model_path(path: str, workspace: Path) -> str:
-    """Turn `tiny:<family>` into its built folder; return any other path unchanged."""
+    """Turn `tiny:<name>` into its built folder; return any other path unchanged."""
     if path.startswith(TINY_PREFIX):
         return str(materialize_tiny(path[len(TINY_PREFIX):], workspace))
     return path

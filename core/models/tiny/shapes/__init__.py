@@ -1,0 +1,49 @@
+"""`tiny:sd15-shapes`: the demo's base model. The tiny SD1.5 architecture with trained
+weights: an autoencoder that reconstructs the synthetic shapes, a UNet that draws
+circles and squares in red, green and blue (and knows no triangles), the tiny CLIP text
+encoder as built from its seed.
+
+weights.safetensors beside this file holds the three parts in fp16 (about 3.5 MB); it is
+made by pretrain.py in this folder, whose settings and seeds are in the file's metadata
+(`safetensors` `metadata()`). `build` assembles a diffusers folder from it, as the tiny
+random builds do, so the trainer loads it like any model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+WEIGHTS = Path(__file__).with_name("weights.safetensors")
+PARTS = ("vae", "unet", "text_encoder")
+
+
+def load_weights(path: Path = WEIGHTS) -> tuple[dict[str, dict], dict[str, str]]:
+    """The committed state dicts by part, and the file's metadata."""
+    from safetensors import safe_open
+
+    state: dict[str, dict] = {part: {} for part in PARTS}
+    with safe_open(str(path), framework="pt") as f:
+        metadata = f.metadata() or {}
+        for key in f.keys():
+            part, name = key.split(".", 1)
+            state[part][name] = f.get_tensor(key)
+    return state, metadata
+
+
+def build(out_dir: Path, seed: int = 0) -> None:
+    """Write the trained tiny SD1.5 as a diffusers folder (fp32, as the random builds)."""
+    import torch
+    from diffusers import StableDiffusionPipeline
+
+    from core.models.tiny.sd15 import pndm_scheduler, unet_parts
+
+    parts = unet_parts(out_dir, seed, pndm_scheduler)
+    state, metadata = load_weights()
+    for part in PARTS:
+        module = parts[part]
+        weights = {k: v.to(torch.float32) for k, v in state[part].items()}
+        module.load_state_dict(weights, strict=True)
+    parts["vae"].register_to_config(scaling_factor=float(metadata["vae_scaling_factor"]))
+    pipe = StableDiffusionPipeline(**parts, safety_checker=None, feature_extractor=None,
+                                   requires_safety_checker=False)
+    pipe.save_pretrained(str(out_dir), safe_serialization=True)

@@ -68,6 +68,22 @@ def test_two_datasets_sharing_a_vae_cache(tmp_path: Path):
     assert "datasets.0.vae_cache" in found[0] and "overwrite each other" in found[0]
 
 
+@pytest.mark.parametrize("cache", ["data/a/latents_b", "data"])
+def test_another_datasets_cache_in_or_around_images_is_an_error(tmp_path: Path, cache: str):
+    """B's vae_cache inside (or around) A's images: A's scan would read B's cache files,
+    and clearing B's cache refuses; the check must show the same conflict."""
+    from core.cache.clear import ClearRefused, find_cache_files
+
+    cfg = make(tmp_path, [{"id": "a", "images": "data/a", "vae_cache": "cache/a"},
+                          {"id": "b", "images": "data/b", "vae_cache": cache}])
+    found = [m for m in lines(cfg) if "datasets.0.images" in m]
+    assert len(found) == 1, lines(cfg)
+    assert found[0].startswith("error: datasets.1.vae_cache: dataset 'b' vae_cache")
+    assert "dataset 'a' images" in found[0] and str(tmp_path / "data/a") in found[0]
+    with pytest.raises(ClearRefused, match="the check shows the conflict"):
+        find_cache_files(cfg.datasets[1], cfg)
+
+
 def test_text_cache_sharing_a_vae_cache(tmp_path: Path):
     for text in ("cache/cats", "cache/cats/text", "cache"):
         found = lines(make(tmp_path, [{"id": "cats", "images": "data/a",

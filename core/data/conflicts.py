@@ -1,11 +1,11 @@
 """Directory-conflict checks: folders that must never be the same or nested.
 
-A cache inside an images folder gets scanned as training data; two datasets sharing a
-VAE cache overwrite each other's latents; a text cache beside latents mixes files; an
-output folder inside a dataset feeds checkpoints back as images. Each of these silently
-corrupts a run in other tools, so every pair is checked here, on real paths (symlinks,
-`..`, relative forms and trailing slashes resolved), and reported with the dataset id,
-both keys and both paths.
+A cache inside any dataset's images folder gets scanned as training data; two datasets
+sharing a VAE cache overwrite each other's latents; a text cache beside latents mixes
+files; an output folder inside a dataset feeds checkpoints back as images. Each of these
+silently corrupts a run in other tools, so every pair is checked here, on real paths
+(symlinks, `..`, relative forms and trailing slashes resolved), and reported with the
+dataset id, both keys and both paths.
 
 Pure apart from `os.path.realpath`, which reads symlinks but creates nothing.
 """
@@ -93,8 +93,10 @@ def check_directory_conflicts(cfg: Config) -> list[Problem]:
     found: list[Problem | None] = []
     in_cache = "the output folder must not be or lie inside a cache; pick another"
     mixing = "cache files would be read as training images; move it outside"
-    for img, cache in zip(images, vae, strict=True):
-        found.append(_pair(cache, img, mixing))
+    for img in images:
+        # Every dataset's cache against every dataset's images, not only its own: B's
+        # cache inside A's images is scanned as A's data (and cache clearing refuses it).
+        found.extend(_pair(cache, img, mixing) for cache in vae)
         found.append(_pair(text, img, mixing))
     for img in images:
         found.append(_pair(output, img, "checkpoints and validation images would be read "

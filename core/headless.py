@@ -39,6 +39,8 @@ def summarize_run(run_dir: Path, state: str, workspace: Path) -> None:
     rounds = folder.validation_rounds()
     if rounds:
         say(f"validation images: {rounds[-1]}")
+    if folder.validation_grid.exists():
+        say(f"before/after grid: {folder.validation_grid}")
     if state in ("stopped", "failed"):
         # The saved config's relative paths resolve against this run's workspace.
         say(f"resume with: python app.py --no-ui --workspace {workspace} "

@@ -136,6 +136,9 @@ class TrainConfig:
 class ValidationConfig:
     prompts: list[str] = _f(["a red circle"], label="Validation prompts")
     every: int = _f(100, label="Validate every (steps)", min=1, max=10_000_000)
+    before_training: bool = _f(False, label="Validate before training",
+                               help="Also draw the prompts at step 0 with the untrained "
+                                    "base, so validation/grid.png sets before beside after.")
     steps: int = _f(20, label="Sampling steps", min=1, max=1000)
     seed: int = _f(0, label="Validation seed", min=0, max=2**63 - 1)
     guidance_scale: float = _f(5.0, label="Guidance scale", min=0.0, max=100.0, advanced=True)

@@ -3,6 +3,7 @@
     <output.dir>/
       config.toml  command.txt  train.log  events.jsonl  status.json  STOP
       validation/step_NNNNNN/NN.png
+      validation/grid.png                     (prompts x steps, before beside after)
       checkpoints/step_NNNNNN/
       lora/pytorch_lora_weights.safetensors   (LoRA runs)
       model/                                  (full fine-tunes)
@@ -86,6 +87,11 @@ class RunFolder:
         if not self.validation.is_dir():
             return []
         return sorted(p for p in self.validation.glob(f"{STEP_PREFIX}*") if p.is_dir())
+
+    @property
+    def validation_grid(self) -> Path:
+        """One image: a row per prompt, a column per validation round (up to a few)."""
+        return self.validation / "grid.png"
 
     def validation_images(self) -> list[Path]:
         return sorted(self.validation.glob(f"{STEP_PREFIX}*/*.png"))

@@ -19,6 +19,7 @@ from core.train.checkpoint import (
     set_rng_state,
 )
 from core.train.evaluation import EvalSet, build_eval_set, evaluate
+from core.train.grid import write_validation_grid
 from core.train.report import Reporter
 from core.train.setup import Setup, TrainingError
 from core.train.validation import generate_validation_images
@@ -113,6 +114,7 @@ class Loop:
                                                self.acc.device, self.s.validation_texts)
             self.reporter.event("validation", step=step, images=[str(p) for p in paths])
             self.reporter.say(f"validation images for step {step}: {paths[0].parent}")
+            write_validation_grid(self.run_dir, self.cfg.validation.prompts)
         self.acc.wait_for_everyone()
 
     def checkpoint(self, step: int) -> None:
@@ -176,6 +178,8 @@ class Loop:
                                        cfg.train.eval_images, cfg.train.batch_size)
         if start_step == 0:
             self.eval(0)
+            if cfg.validation.before_training:
+                self.validate(0)
         batches = iter(s.sampler)
         step = start_step
         while step < cfg.train.max_steps:

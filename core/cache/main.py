@@ -31,9 +31,15 @@ def _progress_sink(events: Path | None, show_bar: bool, process: int):
 
     def report(kind: str, done: int, total: int) -> None:
         if show_bar:
-            bar = bars.get(kind) or bars.setdefault(
-                kind, tqdm(total=total, desc=f"{kind} cache", unit="entry", dynamic_ncols=True))
-            bar.update(done - bar.n)
+            if kind not in bars:
+                # One bar at a time: tqdm draws a second open bar one row down with
+                # cursor-up codes, which a log (and a terminal that follows it) shows raw.
+                for other in bars.values():
+                    other.close()
+                bars.clear()
+                bars[kind] = tqdm(total=total, desc=f"{kind} cache", unit="entry",
+                                  dynamic_ncols=True)
+            bars[kind].update(done - bars[kind].n)
         if events:
             with open(events, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps({"type": "cache_progress", "kind": kind,

@@ -49,12 +49,13 @@ def summarize_run(run_dir: Path, state: str, workspace: Path) -> None:
 
 def stage_cache(cfg: Config, workspace: Path, checked: CheckReport) -> int:
     """Build the caches under the run manager, echoing the builder's log."""
+    from core.runs.console import make_console
     from core.runs.foreground import follow_run
     from core.runs.status import exit_code_for_state
 
     job = ops.start_cache(cfg, workspace, checked=checked)
     say(f"== cache (log: {job.log_path})")
-    state = follow_run(job.handle, say, grace_s=FOLLOW_GRACE_S)
+    state = follow_run(job.handle, make_console(sys.stdout), grace_s=FOLLOW_GRACE_S)
     if state == "stopped":
         say("cache build stopped; entries written so far are kept")
     if job.handle.returncode == EXIT_INVALID:
@@ -65,6 +66,7 @@ def stage_cache(cfg: Config, workspace: Path, checked: CheckReport) -> int:
 def stage_train(cfg: Config, workspace: Path, resume: str | None,
                 checked: CheckReport) -> int:
     """Start the trainer under accelerate launch (it builds missing cache entries first)."""
+    from core.runs.console import make_console
     from core.runs.foreground import follow_run
     from core.runs.status import exit_code_for_state
 
@@ -72,7 +74,8 @@ def stage_train(cfg: Config, workspace: Path, resume: str | None,
     for problem in launched.folder_notes:  # the check's warnings are printed already
         say(str(problem))
     say(f"== train: {launched.run_dir} (log: {launched.handle.folder.log})")
-    state = follow_run(launched.handle, say, grace_s=FOLLOW_GRACE_S)
+    # A terminal gets one progress line redrawn in place, a log one every N steps.
+    state = follow_run(launched.handle, make_console(sys.stdout), grace_s=FOLLOW_GRACE_S)
     summarize_run(launched.run_dir, state, workspace)
     return exit_code_for_state(state)
 

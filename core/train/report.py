@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from core.runs.memory import GIB
+from core.runs.progress import format_step_line
 from core.runs.status import append_event, write_status
 
 STATUS_EVERY_S = 1.0
@@ -76,9 +77,8 @@ class Reporter:
             write_status(self.run_dir, state="running", pid=os.getpid(), step=step,
                          max_steps=self.max_steps, eta_s=eta, loss=loss, it_s=rate)
             self._last_status = now
-        eta_text = "?" if eta is None else f"{eta:.0f}s"
-        print(f"step {step}/{self.max_steps} loss {loss:.4f} lr {lr:.2e} "
-              f"{rate or 0:.2f} it/s eta {eta_text}", flush=True)
+        # The line's format lives beside its parser (the CLI's progress line reads it).
+        print(format_step_line(step, self.max_steps, loss, lr, rate, eta), flush=True)
 
     def pause_clock(self) -> None:
         """Validation and checkpoints are not training steps: keep them out of it/s."""

@@ -180,3 +180,29 @@ def test_resolved_paths_join_workspace_and_leave_hub_ids(tmp_path: Path):
     (tmp_path / "models/local").mkdir(parents=True)
     cfg.model.path = "models/local"
     assert resolved(cfg, tmp_path).model.path == str(tmp_path / "models/local")
+
+
+def test_model_config_resolves_like_model_path(tmp_path: Path):
+    """A single file's architecture config: a workspace folder is joined, a hub id or a
+    tiny:<name> is kept, a missing relative folder is kept as written (the check names it)."""
+    cfg = Config()
+    (tmp_path / "models/configs").mkdir(parents=True)
+    for value, expected in [("models/configs", str(tmp_path / "models/configs")),
+                            ("stabilityai/stable-diffusion-2-base", None),
+                            ("tiny:sd15", None), ("models/missing", None), ("", None)]:
+        cfg.model.config = value
+        assert resolved(cfg, tmp_path).model.config == (expected or value), value
+
+
+def test_prediction_type_applies_only_to_epsilon_and_v_families():
+    cfg = Config(datasets=[DatasetConfig(id="a", images="x", vae_cache="c")])
+    for family in ("sd15", "sd2", "sdxl"):
+        cfg.model.family, cfg.model.path = family, f"tiny:{family}"
+        cfg.model.prediction_type = "v_prediction"
+        assert validate_config(cfg) == [], family
+    for family in ("sd3", "flux"):
+        cfg.model.family, cfg.model.path = family, f"tiny:{family}"
+        cfg.model.prediction_type = "epsilon"
+        [problem] = validate_config(cfg)
+        assert problem.where == "model.prediction_type" and "flow matching" in problem.message
+        assert '"auto"' in problem.message

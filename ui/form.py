@@ -60,10 +60,13 @@ class Form:
 
     def section(self, name: str, advanced: bool | None = None,
                 only: tuple[str, ...] | None = None) -> None:
-        """Render the fields of a section (all, or only basic/advanced, or named ones)."""
-        for spec in section_specs(name):
-            if only is not None and spec.name not in only:
-                continue
+        """Render the fields of a section (all, or only basic/advanced, or the named ones
+        in the order named)."""
+        specs = section_specs(name)
+        if only is not None:
+            by_name = {spec.name: spec for spec in specs}
+            specs = [by_name[n] for n in only if n in by_name]
+        for spec in specs:
             if advanced is not None and spec.advanced != advanced:
                 continue
             if spec.key not in self.fields:

@@ -20,6 +20,8 @@ from ui.errors import guarded
 from ui.form import Form
 from ui.run_views import Following, RunView
 
+# model.config describes a single-file model.path, so it sits right beside it.
+MODEL_FIELDS = ("family", "path", "config", "quantize")
 BASIC_TRAIN = ("method", "lora_rank", "max_steps", "batch_size", "grad_accum",
                "learning_rate", "seed", "mixed_precision", "checkpoint_every",
                "keep_checkpoints")
@@ -38,7 +40,7 @@ class TrainTab(RunView):
 
 def build(form: Form) -> TrainTab:
     with gr.Row():
-        form.section("model")
+        form.section("model", advanced=False, only=MODEL_FIELDS)
         form.section("output")
     with gr.Row():
         form.section("train", only=BASIC_TRAIN[:5])
@@ -48,6 +50,7 @@ def build(form: Form) -> TrainTab:
         form.section("validation", advanced=False)
         form.section("launch", advanced=False)
     with gr.Accordion("Advanced settings", open=False, elem_id="advanced"):
+        form.section_rows("model", advanced=True)
         form.section_rows("train", advanced=True)
         form.section_rows("validation", advanced=True)
         form.section_rows("launch", advanced=True)

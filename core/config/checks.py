@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from core.config.schema import CONFIG_VERSION, FAMILIES, SECTION_TYPES, Config
+from core.models.registry import FLOW_FAMILIES
 from core.models.tiny import tiny_family, tiny_names
 from core.problems import Problem, error
 
@@ -23,8 +24,8 @@ def resolve_path(value: str, workspace: Path) -> Path:
 def resolved(cfg: Config, workspace: str | Path) -> Config:
     """A copy with every path field absolute (relative ones joined to the workspace).
 
-    `model.path` is joined only when it names something that exists there, because it
-    may also be a hub id such as `org/model`, `tiny:sd15` or `random:sd15`.
+    `model.path` and `model.config` are joined only when they name something that exists
+    there, because they may also be hub ids such as `org/model`, or `tiny:sd15`.
     """
     workspace = Path(workspace).expanduser().absolute()
     out = dataclasses.replace(cfg)
@@ -35,14 +36,23 @@ def resolved(cfg: Config, workspace: str | Path) -> Config:
         for f in fields(obj):
             if f.metadata.get("kind") == "path" and getattr(obj, f.name):
                 setattr(obj, f.name, str(resolve_path(getattr(obj, f.name), workspace)))
-    model_path = out.model.path
-    # tiny:/random: name built models, never files (a folder called "random:sd15" in the
-    # workspace must not capture the path).
-    if model_path and not model_path.startswith(("tiny:", "random:")):
-        candidate = resolve_path(model_path, workspace)
-        if Path(model_path).expanduser().is_absolute() or candidate.exists():
-            out.model.path = str(candidate)
+    for f in fields(out.model):
+        if f.metadata.get("kind") == "model_path":
+            setattr(out.model, f.name, _resolve_model_path(getattr(out.model, f.name),
+                                                           workspace))
     return out
+
+
+def _resolve_model_path(value: str, workspace: Path) -> str:
+    """model.path or model.config: joined to the workspace only when it names something
+    there (or is absolute); otherwise a hub id, kept. tiny:/random: name built models,
+    never files (a folder called "random:sd15" in the workspace must not capture them)."""
+    if not value or value.startswith(("tiny:", "random:")):
+        return value
+    candidate = resolve_path(value, workspace)
+    if Path(value).expanduser().is_absolute() or candidate.exists():
+        return str(candidate)
+    return value
 
 
 # ---------------------------------------------------------------- validation
@@ -124,6 +134,10 @@ def _check_cross(cfg: Config) -> list[Problem]:
                            "is longer than train.max_steps; the rate never reaches its target"))
     if cfg.launch.cpu and cfg.train.mixed_precision == "fp16":
         out.append(error("train.mixed_precision", "fp16 does not run on the CPU; use bf16 or no"))
+    if cfg.model.prediction_type != "auto" and cfg.model.family in FLOW_FAMILIES:
+        out.append(error("model.prediction_type", f"{cfg.model.prediction_type!r} does not "
+                                                  f"apply to {cfg.model.family}, which trains "
+                                                  "by flow matching; set it to \"auto\""))
     if cfg.model.quantize != "none" and cfg.train.method == "full":
         out.append(error("model.quantize", f"{cfg.model.quantize} with train.method = \"full\": "
                                            "a quantized base cannot be fully fine-tuned; use "

@@ -99,7 +99,7 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
     """Every problem and the summary; `estimate`: with the memory estimate (it reads the
     model's configs, a second or more: views that re-check on each edit leave it out)."""
     workspace = Path(workspace).expanduser().absolute()
-    from core.models.loading import check_model_source
+    from core.models.loading import check_model_config, check_model_source
     from core.models.memory import estimate_memory
     from core.models.quantize import quantize_problems
 
@@ -107,7 +107,11 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
     full = resolved(cfg, workspace)
     model_ok = not any(p.where.startswith("model.") for p in problems)
     if model_ok:
-        problems += check_model_source(full.model.path, cfg.model.family)
+        source = check_model_source(full.model.path, cfg.model.family)
+        problems += source
+        if not source:  # model.path is usable: do its configs and target fit?
+            problems += check_model_config(full.model.path, full.model.config,
+                                           cfg.model.family, cfg.model.prediction_type)
         problems += quantize_problems(cfg.model.quantize)
     problems += check_directory_conflicts(full)
     datasets, steps = _summarise(full, problems)

@@ -57,7 +57,8 @@ def load_model(cfg: Config, workspace: Path, state: Any, dtype: Any = None,
     """The family and its components, loaded in `dtype` onto `device` (the process's
     device when None); a tiny model is built once, by the main process, while the
     others wait. `random:<family>` is built straight onto `device` by every process (no
-    files: the same seed gives every process the same weights)."""
+    files: the same seed gives every process the same weights). A single file reads its
+    architecture from model.config; model.prediction_type then sets the target."""
     from core.models.full_size import RANDOM_PREFIX
     from core.models.registry import get_family
     from core.models.tiny import resolve_model_path
@@ -72,8 +73,12 @@ def load_model(cfg: Config, workspace: Path, state: Any, dtype: Any = None,
         # Refused as `--stage check` refuses it: another family's or an unknown model.
         for problem in check_random_source(cfg.model.path, cfg.model.family):
             raise ModelLoadError(problem.where, problem.message)
-        return family, build_random(cfg.model.family, dtype, device)
-    with state.main_process_first():
-        path = resolve_model_path(cfg.model.path, workspace)
-    components = family.load(path, dtype=dtype, device=device)
+        components = build_random(cfg.model.family, dtype, device)
+    else:
+        with state.main_process_first():
+            path = resolve_model_path(cfg.model.path, workspace)
+            # model.config may be tiny:<name> too (a tiny folder describing a tiny file).
+            config = resolve_model_path(cfg.model.config, workspace) or None
+        components = family.load(path, dtype=dtype, device=device, config=config)
+    family.set_prediction_type(components, cfg.model.prediction_type)
     return family, components

@@ -79,6 +79,12 @@ class ModelFamily(Protocol):
         a diffusers folder or hub id with the matching configs.
         """
 
+    def set_prediction_type(self, c: Components, prediction_type: str) -> None:
+        """model.prediction_type: "auto" keeps what the loaded scheduler config says;
+        "epsilon"/"v_prediction" make training and validation use that target instead
+        (SD2-base single files, v-prediction fine-tunes). Flow families accept only
+        "auto"."""
+
     def encode_prompts(self, c: Components, prompts: list[str]) -> list[dict[str, Any]]:
         """One dict per prompt (see the module docstring), batched internally."""
 

@@ -82,6 +82,14 @@ class FlowFamily:
         freeze((c.vae, c.denoiser, *c.text_encoders), device)
         return c
 
+    def set_prediction_type(self, c: Components, prediction_type: str) -> None:
+        """Flow matching has one target; only "auto" is accepted (the config check says
+        so first, naming model.prediction_type)."""
+        if prediction_type != "auto":
+            raise loading.ModelLoadError("model.prediction_type", f"{prediction_type!r} does "
+                                         f"not apply to {self.name}, which trains by flow "
+                                         "matching; set it to \"auto\"")
+
     def _missing_optional(self, path: str) -> dict[str, Any]:
         """Components a folder may leave out, passed as None (SD3 without its T5)."""
         return {}

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from core.models.full_size import RANDOM_PREFIX
-from core.problems import Problem, error
+from core.problems import Problem, error, warning
 
 SourceKind = Literal["folder", "file", "hub"]
 
@@ -241,27 +241,151 @@ def checked_source(path: str, family: str) -> SourceKind:
 
 def load_single_file(pipeline_cls: Any, path: str, family: str, dtype: Any = None,
                      config: str | None = None, **kwargs: Any) -> Any:
-    """`pipeline_cls.from_single_file` with a clear offline error (`checked_source` has
-    checked the family).
+    """`pipeline_cls.from_single_file` with errors that name the file or model.config
+    (`checked_source` has checked the family).
 
-    diffusers needs the matching diffusers configs: from `config` (a local diffusers
-    folder or hub id) or, by default, from the hub (or the HF cache).
+    diffusers needs the architecture's diffusers configs (and tokenizers): from `config`
+    (model.config: a local diffusers folder, or a hub id) or, without one, from the hub
+    repo diffusers picks for the file's keys. Nothing is downloaded when the hub is
+    unreachable: the configs must then be local or in the HF cache, else the error says
+    what to put in model.config.
     """
+    problem = single_file_config_problem(path, config or "", family)
+    if problem is not None:
+        raise ModelLoadError(problem.where, problem.message)
     if dtype is not None:
         kwargs["dtype"] = dtype
-    if config is not None:
+    if config:
         kwargs["config"] = config
-    if config is None or not Path(config).is_dir():
-        # The configs come from the hub: from the HF cache only when it is unreachable,
-        # so an offline machine fails at once instead of after a minute of retries.
-        kwargs.setdefault("local_files_only", not hub_reachable())
+    # A local folder never needs the hub; a hub id is read from the HF cache when the hub
+    # is unreachable (checked above), so nothing waits on a minute of retries.
+    local = bool(config) and Path(config).is_dir()
+    kwargs.setdefault("local_files_only", local or not hub_reachable())
+    source = f"model.config = {config!r}" if config else "diffusers' default configs"
     try:
-        return pipeline_cls.from_single_file(path, **kwargs)
+        pipe = pipeline_cls.from_single_file(path, **kwargs)
     except Exception as exc:  # noqa: BLE001
-        raise ModelLoadError(path, f"cannot load this {family} single-file checkpoint: "
-                             f"{type(exc).__name__}: {str(exc)[:300]}. diffusers needs the "
-                             "model's configs from the hub: with no network they must be "
-                             "in the HF cache; or use a diffusers folder instead") from exc
+        raise ModelLoadError(path, f"cannot load this {family} single-file checkpoint with "
+                             f"{source}: {type(exc).__name__}: {str(exc)[:300]}. If the "
+                             f"configs do not describe this file, {CONFIG_HINT}") from exc
+    empty = _empty_modules(pipe)
+    if empty:  # diffusers leaves weights it did not find on the meta device, silently
+        raise ModelLoadError(path, f"{', '.join(empty)} found no weights in this file under "
+                             f"the names {source} lead to: the file and the configs are of "
+                             f"different architectures; {CONFIG_HINT}")
+    return pipe
+
+
+def _empty_modules(pipe: Any) -> list[str]:
+    """Components of a loaded pipeline with parameters that hold no data (meta)."""
+    import torch
+
+    return [name for name, module in pipe.components.items()
+            if isinstance(module, torch.nn.Module)
+            and any(t.is_meta for t in (*module.parameters(), *module.buffers()))]
+
+
+# ---------------------------------------------------------------- a single file's configs
+
+CONFIG_HINT = ("set model.config to a diffusers folder (the one holding model_index.json and "
+               "the unet, vae, text_encoder, tokenizer and scheduler configs) or a hub id of "
+               "the file's architecture, e.g. the base model it was fine-tuned from "
+               "(`huggingface-cli download <id> --exclude '*.safetensors' '*.bin'` fetches "
+               "only the configs)")
+
+
+def default_config_repo(path: str) -> str | None:
+    """The hub repo whose configs diffusers' `from_single_file` uses for this file when no
+    config is given (it guesses the architecture from tensor names and shapes), read from
+    the header alone; None when diffusers cannot tell."""
+    from types import SimpleNamespace
+
+    from core.models.memory import quiet_libraries
+
+    # diffusers' guess reads only the shapes of a few tensors: stand-ins carry them.
+    shapes = {k: SimpleNamespace(shape=tuple(v.get("shape", ())))
+              for k, v in safetensors_header(path).items()}
+    try:
+        with quiet_libraries():
+            from diffusers.loaders.single_file_utils import fetch_diffusers_config
+
+            return str(fetch_diffusers_config(shapes)["pretrained_model_name_or_path"])
+    except Exception:  # noqa: BLE001 - an unknown layout: diffusers will say so at load
+        return None
+
+
+def config_source_problem(config: str, family: str) -> Problem | None:
+    """What is wrong with a model.config value, without loading anything: it must be a
+    diffusers folder of `family`, a tiny:<name> of it, or a hub id that is cached or
+    downloadable."""
+    where = "model.config"
+    if config.startswith("tiny:"):  # a tiny model's folder, built at load (the tests')
+        found = check_model_source(config, family, where)
+        return found[0] if found else None
+    if config.startswith(RANDOM_PREFIX):
+        return error(where, f"{config} has no config files; {CONFIG_HINT}")
+    p = Path(config).expanduser()
+    if p.is_file():
+        return error(where, f"{config} is a file; {CONFIG_HINT}")
+    if p.is_dir():
+        if not (p / "model_index.json").is_file():
+            return error(where, f"{config} has no model_index.json, so it is not a diffusers "
+                                f"folder; {CONFIG_HINT}")
+        families = folder_families(config)
+        if families and family not in families:
+            cls = read_model_index(config).get("_class_name")
+            return error(where, f"{config} holds a {cls} ({' or '.join(families)}), not a "
+                                f"{family} model; point it at a {family} diffusers folder")
+        return None
+    if not _HUB_ID.match(config):
+        return error(where, f"{config} does not exist: it is not a folder and not a hub id "
+                            f"(owner/name); {CONFIG_HINT}")
+    if not _hub_cached(config) and not hub_reachable():
+        return error(where, f"hub id {config} is not in the HF cache and there is no network "
+                            f"to download its configs; download it where there is network, "
+                            f"or point model.config at a local diffusers folder")
+    return None
+
+
+def single_file_config_problem(path: str, config: str, family: str) -> Problem | None:
+    """Why single file `path` cannot find its configs (an error naming model.config), or
+    None: a usable model.config, or none needed because diffusers' default configs for
+    the file are in the HF cache or the hub is reachable."""
+    if config:
+        return config_source_problem(config, family)
+    if hub_reachable():
+        return None
+    repo = default_config_repo(path)
+    if repo is not None and _hub_cached(repo):
+        return None
+    why = (f"diffusers would read the configs of {repo} for it, which are not in the HF "
+           "cache" if repo else "diffusers cannot tell its architecture from its tensor names")
+    return error("model.config", f"is empty, model.path {path} is a single-file checkpoint "
+                                 f"and there is no network: {why}; {CONFIG_HINT}")
+
+
+def check_model_config(path: str, config: str, family: str,
+                       prediction_type: str = "auto") -> list[Problem]:
+    """model.config and model.prediction_type for `--stage check` (model.path has passed
+    `check_model_source`): a single file needs usable configs; a config beside a folder,
+    hub id or built model is ignored (a warning); an SD2 file read with diffusers' default
+    configs gets SD2-768's v-prediction unless prediction_type says otherwise."""
+    if path.startswith(("tiny:", RANDOM_PREFIX)) or classify_source(path) != "file":
+        if not config:
+            return []
+        return [warning("model.config", f"is only read for a single-file model.path; "
+                                        f"{path} carries its own configs, so {config} is "
+                                        "ignored (clear model.config)")]
+    problem = single_file_config_problem(path, config, family)
+    if problem is not None:
+        return [problem]
+    if family == "sd2" and not config and prediction_type == "auto":
+        return [warning("model.prediction_type", "is auto and model.config is empty, so "
+                        "this SD2 single file trains with diffusers' default SD2 configs "
+                        "(768 px, v_prediction); for an SD2-base (512 px, epsilon) file set "
+                        "model.prediction_type = \"epsilon\" or model.config to an SD2-base "
+                        "diffusers folder")]
+    return []
 
 
 def check_model_source(path: str, family: str, where: str = "model.path") -> list[Problem]:

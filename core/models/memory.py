@@ -131,7 +131,7 @@ def estimate_memory(cfg: Config, workspace: Path) -> MemoryEstimate | None:
 
     lora = cfg.train.method == "lora"
     try:
-        with _quiet_libraries(), \
+        with quiet_libraries(), \
                 model_source(cfg.model.path, cfg.model.family, Path(workspace)) as source:
             sizes = read_sizes(source, cfg.train.lora_rank, cfg.train.lora_targets, lora)
     except UnknownModel as exc:
@@ -150,7 +150,7 @@ _QUIET_ENV = {"DIFFUSERS_VERBOSITY": "error", "TRANSFORMERS_VERBOSITY": "error",
 
 
 @contextlib.contextmanager
-def _quiet_libraries() -> Iterator[None]:
+def quiet_libraries() -> Iterator[None]:
     """Meta-device models (and a tiny model built in a temporary folder) make diffusers,
     transformers and torchao print import notices and progress bars that would bury the
     check's own output; the environment is put back for the processes launched after."""

@@ -93,6 +93,20 @@ class StableDiffusionFamily:
             text_encoders=[pipe.text_encoder], tokenizers=[pipe.tokenizer],
             noise_scheduler=scheduler)
 
+    def set_prediction_type(self, c: Components, prediction_type: str) -> None:
+        """Train against `prediction_type` ("epsilon" or "v_prediction") whatever the
+        loaded scheduler config says; "auto" keeps the config's. The target
+        (`noise_and_target`), the min-SNR weights and the validation scheduler all read
+        the noise scheduler's config, so replacing the scheduler changes all three."""
+        if prediction_type == "auto":
+            return
+        if prediction_type not in ("epsilon", "v_prediction"):
+            raise ValueError(f"model.prediction_type must be auto, epsilon or v_prediction; "
+                             f"got {prediction_type!r}")
+        scheduler = c.noise_scheduler
+        c.noise_scheduler = type(scheduler).from_config(scheduler.config,
+                                                        prediction_type=prediction_type)
+
     def _check_loaded(self, c: Components) -> None:
         """Catch an SD1/SD2 mix-up from the text width (768 vs 1024) of real models."""
         width = c.denoiser.config.cross_attention_dim

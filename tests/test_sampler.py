@@ -6,6 +6,7 @@ import itertools
 import json
 import random
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -82,6 +83,22 @@ def test_several_datasets_are_all_exhausted_and_probability_shapes_the_order() -
     assert ids[-10:] == ["small"] * 10  # afterwards only the dataset left is picked
     for b in batches:
         assert b.dataset_id == ("big", "small")[b.dataset_index]
+
+
+def test_probability_help_says_it_orders_the_epoch_and_repeats_mix_it() -> None:
+    """What the form, docs/config.md and the README tell users matches the test above:
+    every dataset is used up each epoch whatever its weight."""
+    from dataclasses import fields
+
+    from core.config.schema import DatasetConfig
+
+    help_of = {f.name: f.metadata["help"] for f in fields(DatasetConfig)}
+    assert help_of["probability"].startswith("Order within an epoch, not the mix")
+    assert "used up each epoch" in help_of["probability"]
+    assert "Change the mix with repeats" in help_of["probability"]
+    assert "the mix" in help_of["repeats"]
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert "`probability` only changes the order within the epoch" in readme
 
 
 def test_zero_probability_dataset_is_never_picked_nor_counted() -> None:

@@ -87,9 +87,15 @@ class DatasetConfig:
                          help="Target side in pixels; buckets keep about resolution² pixels.")
     bucketing: bool = _f(True, label="Aspect buckets")
     crop: str = _f("center", label="Crop", choices=("center", "random", "none"))
-    repeats: int = _f(1, label="Repeats", min=1, max=10000)
+    repeats: int = _f(1, label="Repeats", min=1, max=10000,
+                      help="Times each image is used per epoch: sets this dataset's share "
+                           "of training (the mix).")
     probability: float = _f(1.0, label="Sampling weight", min=0.0, max=1e6,
-                            help="Relative chance a step draws from this dataset.")
+                            help="Order within an epoch, not the mix: every dataset is used "
+                                 "up each epoch (images x repeats); this weights which one the "
+                                 "next batch comes from while several have batches left, so a "
+                                 "higher weight uses its batches earlier. 0 leaves the dataset "
+                                 "out. Change the mix with repeats.")
 
 
 @dataclass

@@ -179,29 +179,50 @@ def launch(cfg: Config, workspace: Path, *, resume: str | None = None,
     continue the run there.
 
     A resume always runs with the run's saved config, launch layout included, whatever
-    the caller's config says; settings that differ are returned as warnings.
-    `checked` skips the check when the caller just ran it on `cfg`.
+    the caller's config says, except where this machine is and how it reaches machine 0
+    (launch.machine_rank, main_process_ip, main_process_port: the caller's); settings
+    that differ are returned as warnings. Machine N > 0 of a multi-machine run joins
+    machine 0's run folder with a folder of its own (`machines/N/`), which its handle
+    follows. `checked` skips the check when the caller just ran it on `cfg`.
     """
     from core.runs.command import build_accelerate_command, format_command
     from core.runs.manager import RunStartError, start_run
-    from core.runs.prepare import prepare_run_dir
 
     what = "resuming" if resume else "the launch"
     report = require_ok(cfg, workspace, what, extra_problems, checked)
     run_dir = output_dir(cfg, workspace)
+    launch_cfg, folder, notes = _prepare_folder(cfg, run_dir, resume)
+    spec = build_accelerate_command(launch_cfg, run_dir, workspace, resume=resume,
+                                    config=folder.config)
     try:
-        notes = prepare_run_dir(cfg, run_dir, resume=bool(resume))
+        handle = start_run(spec, folder)
+    except RunStartError as exc:
+        raise OpError(str(exc), exit_code=EXIT_FAILED) from None
+    return Launched(handle, format_command(spec), warnings(report.problems), notes)
+
+
+def _prepare_folder(cfg: Config, run_dir: Path, resume: str | None
+                    ) -> tuple[Config, RunFolder, list[Problem]]:
+    """(the config to launch, the folder the launch writes to, notes) or an OpError."""
+    from core.runs.prepare import (
+        joins_a_run,
+        prepare_machine_dir,
+        prepare_run_dir,
+        with_machine_keys,
+    )
+
+    try:
+        if joins_a_run(cfg):
+            launch_cfg, folder, notes = prepare_machine_dir(cfg, run_dir, bool(resume))
+        else:
+            notes = prepare_run_dir(cfg, run_dir, resume=bool(resume))
+            folder = RunFolder(run_dir)
+            launch_cfg = with_machine_keys(saved_config(run_dir), cfg) if resume else cfg
     except ConfigError as exc:
         message = exc.problems[0].message if exc.problems else "the folder cannot be used"
         raise OpError(f"cannot {'resume' if resume else 'launch'}: {message}",
                       exc.problems) from None
-    launch_cfg = saved_config(run_dir) if resume else cfg
-    spec = build_accelerate_command(launch_cfg, run_dir, workspace, resume=resume)
-    try:
-        handle = start_run(spec, RunFolder(run_dir))
-    except RunStartError as exc:
-        raise OpError(str(exc), exit_code=EXIT_FAILED) from None
-    return Launched(handle, format_command(spec), warnings(report.problems), notes)
+    return launch_cfg, folder, notes
 
 
 def resume(run_dir: Path, workspace: Path, checkpoint: str = "latest") -> Launched:

@@ -13,6 +13,10 @@ copy button. Facts behind the flags (checked with accelerate 1.15 on CPU):
   project root goes on PYTHONPATH) rather than by a file path.
 - `--quiet` drops the launcher's own CalledProcessError traceback when the trainer exits
   non-zero (the trainer's traceback is in train.log already).
+- Several machines: each machine's launcher meets the others in torch's static rendezvous
+  at main_process_ip:main_process_port. Without a timeout it waits there silently (600 s
+  by default, then a traceback); `--rdzv_conf timeout=S` makes every launcher give up
+  after launch.join_timeout_minutes, and the spec carries the lines that say so.
 """
 
 from __future__ import annotations
@@ -35,12 +39,55 @@ class LaunchSpec:
     """What to run: the argument list, environment additions and working folder.
 
     `workspace` lets `start_run` record the run in `<workspace>/.runs/`; None skips that.
+    `notes` go into the log before the child starts (a multi-machine launch says whom it
+    waits for); `join` is set for a multi-machine launch.
     """
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path = PROJECT_ROOT
     workspace: Path | None = None
+    notes: tuple[str, ...] = ()
+    join: Join | None = None
+
+
+@dataclass(frozen=True)
+class Join:
+    """A multi-machine launch: how long its launcher waits for the others, and what to
+    say when it gave up."""
+
+    timeout_s: float
+    failure: str
+
+
+def _minutes(n: int) -> str:
+    return f"{n} minute" + ("" if n == 1 else "s")
+
+
+def join_texts(cfg: Config) -> tuple[str, Join]:
+    """The log line saying whom this machine waits for, and the Join it fails with."""
+    launch = cfg.launch
+    where = f"{launch.main_process_ip}:{launch.main_process_port}"
+    others = launch.num_machines - 1
+    within = (f"within {_minutes(launch.join_timeout_minutes)} "
+              "(launch.join_timeout_minutes)")
+    if launch.machine_rank == 0:
+        note = (f"waiting for {others} other machine{'s' if others > 1 else ''} to join at "
+                f"{where} ({launch.num_machines} machines in all; this is machine 0); "
+                f"giving up if they do not join {within}")
+        failure = (f"the other machines did not join {within}: machine 0 waited for "
+                   f"{others} more at {where}. Start every other machine with the same "
+                   "config and --set launch.machine_rank=N (1, 2, ...), and check that "
+                   "launch.main_process_ip and launch.main_process_port reach this machine")
+    else:
+        note = (f"joining machine 0 at {where} ({launch.num_machines} machines in all; this "
+                f"is machine {launch.machine_rank}); giving up if the run does not start "
+                f"{within}")
+        failure = (f"machine {launch.machine_rank} could not join the run at {where} "
+                   f"{within}. Start machine 0 (launch.machine_rank=0) and every other "
+                   "machine with the same config, and check that launch.main_process_ip "
+                   "and launch.main_process_port point at machine 0")
+    return note, Join(timeout_s=launch.join_timeout_minutes * 60.0, failure=failure)
 
 
 def _launch_flags(cfg: Config) -> tuple[list[str], dict[str, str]]:
@@ -70,6 +117,8 @@ def _launch_flags(cfg: Config) -> tuple[list[str], dict[str, str]]:
             "--machine_rank", str(launch.machine_rank),
             "--main_process_ip", launch.main_process_ip,
             "--main_process_port", str(launch.main_process_port),
+            # the static rendezvous's wait for the other machines (600 s by default)
+            "--rdzv_conf", f"timeout={launch.join_timeout_minutes * 60}",
         ]
     elif total > 1:
         # Single machine: accelerate falls back to a free port when this one is taken.
@@ -85,8 +134,10 @@ def build_accelerate_command(
     resume: str | None,
     python: str = sys.executable,
     script: list[str] | None = None,
+    config: Path | None = None,
 ) -> LaunchSpec:
-    """The launch spec for training `cfg` into `run_dir` (its config.toml is read).
+    """The launch spec for training `cfg` into `run_dir` (its config.toml is read, or
+    `config`: machine N > 0 of a multi-machine run reads its own).
 
     `resume` is passed on as `--resume` ("latest" or a checkpoint path). `script`
     replaces `--module core.train.main` with a program and its own leading arguments
@@ -95,7 +146,7 @@ def build_accelerate_command(
     flags, env = _launch_flags(cfg)
     target = list(script) if script else ["--module", TRAINER_MODULE]
     trainer_args = [
-        "--config", str(RunFolder(Path(run_dir)).config),
+        "--config", str(config or RunFolder(Path(run_dir)).config),
         "--workspace", str(workspace),
     ]
     if resume:
@@ -106,7 +157,13 @@ def build_accelerate_command(
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p
     )
-    return LaunchSpec(argv=argv, env=env, cwd=PROJECT_ROOT, workspace=Path(workspace))
+    notes: tuple[str, ...] = ()
+    join = None
+    if cfg.launch.num_machines > 1:
+        note, join = join_texts(cfg)
+        notes = (note,)
+    return LaunchSpec(argv=argv, env=env, cwd=PROJECT_ROOT, workspace=Path(workspace),
+                      notes=notes, join=join)
 
 
 def format_command(spec: LaunchSpec) -> str:

@@ -7,6 +7,10 @@
       checkpoints/step_NNNNNN/
       lora/pytorch_lora_weights.safetensors   (LoRA runs)
       model/                                  (full fine-tunes)
+      shared.token                            (multi-machine runs: rank 0's token)
+      machines/<rank>/                        (multi-machine runs: machine <rank>'s own
+                                               config.toml, command.txt, train.log,
+                                               status.json, events.jsonl)
 
 A cache build's job folder has the same shape with `cache.log` for its log, so the run
 manager starts, follows and stops both the same way. The trainer, the run manager, the
@@ -28,6 +32,8 @@ _LOG_NAMES: dict[str, str] = {"train": "train.log", "cache": "cache.log"}
 LORA_WEIGHTS_NAME = "pytorch_lora_weights.safetensors"  # diffusers' load_lora_weights name
 STEP_PREFIX = "step_"
 STEP_RE = re.compile(r"^step_(\d{6,})$")
+SHARED_TOKEN_NAME = "shared.token"  # also written into every cache folder of the run
+MACHINES_DIR = "machines"
 
 
 def as_folder(where: RunFolder | str | Path) -> RunFolder:
@@ -125,6 +131,17 @@ class RunFolder:
     def model(self) -> Path:
         """A full fine-tune's diffusers folder."""
         return self.root / "model"
+
+    @property
+    def shared_token(self) -> Path:
+        """Multi-machine runs: rank 0 writes a fresh token here at start and every rank
+        reads it back, proving that every machine sees this folder."""
+        return self.root / SHARED_TOKEN_NAME
+
+    def machine(self, rank: int) -> RunFolder:
+        """The folder of machine `rank` > 0 of a multi-machine run: its own config, log,
+        status and command (machine 0 uses the run folder itself)."""
+        return RunFolder(self.root / MACHINES_DIR / str(rank), self.kind)
 
     def holds_run(self) -> bool:
         """True when a run was started here (its config or status was written)."""

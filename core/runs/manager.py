@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.runs import pids
-from core.runs.command import LaunchSpec, format_command
+from core.runs.command import Join, LaunchSpec, format_command
 from core.runs.folder import RunFolder, as_folder
 from core.runs.registry import (
     new_record,
@@ -116,11 +116,17 @@ def finalize_run(
     *,
     stop_requested: bool = False,
     forced: bool = False,
+    failure: str = "",
 ) -> str:
-    """Decide the final state and record it in status.json and events.jsonl."""
+    """Decide the final state and record it in status.json and events.jsonl.
+
+    `failure` replaces the reason of a failure the trainer did not report itself (the
+    manager knows better, e.g. that the other machines never joined)."""
     status = read_status(folder.root) or RunStatus()
     state, reason = decide_final_state(returncode, status, stop_requested=stop_requested,
                                        forced=forced, log=str(folder.log))
+    if state == "failed" and failure and status.state != "failed":
+        reason = failure
     if state == "failed":
         tail = last_lines(folder.log, 1)
         if tail and "last line:" not in reason:
@@ -166,6 +172,8 @@ class RunHandle:
     linger_s: float = STRAGGLER_LINGER_S
     term_grace_s: float = TERM_GRACE_S
     final_state: str | None = None
+    join: Join | None = None  # a multi-machine launch (unknown after a reattach)
+    started_mono: float = field(default_factory=time.monotonic)
     _leader_ended_at: float | None = None
 
     @property
@@ -206,8 +214,25 @@ class RunHandle:
                 return None
             _terminate(left, self.term_grace_s)
         stop = self.folder.stop_file.exists()
-        self.final_state = finalize_run(self.folder, self.returncode, stop_requested=stop)
+        failure = "" if stop else self._join_failure()
+        self.final_state = finalize_run(self.folder, self.returncode, stop_requested=stop,
+                                        failure=failure)
         return self.final_state
+
+    def _join_failure(self) -> str:
+        """The reason when a multi-machine launcher gave up waiting for the others: it
+        failed after the join timeout and the trainer never started (it would have
+        written its own pid into status.json). Also said in the log, which the CLI
+        echoes."""
+        if self.join is None or self.returncode == 0:
+            return ""
+        status = read_status(self.run_dir) or RunStatus()
+        waited = time.monotonic() - self.started_mono
+        if status.pid not in (None, self.pid) or waited < self.join.timeout_s:
+            return ""
+        with open(self.folder.log, "a", encoding="utf-8") as log:
+            log.write(f"error: {self.join.failure}\n")
+        return self.join.failure
 
     def wait(self, timeout: float | None = None, poll_s: float = 0.2) -> str | None:
         """Block until the run ends (or `timeout` passes); the final state or None."""
@@ -241,12 +266,15 @@ def attach(where: RunFolder | str | Path) -> RunHandle | None:
 # ---------------------------------------------------------------- start
 
 
-def _open_log(folder: RunFolder, command: str) -> tuple[int, int]:
-    """The log opened for appending, after a header line; (fd, offset of the header)."""
+def _open_log(folder: RunFolder, command: str, notes: tuple[str, ...] = ()
+              ) -> tuple[int, int]:
+    """The log opened for appending, after a header line and `notes`; (fd, offset of the
+    header)."""
     fd = os.open(folder.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     offset = os.fstat(fd).st_size
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    os.write(fd, f"=== run started {stamp}\n$ {command}\n".encode())
+    lines = [f"=== run started {stamp}", f"$ {command}", *notes]
+    os.write(fd, "".join(f"{line}\n" for line in lines).encode())
     return fd, offset
 
 
@@ -277,7 +305,8 @@ def start_run(spec: LaunchSpec, where: RunFolder | str | Path) -> RunHandle:
     _reset_status(folder)
     token = uuid.uuid4().hex
     env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1", pids.RUN_TOKEN_ENV: token}
-    log_fd, log_offset = _open_log(folder, command)
+    started = time.monotonic()
+    log_fd, log_offset = _open_log(folder, command, spec.notes)
     try:
         popen = subprocess.Popen(
             spec.argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log_fd,
@@ -299,7 +328,8 @@ def start_run(spec: LaunchSpec, where: RunFolder | str | Path) -> RunHandle:
     if spec.workspace is not None:
         register_run(spec.workspace, new_record(run_dir, popen.pid, ticks, token, command))
     return RunHandle(folder=folder, pid=popen.pid, start_ticks=ticks, token=token,
-                     popen=popen, log_offset=log_offset)
+                     popen=popen, log_offset=log_offset, join=spec.join,
+                     started_mono=started)
 
 
 # ---------------------------------------------------------------- stop

@@ -1,7 +1,13 @@
-"""Prepare an output folder for a fresh run or a resume, never overwriting one silently."""
+"""Prepare an output folder for a fresh run or a resume, never overwriting one silently.
+
+A multi-machine run has one run folder, on a filesystem every machine sees: machine 0
+prepares it (config.toml, status.json, train.log) and the other machines join, each
+with its own `machines/<rank>/` folder beside machine 0's files (`prepare_machine_dir`).
+"""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +20,27 @@ from core.runs.status import read_status
 
 class RunDirError(ConfigError):
     """The output folder cannot be used as asked; carries one problem naming output.dir."""
+
+
+# Where this machine is and how it reaches machine 0: every launch (a resume too) takes
+# them from its own command line, never from the saved config, or every machine that
+# resumes would claim rank 0.
+PER_MACHINE_KEYS = ("launch.machine_rank", "launch.main_process_ip",
+                    "launch.main_process_port")
+
+
+def with_machine_keys(saved: Config, given: Config) -> Config:
+    """`saved` (a run's config) with the PER_MACHINE_KEYS of `given` (this launch's)."""
+    out = copy.deepcopy(saved)
+    out.launch.machine_rank = given.launch.machine_rank
+    out.launch.main_process_ip = given.launch.main_process_ip
+    out.launch.main_process_port = given.launch.main_process_port
+    return out
+
+
+def joins_a_run(cfg: Config) -> bool:
+    """True for machine N > 0 of a multi-machine run: it joins, machine 0 prepares."""
+    return cfg.launch.num_machines > 1 and cfg.launch.machine_rank > 0
 
 
 def _next_free_name(cfg: Config, run_dir: Path) -> str:
@@ -33,16 +60,17 @@ def _describe(run_dir: Path) -> str:
     return f"it holds a run ({state}{at})"
 
 
-def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """A config dict as dotted keys (`datasets.0.repeats`) -> values."""
     if isinstance(data, dict):
         out: dict[str, Any] = {}
         for key, value in data.items():
-            out.update(_flatten(value, f"{prefix}.{key}" if prefix else key))
+            out.update(flatten(value, f"{prefix}.{key}" if prefix else key))
         return out
     if isinstance(data, list) and data and isinstance(data[0], dict):
         out = {}
         for i, value in enumerate(data):
-            out.update(_flatten(value, f"{prefix}.{i}"))
+            out.update(flatten(value, f"{prefix}.{i}"))
         return out
     return {prefix: data}
 
@@ -54,12 +82,13 @@ def _resume_differences(cfg: Config, saved_path: Path) -> list[Problem]:
     except ConfigError as exc:
         raise RunDirError([error(str(saved_path), "cannot resume: the run's config does "
                                  f"not load: {exc.problems[0].message}")]) from None
-    new, old = _flatten(config_to_dict(cfg)), _flatten(config_to_dict(saved))
+    new, old = flatten(config_to_dict(cfg)), flatten(config_to_dict(saved))
     return [
         warning(key, f"is {new.get(key)!r} here but {old.get(key)!r} in {saved_path}; "
                      "the resumed run keeps its saved config")
         for key in sorted(set(new) | set(old))
         if new.get(key) != old.get(key) and key != "output.dir"
+        and key not in PER_MACHINE_KEYS
     ]
 
 
@@ -96,3 +125,40 @@ def prepare_run_dir(cfg: Config, run_dir: str | Path, resume: bool) -> list[Prob
         problems = []
     folder.stop_file.unlink(missing_ok=True)
     return problems
+
+
+def prepare_machine_dir(cfg: Config, run_dir: str | Path, resume: bool
+                        ) -> tuple[Config, RunFolder, list[Problem]]:
+    """Machine N > 0 of a multi-machine run: (the config its trainer reads, its folder
+    `machines/N/`, warnings); raises RunDirError.
+
+    It never refuses because the run folder holds machine 0's run (machine 0 owns
+    config.toml, status.json and the STOP file), and waits for machine 0 in the
+    rendezvous rather than here. A fresh start runs `cfg` (the trainer checks that every
+    machine's config agrees); a resume runs the run's saved config.toml, which every
+    machine must see, with this machine's PER_MACHINE_KEYS.
+    """
+    rank = cfg.launch.machine_rank
+    run_dir = Path(run_dir)
+    folder = RunFolder(run_dir).machine(rank)
+    status = read_status(folder.root)
+    if status and run_is_alive(status):
+        raise RunDirError([error("launch.machine_rank", (
+            f"{folder.root}: machine {rank} of this run is still running on this machine "
+            f"(pid {status.pid}); stop it first"))])
+    problems: list[Problem] = []
+    launch_cfg = cfg
+    if resume:
+        saved = RunFolder(run_dir).config
+        if not saved.exists():
+            raise RunDirError([error("output.dir", (
+                f"{run_dir}: machine {rank} cannot see {saved.name}, which machine 0 wrote "
+                "when the run started. The output folder must be on a filesystem every "
+                "machine sees, at the same path; or, if the run never started, start it "
+                "without --resume"))])
+        problems = _resume_differences(cfg, saved)
+        launch_cfg = with_machine_keys(load_config(saved), cfg)
+    folder.root.mkdir(parents=True, exist_ok=True)
+    save_config(launch_cfg, folder.config)
+    folder.stop_file.unlink(missing_ok=True)
+    return launch_cfg, folder, problems

@@ -254,6 +254,14 @@ class MultiDatasetSampler:
         return {"version": STATE_VERSION, "epoch": self._epoch, "position": self._position,
                 "micro_step": self._micro_step, "layout": self._layout()}
 
+    def layout_changes(self, state: dict[str, Any]) -> list[str]:
+        """What changed between the layout `state` was saved with and this sampler's
+        (empty when `state` resumes mid-epoch exactly); raises SamplerStateError for a
+        state of another version."""
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise SamplerStateError(f"not a sampler state of version {STATE_VERSION}")
+        return _layout_changes(state.get("layout", {}), self._layout())
+
     def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> None:
         """Continue exactly where `state` was taken.
 
@@ -262,9 +270,7 @@ class MultiDatasetSampler:
         changed; strict=False continues at the start of the next epoch, keeping the count of
         whole optimizer steps done.
         """
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            raise SamplerStateError(f"not a sampler state of version {STATE_VERSION}")
-        changed = _layout_changes(state.get("layout", {}), self._layout())
+        changed = self.layout_changes(state)
         if not changed:
             self._epoch, self._position = int(state["epoch"]), int(state["position"])
             self._micro_step = int(state["micro_step"])

@@ -30,7 +30,8 @@ from core.runs.folder import RunFolder
 STATES = ("starting", "running", "stopping", "done", "failed", "stopped")
 FINAL_STATES = ("done", "failed", "stopped")
 LIVE_STATES = ("starting", "running", "stopping")
-EVENT_TYPES = ("step", "eval", "validation", "checkpoint", "status", "error", "memory")
+EVENT_TYPES = ("step", "eval", "validation", "checkpoint", "status", "error", "memory",
+               "resume")
 
 
 @dataclass

@@ -9,9 +9,10 @@
         rng_<rank>.pt           python, torch (and CUDA) RNG of every process
         meta.json               step, epoch, training method and model family
 
-Every process writes its RNG into `.tmp-step_...`; after a barrier the main process writes
-the rest and renames the folder, so a folder named step_* is always complete. Only the
-newest `keep` are kept.
+The main process writes everything into `.tmp-step_...` (every process's RNG state
+reaches it through a collective, so no other process writes into a folder it may not see
+yet, e.g. on a network filesystem) and renames the folder, so a folder named step_* is
+always complete. Only the newest `keep` are kept.
 """
 
 from __future__ import annotations
@@ -79,24 +80,27 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(run_dir: Path, step: int, rank: int, barrier: Any, *, trainable: dict,
-                    optimizer: Any, scheduler: Any, ema: Any, state: TrainState,
-                    meta: dict[str, Any], keep: int) -> Path | None:
-    """Called on every process; returns the final folder on the main process."""
+def save_checkpoint(run_dir: Path, step: int, rank: int, barrier: Any, *, gather: Any,
+                    trainable: dict, optimizer: Any, scheduler: Any, ema: Any,
+                    state: TrainState, meta: dict[str, Any], keep: int) -> Path | None:
+    """Called on every process; returns the final folder on the main process.
+
+    `gather(obj)` returns every process's `obj` in rank order (accelerate's
+    gather_object); `barrier` lets the others go on only once the folder is complete.
+    """
     import torch
     from safetensors.torch import save_file
 
-    final = RunFolder(run_dir).checkpoint(step)
-    tmp = final.with_name(f".tmp-{step_name(step)}")
-    if rank == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    barrier()
-    torch.save(rng_state(), tmp / f"rng_{rank}.pt")
-    barrier()
+    rng_states = gather(rng_state())
     if rank != 0:
         barrier()
         return None
+    final = RunFolder(run_dir).checkpoint(step)
+    tmp = final.with_name(f".tmp-{step_name(step)}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for index, rng in enumerate(rng_states):
+        torch.save(rng, tmp / f"rng_{index}.pt")
     save_file({k: v.detach().contiguous().cpu() for k, v in trainable.items()},
               tmp / "trainable.safetensors")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")

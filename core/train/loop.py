@@ -32,7 +32,7 @@ def trainable_state(setup: Setup) -> dict[str, Any]:
     return {name: p for name, p in setup.base_denoiser.named_parameters() if p.requires_grad}
 
 
-def restore(setup: Setup, run_dir: Path, which: str, say: Any) -> int:
+def restore(setup: Setup, run_dir: Path, which: str, reporter: Reporter) -> int:
     """Load a checkpoint into the setup; returns the step to continue from."""
     try:
         folder = find_checkpoint(run_dir, which)
@@ -51,11 +51,28 @@ def restore(setup: Setup, run_dir: Path, which: str, say: Any) -> int:
     setup.lr_scheduler.load_state_dict(states["scheduler"])
     if setup.ema is not None and "ema" in states:
         setup.ema.load_state_dict(states["ema"])
+    changes = setup.sampler.layout_changes(state.sampler)
     setup.sampler.load_state_dict(state.sampler, strict=False)
     if "rng" in states:
         set_rng_state(states["rng"])
-    say(f"resumed from {folder} at step {state.step}")
+    _report_resume(reporter, folder, state, setup.sampler.epoch, changes)
     return state.step
+
+
+def _report_resume(reporter: Reporter, folder: Path, state: TrainState, epoch: int,
+                   changes: list[str]) -> None:
+    """A `resume` event and log line; a changed dataset layout is said, not hidden: the
+    saved position within the epoch no longer means anything, so the epoch restarts."""
+    message = ""
+    if changes:
+        message = (f"the dataset layout changed since checkpoint {folder.name} ("
+                   + "; ".join(changes) + f"): the position saved in epoch {state.epoch} "
+                   f"no longer applies, so training continues from the start of epoch "
+                   f"{epoch} (the step count goes on from {state.step})")
+        reporter.say(f"warning: {message}")
+    reporter.event("resume", step=state.step, checkpoint=str(folder), epoch=epoch,
+                   layout_changes=changes, message=message)
+    reporter.say(f"resumed from {folder} at step {state.step}")
 
 
 def _no_grad() -> Any:
@@ -124,7 +141,7 @@ class Loop:
                            sampler=self.s.sampler.state_dict())
         folder = save_checkpoint(
             self.run_dir, step, self.acc.process_index, self.acc.wait_for_everyone,
-            trainable=trainable_state(self.s), optimizer=self.s.optimizer,
+            gather=_gather, trainable=trainable_state(self.s), optimizer=self.s.optimizer,
             scheduler=self.s.lr_scheduler, ema=self.s.ema, state=state,
             meta={"method": self.cfg.train.method, "family": self.cfg.model.family},
             keep=self.cfg.train.keep_checkpoints)
@@ -211,6 +228,13 @@ class Loop:
             self.s.ema.copy_to(self.s.params)
         self.save_weights()
         self.reporter.memory(self.s.memory.snapshot("peak"))
+
+
+def _gather(obj: Any) -> list[Any]:
+    """Every process's `obj`, in rank order (just [obj] without a process group)."""
+    from accelerate.utils import gather_object
+
+    return list(gather_object([obj]))
 
 
 def _with_denoiser(components: Components, denoiser: Any) -> Components:

@@ -16,6 +16,7 @@ import signal
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 from core.exits import EXIT_FAILED, EXIT_INVALID, EXIT_STOPPED
 from core.runs.status import exit_code_for_state, stop_requested
@@ -53,6 +54,52 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def make_accelerator(cfg: Any) -> Any:
+    """The Accelerator, its process group's collectives waiting launch.timeout_minutes
+    (a long validation or full-model save on rank 0 keeps the others in a barrier)."""
+    from datetime import timedelta
+
+    from accelerate import Accelerator
+    from accelerate.utils import InitProcessGroupKwargs
+
+    timeout = InitProcessGroupKwargs(timeout=timedelta(minutes=cfg.launch.timeout_minutes))
+    return Accelerator(mixed_precision=cfg.train.mixed_precision,
+                       gradient_accumulation_steps=cfg.train.grad_accum,
+                       cpu=cfg.launch.cpu, kwargs_handlers=[timeout])
+
+
+def make_reporter(cfg: Any, accelerator: Any, run_dir: Path) -> Any:
+    """Rank 0 reports into the run folder. On a multi-machine run the first process of
+    every other machine reports into that machine's folder (its own status.json,
+    events.jsonl and log lines, which its run manager follows); the rest keep quiet."""
+    from core.runs.folder import RunFolder
+    from core.train.report import Reporter
+
+    machine = cfg.launch.machine_rank if cfg.launch.num_machines > 1 else 0
+    if accelerator.is_main_process or machine == 0:
+        return Reporter(run_dir, accelerator.is_main_process, cfg.train.max_steps)
+    folder = RunFolder(run_dir).machine(machine)
+    return Reporter(folder.root, accelerator.is_local_main_process, cfg.train.max_steps)
+
+
+def check_ranks(cfg: Any, accelerator: Any, reporter: Any) -> None:
+    """Before loading anything: the process group, the shared folders, one config."""
+    from core.train.agreement import (
+        check_same_config,
+        check_shared_folders,
+        describe_group,
+        ranks_of,
+    )
+
+    if accelerator.num_processes == 1:
+        return
+    reporter.say(describe_group(accelerator, cfg))
+    ranks = ranks_of(accelerator, cfg)
+    if cfg.launch.num_machines > 1:
+        check_shared_folders(cfg, ranks)
+    check_same_config(cfg, ranks)
+
+
 def run(args: argparse.Namespace) -> int:
     import logging
 
@@ -68,23 +115,21 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(cfg.output.dir)
     stop = StopSignal(run_dir).install()
 
-    from accelerate import Accelerator
     from accelerate.utils import set_seed
 
+    from core.train.agreement import RanksDisagree
     from core.train.loop import Loop, restore
-    from core.train.report import Reporter
     from core.train.setup import TrainingError, build_setup
 
-    accelerator = Accelerator(mixed_precision=cfg.train.mixed_precision,
-                              gradient_accumulation_steps=cfg.train.grad_accum,
-                              cpu=cfg.launch.cpu)
-    reporter = Reporter(run_dir, accelerator.is_main_process, cfg.train.max_steps)
+    accelerator = make_accelerator(cfg)
+    reporter = make_reporter(cfg, accelerator, run_dir)
     reporter.status("starting", step=0, phase="loading",
                     processes=accelerator.num_processes)
     try:
         set_seed(cfg.train.seed, device_specific=True)
+        check_ranks(cfg, accelerator, reporter)
         setup = build_setup(cfg, workspace, accelerator, reporter)
-        start = restore(setup, run_dir, args.resume, reporter.say) if args.resume else 0
+        start = restore(setup, run_dir, args.resume, reporter) if args.resume else 0
         reporter.status("running", step=start, phase="training")
         state = Loop(setup, cfg, run_dir, reporter, stop).run(start)
     except KeyboardInterrupt:
@@ -95,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:  # every failure is recorded for the UI, then reported
         if isinstance(exc, TrainingError):  # the user's to fix: the message, no traceback
             message = str(exc)
-            print(f"error: {message}", flush=True)
+            if reporter.is_main or not isinstance(exc, RanksDisagree):  # said on every rank
+                print(f"error: {message}", flush=True)
         else:
             traceback.print_exc()
             message = f"{type(exc).__name__}: {exc}"

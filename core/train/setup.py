@@ -137,6 +137,11 @@ def prepare_data(cfg: Config, family: ModelFamily, components: Components, accel
                                   grad_accum=cfg.train.grad_accum,
                                   num_processes=accelerator.num_processes,
                                   process_index=accelerator.process_index, seed=cfg.train.seed)
+    if accelerator.num_processes > 1:
+        from core.train.agreement import check_same_data, ranks_of
+
+        check_same_data(cfg, datasets, sampler, components.fingerprint,
+                        ranks_of(accelerator, cfg))
     return datasets, sampler
 
 

@@ -141,6 +141,8 @@ def test_check_reads_model_config_against_the_workspace_and_names_its_problems(
     (tmp_path / "not-diffusers").mkdir()
     [p] = _model_problems(_config(tmp_path, file, str(tmp_path / "not-diffusers")), tmp_path)
     assert p.startswith("error: model.config:") and "no model_index.json" in p
+    [p] = _model_problems(_config(tmp_path, file, "models/typo"), tmp_path)
+    assert p.startswith("error: model.config: models/typo is neither a folder")
     [p] = _model_problems(_config(tmp_path, file, "tiny:sd2"), tmp_path)
     assert p.startswith("error: model.config:") and "use tiny:sd15" in p
     cfg = _config(tmp_path, folder, str(folder))

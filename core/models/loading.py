@@ -341,9 +341,10 @@ def config_source_problem(config: str, family: str) -> Problem | None:
         return error(where, f"{config} does not exist: it is not a folder and not a hub id "
                             f"(owner/name); {CONFIG_HINT}")
     if not _hub_cached(config) and not hub_reachable():
-        return error(where, f"hub id {config} is not in the HF cache and there is no network "
-                            f"to download its configs; download it where there is network, "
-                            f"or point model.config at a local diffusers folder")
+        return error(where, f"{config} is neither a folder (relative paths are under the "
+                            "workspace) nor a hub id in the HF cache, and there is no network "
+                            "to download it: fix the folder's path, or download the hub id's "
+                            "configs where there is network")
     return None
 
 

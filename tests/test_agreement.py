@@ -4,6 +4,7 @@ lines, the machine folder a joining machine prepares, the join timeout's verdict
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -155,6 +156,18 @@ def test_a_multi_machine_command_gives_up_after_the_join_timeout(tmp_path: Path)
     assert spec.argv[spec.argv.index("--config") + 1] == str(own)
     single = build_accelerate_command(Config(), tmp_path / "run", tmp_path, resume=None)
     assert "--rdzv_conf" not in single.argv and single.join is None and not single.notes
+
+
+def test_machines_rehearsed_on_one_box_share_its_cores(tmp_path: Path):
+    cores = os.cpu_count() or 1
+
+    def threads(ip: str) -> int:
+        cfg = config(tmp_path, main_process_ip=ip)
+        argv = build_accelerate_command(cfg, tmp_path / "run", tmp_path, resume=None).argv
+        return int(argv[argv.index("--num_cpu_threads_per_process") + 1])
+
+    assert threads("10.0.0.1") == cores, "a real machine has its cores to itself"
+    assert threads("127.0.0.1") == threads("localhost") == max(1, cores // 2)
 
 
 def test_a_joining_machine_gets_its_own_folder_beside_machine_0s_run(tmp_path: Path):

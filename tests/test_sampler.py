@@ -221,8 +221,15 @@ def test_resume_with_a_changed_layout_is_refused_or_restarts_the_next_epoch() ->
     nxt = take(two_gpus, 1)[0]
     assert nxt.epoch == 1 and nxt.step == 2  # two whole steps were done before
     grown = [datasets[0], ds("b", (TALL, 5), repeats=2, probability=2.0)]
-    with pytest.raises(SamplerStateError, match="datasets changed"):
+    with pytest.raises(SamplerStateError, match="datasets changed: 'b' items 4 -> 5"):
         MultiDatasetSampler(grown, **kw).load_state_dict(state)
+    assert MultiDatasetSampler(datasets, **kw).layout_changes(state) == []
+    renamed = [datasets[0], ds("c", (TALL, 4), repeats=3, probability=2.0)]
+    assert MultiDatasetSampler(renamed, **kw).layout_changes(state) == [
+        "datasets changed: 'b' removed, 'c' added"]
+    more = [datasets[0], ds("b", (TALL, 4), repeats=3, probability=1.0)]
+    assert MultiDatasetSampler(more, **kw).layout_changes(state) == [
+        "datasets changed: 'b' repeats 2 -> 3, 'b' probability 2.0 -> 1.0"]
 
 
 def test_bad_settings_are_named() -> None:

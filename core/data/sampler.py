@@ -349,6 +349,21 @@ def _layout_changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     old = [tuple(x) for x in saved.get("datasets", [])]
     new = [tuple(x) for x in now["datasets"]]
     if old != new:
-        changes.append("datasets changed (ids, item counts, buckets, repeats or probability): "
-                       f"was {[x[:4] for x in old]}, now {[x[:4] for x in new]}")
+        changes.append("datasets changed: " + ", ".join(_dataset_changes(old, new)))
     return changes
+
+
+def _dataset_changes(old: list[tuple], new: list[tuple]) -> list[str]:
+    """What differs between two layouts' dataset entries [id, items, repeats,
+    probability, bucket digest], in words."""
+    before, after = {x[0]: x for x in old}, {x[0]: x for x in new}
+    out = [f"'{i}' removed" for i in before if i not in after]
+    out += [f"'{i}' added" for i in after if i not in before]
+    for i in (i for i in after if i in before):
+        was, now = before[i], after[i]
+        out += [f"'{i}' {name} {was[k]} -> {now[k]}"
+                for k, name in ((1, "items"), (2, "repeats"), (3, "probability"))
+                if was[k] != now[k]]
+        if was[1] == now[1] and was[4:] != now[4:]:
+            out.append(f"'{i}' buckets changed")
+    return out or ["their order changed"]

@@ -30,14 +30,16 @@ def test_run_folder_page_names_every_file_and_status_field():
     import dataclasses
 
     from core.runs.folder import RunFolder
-    from core.runs.status import RunStatus
+    from core.runs.status import EVENT_TYPES, RunStatus
 
     text = (REPO / "docs/run-folder.md").read_text(encoding="utf-8")
     folder = RunFolder(REPO / "x")
     names = {folder.config.name, folder.command.name, folder.log.name, folder.events.name,
              folder.status.name, folder.stop_file.name, folder.validation.name,
              folder.checkpoints.name, folder.lora_weights.name, folder.model.name,
-             RunFolder(REPO / "x", kind="cache").log.name}
+             RunFolder(REPO / "x", kind="cache").log.name, folder.shared_token.name,
+             folder.machine(1).root.relative_to(folder.root).as_posix()}
     assert {n for n in names if n not in text} == set()
+    assert {t for t in EVENT_TYPES if f"| `{t}` |" not in text} == set()
     fields = {f.name for f in dataclasses.fields(RunStatus)}
     assert {f for f in fields if f"`{f}`" not in text} == set()

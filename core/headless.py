@@ -12,7 +12,7 @@ from pathlib import Path
 
 from core import ops
 from core.check import CheckReport
-from core.config import Config
+from core.config import Config, LaunchConfig
 from core.exits import EXIT_INVALID, EXIT_OK, EXIT_STOPPED
 from core.presets import is_demo
 from core.runs.folder import RunFolder
@@ -31,9 +31,14 @@ def complain(exc: ops.OpError) -> int:
     return exc.exit_code
 
 
-def summarize_run(run_dir: Path, state: str, workspace: Path) -> None:
+def summarize_run(run_dir: Path, state: str, workspace: Path,
+                  launch: LaunchConfig | None = None) -> None:
+    """Where the results are, and how to resume; `launch`: this machine's place."""
+    launch = launch or LaunchConfig()
+    several = launch.num_machines > 1
     folder = RunFolder(run_dir)
-    say(f"run {state}: {run_dir}")
+    say(f"run {state}: {run_dir}" + (f" (machine {launch.machine_rank} of "
+                                     f"{launch.num_machines})" if several else ""))
     if folder.lora_weights.exists():
         say(f"LoRA: {folder.lora_weights}")
     rounds = folder.validation_rounds()
@@ -43,8 +48,13 @@ def summarize_run(run_dir: Path, state: str, workspace: Path) -> None:
         say(f"before/after grid: {folder.validation_grid}")
     if state in ("stopped", "failed"):
         # The saved config's relative paths resolve against this run's workspace.
-        say(f"resume with: python app.py --no-ui --workspace {workspace} "
-            f"--config {folder.config} --resume")
+        command = (f"python app.py --no-ui --workspace {workspace} --config {folder.config} "
+                   "--resume")
+        if several:  # the saved config says machine 0: each machine gives its own rank
+            say(f"resume on every machine with: {command} --set launch.machine_rank=N "
+                f"(this is machine {launch.machine_rank})")
+        else:
+            say(f"resume with: {command}")
 
 
 def stage_cache(cfg: Config, workspace: Path, checked: CheckReport) -> int:
@@ -76,7 +86,8 @@ def stage_train(cfg: Config, workspace: Path, resume: str | None,
     say(f"== train: {launched.run_dir} (log: {launched.handle.folder.log})")
     # A terminal gets one progress line redrawn in place, a log one every N steps.
     state = follow_run(launched.handle, make_console(sys.stdout), grace_s=FOLLOW_GRACE_S)
-    summarize_run(launched.run_dir, state, workspace)
+    # Machine N > 0 follows its own folder; the results are in the run folder.
+    summarize_run(ops.output_dir(cfg, workspace), state, workspace, cfg.launch)
     return exit_code_for_state(state)
 
 

@@ -124,3 +124,17 @@ def test_resume_hint_after_a_stop_names_the_workspace(tmp_path: Path, capsys) ->
     # Without --workspace the saved config's relative paths would resolve to ./workspace.
     assert hint.startswith("resume with:") and f"--workspace {workspace} " in hint
     assert hint.endswith(f"--config {workspace / 'runs/demo/config.toml'} --resume")
+
+
+def test_resume_hint_on_several_machines_asks_for_each_machines_rank(tmp_path: Path,
+                                                                      capsys) -> None:
+    from core.config import LaunchConfig
+    from core.headless import summarize_run
+
+    launch = LaunchConfig(num_machines=2, machine_rank=1, main_process_ip="10.0.0.1")
+    summarize_run(tmp_path / "runs/r", "stopped", tmp_path, launch)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"run stopped: {tmp_path / 'runs/r'} (machine 1 of 2)"
+    assert lines[-1].startswith("resume on every machine with: ")
+    assert lines[-1].endswith(f"--config {tmp_path / 'runs/r/config.toml'} --resume --set "
+                              "launch.machine_rank=N (this is machine 1)")

@@ -27,6 +27,7 @@ from core.train.agreement import (
     RanksDisagree,
     check_same_config,
     check_same_data,
+    check_same_start,
     check_shared_folders,
 )
 
@@ -135,6 +136,14 @@ def test_ranks_with_different_cached_items_stop_naming_the_items(tmp_path: Path)
             "rank 0, only on rank 0: 3.png") in str(raised[0])
     raised = on_both(check([full, rebuilt]))
     assert "cache entries differ for 4 item(s), e.g. 0.png" in str(raised[1])
+
+
+def test_ranks_that_start_from_different_steps_stop(tmp_path: Path):
+    assert on_both(lambda r, i: check_same_start(6, r)) == [None, None]
+    raised = on_both(lambda r, i: check_same_start([6, 0][i], r))
+    assert all(isinstance(e, RanksDisagree) for e in raised)
+    assert str(raised[1]).startswith("the ranks start from different steps: rank 0 (machine "
+                                     "0) from step 6, rank 1 (machine 1) from step 0.")
 
 
 # ---------------------------------------------------------------- launching a machine

@@ -10,8 +10,9 @@ different batches (or hang in a collective), silently. So at start:
 - several processes: every rank gathers its config (all but where it is:
   core.runs.prepare.PER_MACHINE_KEYS) and, once the caches are built, a digest of what it
   will train on (the cached items of each dataset, the sampler's layout, the cache
-  entries' fingerprints, the model's); a difference stops every rank with a message
-  naming the rank, its machine and what differs.
+  entries' fingerprints, the model's), and after a resume the step it goes on from; a
+  difference stops every rank with a message naming the rank, its machine and what
+  differs.
 
 The checks take a `Ranks`: this process's place and a `gather` that returns every rank's
 object in rank order (accelerate's gather_object; a plain function in a unit test).
@@ -256,3 +257,16 @@ def check_same_data(cfg: Config, datasets: list[CachedDataset],
         "the ranks would train on different data: " + " | ".join(lines) + ". Every machine "
         "must see the same images and the same caches (cache folders on a shared "
         "filesystem); every machine stops")
+
+
+def check_same_start(step: int, ranks: Ranks) -> None:
+    """Every rank goes on from the same step: a machine started without --resume (or
+    from another checkpoint) would train other weights than rank 0 from here on."""
+    everyone = ranks.gather((ranks.index, ranks.machine, step))
+    first = everyone[0][2]
+    others = [f"{_who(i, m)} from step {s}" for i, m, s in everyone[1:] if s != first]
+    if others:
+        raise RanksDisagree(
+            f"the ranks start from different steps: rank 0 (machine {everyone[0][1]}) from "
+            f"step {first}, " + ", ".join(others) + ". Resume every machine the same way "
+            "(all with --resume and the same checkpoint, or none); every machine stops")

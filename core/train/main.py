@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
 
     from accelerate.utils import set_seed
 
-    from core.train.agreement import RanksDisagree
+    from core.train.agreement import RanksDisagree, check_same_start, ranks_of
     from core.train.loop import Loop, restore
     from core.train.setup import TrainingError, build_setup
 
@@ -130,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
         check_ranks(cfg, accelerator, reporter)
         setup = build_setup(cfg, workspace, accelerator, reporter)
         start = restore(setup, run_dir, args.resume, reporter) if args.resume else 0
+        if accelerator.num_processes > 1:
+            check_same_start(start, ranks_of(accelerator, cfg))
         reporter.status("running", step=start, phase="training")
         state = Loop(setup, cfg, run_dir, reporter, stop).run(start)
     except KeyboardInterrupt:

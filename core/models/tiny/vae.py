@@ -7,15 +7,16 @@ from typing import Any
 
 
 def tiny_vae(latent_channels: int, scaling_factor: float, shift_factor: float | None = None,
-             quant_convs: bool = True) -> Any:
+             quant_convs: bool = True, norm_groups: int = 8) -> Any:
     """SD1.5/SD2/SDXL's shape: 4 latent channels, quant convs, no shift; SD3's/Flux's:
-    16 channels, no quant convs, a shift."""
+    16 channels, no quant convs, a shift. With 8 norm groups the first block's group
+    norm is per channel, which erases absolute colour: a trained one uses fewer."""
     from diffusers import AutoencoderKL
 
     return AutoencoderKL(
         in_channels=3, out_channels=3, latent_channels=latent_channels,
         down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
-        block_out_channels=(8, 16, 32, 32), layers_per_block=1, norm_num_groups=8,
+        block_out_channels=(8, 16, 32, 32), layers_per_block=1, norm_num_groups=norm_groups,
         sample_size=128, scaling_factor=scaling_factor, shift_factor=shift_factor,
         use_quant_conv=quant_convs, use_post_quant_conv=quant_convs,
     )

@@ -1,7 +1,7 @@
 """`tiny:sd15-shapes`: the demo's base model. The tiny SD1.5 architecture with trained
-weights: an autoencoder that reconstructs the synthetic shapes, a UNet that draws
-circles and squares in red, green and blue (and knows no triangles), the tiny CLIP text
-encoder as built from its seed.
+weights: an autoencoder that reconstructs the synthetic shapes, a UNet and tiny CLIP
+text encoder that draw circles and squares in red, green and blue (and know no
+triangles, nor yellow).
 
 weights.safetensors beside this file holds the three parts in fp16 (about 3.5 MB); it is
 made by pretrain.py in this folder, whose settings and seeds are in the file's metadata
@@ -11,6 +11,7 @@ random builds do, so the trainer loads it like any model.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 WEIGHTS = Path(__file__).with_name("weights.safetensors")
@@ -21,12 +22,12 @@ def load_weights(path: Path = WEIGHTS) -> tuple[dict[str, dict], dict[str, str]]
     """The committed state dicts by part, and the file's metadata."""
     from safetensors import safe_open
 
-    state: dict[str, dict] = {part: {} for part in PARTS}
+    state: dict[str, dict] = {}
     with safe_open(str(path), framework="pt") as f:
         metadata = f.metadata() or {}
         for key in f.keys():
             part, name = key.split(".", 1)
-            state[part][name] = f.get_tensor(key)
+            state.setdefault(part, {})[name] = f.get_tensor(key)
     return state, metadata
 
 
@@ -35,10 +36,13 @@ def build(out_dir: Path, seed: int = 0) -> None:
     import torch
     from diffusers import StableDiffusionPipeline
 
-    from core.models.tiny.sd15 import pndm_scheduler, unet_parts
+    from core.models.tiny.sd15 import SD_VAE_SCALING, pndm_scheduler, unet_parts
+    from core.models.tiny.vae import tiny_vae
 
     parts = unet_parts(out_dir, seed, pndm_scheduler)
-    state, metadata = load_weights()
+    state, metadata = load_weights(WEIGHTS)
+    settings = json.loads(metadata["settings"])
+    parts["vae"] = tiny_vae(4, SD_VAE_SCALING, norm_groups=settings["vae_norm_groups"])
     for part in PARTS:
         module = parts[part]
         weights = {k: v.to(torch.float32) for k, v in state[part].items()}

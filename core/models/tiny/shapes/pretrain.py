@@ -117,9 +117,7 @@ def train_vae(s: PretrainSettings) -> Any:
         loss.backward()
         opt.step()
         sched.step()
-        if step % 100 == 0 or step == 1:
-            print(f"vae step {step}/{s.vae_steps} loss {loss.item():.4f} "
-                  f"({time.time() - start:.0f}s)", flush=True)
+        _log_step("vae", step, s.vae_steps, loss, start)
     vae.eval()
     return vae
 
@@ -257,12 +255,16 @@ def train_unet(s: PretrainSettings, latents: Any, captions: list[str],
         torch.nn.utils.clip_grad_norm_([*unet.parameters(), *text_encoder.parameters()], 1.0)
         opt.step()
         sched.step()
-        if step % 100 == 0 or step == 1:
-            print(f"unet step {step}/{s.unet_steps} loss {loss.item():.4f} "
-                  f"({time.time() - start:.0f}s)", flush=True)
+        _log_step("unet", step, s.unet_steps, loss, start)
     unet.eval()
     text_encoder.eval()
     return unet
+
+
+def _log_step(phase: str, step: int, total: int, loss: Any, start: float) -> None:
+    if step % 100 == 0 or step == 1:
+        print(f"{phase} step {step}/{total} loss {loss.item():.4f} "
+              f"({time.time() - start:.0f}s)", flush=True)
 
 
 def _warmup_cosine(step: int, s: PretrainSettings, warmup: int = 100) -> float:

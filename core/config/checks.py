@@ -114,8 +114,8 @@ def _check_cross(cfg: Config) -> list[Problem]:
         fam = tiny_family(name) if prefix == "tiny:" else name
         names = tiny_names() if prefix == "tiny:" else list(FAMILIES)
         if fam not in FAMILIES:
-            kind = prefix.rstrip(":")
-            out.append(error("model.path", f"unknown {kind} model {name!r}; use one of "
+            kind = "tiny model" if prefix == "tiny:" else "random family"
+            out.append(error("model.path", f"unknown {kind} {name!r}; use one of "
                                            f"{', '.join(prefix + n for n in names)}"))
         elif fam != cfg.model.family:
             out.append(error("model.path", f"{cfg.model.path} does not match "

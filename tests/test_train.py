@@ -77,7 +77,7 @@ def test_demo_lora_loads_in_diffusers_and_changes_the_image(demo_run):
     from diffusers import StableDiffusionPipeline
 
     workspace, run_dir, _ = demo_run
-    pipe = StableDiffusionPipeline.from_pretrained(str(workspace / "models/tiny-sd15"),
+    pipe = StableDiffusionPipeline.from_pretrained(str(workspace / "models/tiny-sd15-shapes"),
                                                    local_files_only=True, safety_checker=None)
     pipe.set_progress_bar_config(disable=True)
 

@@ -135,7 +135,9 @@ def launch_watch_and_stop(page, workspace: Path) -> None:
     page.wait_for_function(f"document.querySelector('#train-log textarea').value.length "
                            f"> {first}", timeout=TIMEOUT_MS)
     page.wait_for_selector("#validation-gallery img", timeout=TIMEOUT_MS)
-    assert "step 2" in page.inner_text("#validation-gallery")
+    assert "step 0" in page.inner_text("#validation-gallery"), "the demo draws before training"
+    page.wait_for_function("document.querySelector('#validation-gallery').innerText"
+                           ".includes('step 2')", timeout=TIMEOUT_MS)
     assert "step " in page.inner_text("#train-progress")
     # The trainer's memory events (a first step is done): host memory only on a CPU.
     page.wait_for_function("document.querySelector('#train-progress').innerText"

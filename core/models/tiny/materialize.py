@@ -15,6 +15,7 @@ rename race is tolerated instead: the loser deletes its copy and uses the winner
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -66,8 +67,10 @@ def tiny_dir(name: str, workspace: Path) -> Path:
     return Path(workspace).expanduser().absolute() / "models" / f"tiny-{name}"
 
 
+@functools.cache
 def _weights_digest(name: str) -> str | None:
-    """A trained model's committed weights, hashed: new weights rebuild the folder."""
+    """A trained model's committed weights, hashed: new weights rebuild the folder.
+    Once per process: the live checks ask on every edit, and the file is part of the code."""
     if name not in TRAINED_TINY:
         return None
     spec = importlib.util.find_spec(TRAINED_TINY[name][1])

@@ -62,7 +62,8 @@ def build(form: Form) -> DatasetTab:
             with gr.Row():
                 form.dataset_editor(("caption", "instance_prompt", "crop"))
             with gr.Row():
-                form.dataset_editor(("resolution", "bucketing", "repeats", "probability"))
+                form.dataset_editor(("resolution", "bucketing", "repeats", "probability",
+                                     "shuffle_tags", "keep_tokens"))
     gr.Markdown("### Check")
     check_html = gr.HTML("<div>Load a preset or add a dataset.</div>", elem_id="check-panel")
     histogram = gr.BarPlot(x="bucket", y="images", color="dataset", label="Aspect buckets",

@@ -54,6 +54,8 @@ def build(form: Form) -> TrainTab:
         form.section_rows("train", advanced=True)
         form.section_rows("validation", advanced=True)
         form.section_rows("launch", advanced=True)
+        form.section_rows("logging", advanced=False)
+        form.section_rows("logging", advanced=True)
     with gr.Row():
         launch = gr.Button("Launch", variant="primary", elem_id="launch")
         stop = gr.Button("Stop", variant="stop", elem_id="stop")

@@ -96,6 +96,13 @@ class DatasetConfig:
                                  "next batch comes from while several have batches left, so a "
                                  "higher weight uses its batches earlier. 0 leaves the dataset "
                                  "out. Change the mix with repeats.")
+    shuffle_tags: bool = _f(False, label="Shuffle tags",
+                            help="Captions are comma-separated tags, shuffled for every "
+                                 "sample; these captions are encoded at train time (the "
+                                 "text encoder stays loaded) instead of from the text cache.")
+    keep_tokens: int = _f(0, label="Keep first tags", min=0, max=1000,
+                          help="With tag shuffling: how many leading tags stay in place "
+                               "(a trigger word first, say).")
 
 
 @dataclass
@@ -136,6 +143,24 @@ class TrainConfig:
     keep_checkpoints: int = _f(3, label="Checkpoints kept", min=1, max=1000)
     eval_every: int = _f(50, label="Eval every (steps)", min=1, max=10_000_000, advanced=True)
     eval_images: int = _f(8, label="Eval images", min=1, max=1000, advanced=True)
+    caption_dropout: float = _f(0.0, label="Caption dropout", min=0.0, max=1.0, advanced=True,
+                                help="Share of samples trained on the empty caption (the "
+                                     "model learns the images unconditioned too, which "
+                                     "classifier-free guidance uses); 0 disables.")
+    noise_offset: float = _f(0.0, label="Noise offset", min=0.0, max=1.0, advanced=True,
+                             help="Adds offset x N(0, 1) per image and channel to the noise, "
+                                  "so the model learns very dark and very bright images "
+                                  "(epsilon/v families; 0.05-0.1 is usual); 0 disables.")
+    text_encoder_lora: bool = _f(False, label="Train text encoder (LoRA)", advanced=True,
+                                 help="sd15/sd2/sdxl: LoRA on the CLIP text encoder(s) too; "
+                                      "captions are then encoded at train time, not from "
+                                      "the text cache.")
+    text_encoder_lr: float = _f(0.0, label="Text-encoder learning rate", min=0.0, max=1.0,
+                                advanced=True, help="0 uses the main learning rate.")
+    save_every_epochs: int = _f(0, label="Save LoRA every (epochs)", min=0, max=100000,
+                                advanced=True,
+                                help="Also write lora/step_NNNNNN/ at the end of every N-th "
+                                     "epoch (checkpoints write one too); 0 disables.")
 
 
 @dataclass
@@ -149,6 +174,35 @@ class ValidationConfig:
     seed: int = _f(0, label="Validation seed", min=0, max=2**63 - 1)
     guidance_scale: float = _f(5.0, label="Guidance scale", min=0.0, max=100.0, advanced=True)
     resolution: int = _f(512, label="Validation resolution", min=64, max=4096, advanced=True)
+
+
+@dataclass
+class LoggingConfig:
+    tensorboard: bool = _f(True, label="TensorBoard",
+                           help="Write loss, learning rate, eval losses and validation images "
+                                "to <output folder>/tensorboard/.")
+    wandb_project: str = _f("", label="Weights & Biases project", advanced=True,
+                            help="Also log to this W&B project (needs wandb installed and "
+                                 "logged in); empty disables.")
+
+
+@dataclass
+class CaptioningConfig:
+    model: str = _f("", label="Captioning model",
+                    help="A transformers image-to-text model (BLIP, Florence-2, ...): a hub "
+                         "id in the local cache or a folder.")
+    datasets: list[str] = _f([], label="Datasets to caption",
+                             help="Dataset ids; empty captions every dataset with textfile "
+                                  "captions.")
+    prefix: str = _f("", label="Caption prefix", help="Put before every caption (a trigger "
+                                                      "word, say).")
+    suffix: str = _f("", label="Caption suffix")
+    batch_size: int = _f(4, label="Captioning batch size", min=1, max=1024)
+    max_new_tokens: int = _f(40, label="Caption length (tokens)", min=1, max=1024,
+                             advanced=True)
+    overwrite: bool = _f(False, label="Overwrite captions",
+                         help="Off: only images without a caption get one. On: every image "
+                              "is captioned and old captions are kept as .txt.bak.")
 
 
 @dataclass
@@ -186,6 +240,8 @@ class Config:
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    captioning: CaptioningConfig = field(default_factory=CaptioningConfig)
 
 
 SECTIONS: tuple[str, ...] = tuple(f.name for f in fields(Config) if f.name != "version")

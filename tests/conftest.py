@@ -62,3 +62,18 @@ def small_config(tmp: Path, datasets: int = 1, images: int = 6, family: str = "s
     cfg.validation.resolution = 64
     cfg.validation.steps = 2
     return cfg
+
+
+def train_in_process(cfg_path: Path, workspace: Path) -> int:
+    """core.train.main in this process (no `accelerate launch`: seconds, not tens of
+    seconds), accelerate's state reset before and after. tests/test_train.py covers the
+    real launch."""
+    from accelerate.state import AcceleratorState
+
+    from core.train.main import main
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    try:
+        return main(["--config", str(cfg_path), "--workspace", str(workspace)])
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)

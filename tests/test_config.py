@@ -206,3 +206,12 @@ def test_prediction_type_applies_only_to_epsilon_and_v_families():
         [problem] = validate_config(cfg)
         assert problem.where == "model.prediction_type" and "flow matching" in problem.message
         assert '"auto"' in problem.message
+
+
+def test_noise_offset_applies_only_to_epsilon_and_v_families():
+    cfg = Config(datasets=[DatasetConfig(id="a", images="x", vae_cache="c")])
+    cfg.train.noise_offset = 0.1
+    assert validate_config(cfg) == []
+    cfg.model.family, cfg.model.path = "flux", "tiny:flux"
+    [problem] = validate_config(cfg)
+    assert problem.where == "train.noise_offset" and "flow matching" in problem.message

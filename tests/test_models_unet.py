@@ -141,6 +141,25 @@ def test_noise_target_follows_prediction_type(family: str, tiny_paths) -> None:
         assert torch.equal(fixed.target, noise)
 
 
+def test_noise_offset_shifts_each_image_channel_as_a_whole(tiny_paths) -> None:
+    """With offset 0.5 the noise's mean over each image's channel varies with a standard
+    deviation near 0.5; without it near 1/8 (the mean of 64 unit normals)."""
+    fam, c = _load("sd15", tiny_paths)
+    latents = torch.zeros(256, 4, 8, 8)
+
+    def channel_mean_std(offset: float) -> float:
+        s = fam.noise_and_target(c, latents, generator=torch.Generator().manual_seed(3),
+                                 noise_offset=offset)
+        return float(s.target.mean(dim=(2, 3)).std())  # epsilon: the target is the noise
+
+    assert channel_mean_std(0.0) < 0.16
+    assert 0.42 < channel_mean_std(0.5) < 0.6
+    given = torch.randn_like(latents)  # evaluation's fixed noise is used as given
+    fixed = fam.noise_and_target(c, latents, timesteps=torch.tensor([500]), noise=given,
+                                 noise_offset=0.5)
+    assert torch.equal(fixed.target, given)
+
+
 @pytest.mark.parametrize("family", UNET_FAMILIES)
 def test_lora_loss_backward_reaches_only_lora_params(family: str, tiny_paths) -> None:
     fam, c = _load(family, tiny_paths)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from core.models.registry import FAMILY_NAMES
-from tests.conftest import small_config
+from tests.conftest import small_config, train_in_process
 
 STORED = {"fp16": "F16", "bf16": "BF16"}
 
@@ -55,18 +55,6 @@ def _stored_dtypes(folder: Path) -> set[str]:
     return found
 
 
-def _train_in_process(cfg_path: Path, workspace: Path) -> int:
-    from accelerate.state import AcceleratorState
-
-    from core.train.main import main
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    try:
-        return main(["--config", str(cfg_path), "--workspace", str(workspace)])
-    finally:
-        AcceleratorState._reset_state(reset_partial_state=True)
-
-
 def _not_blank(png: Path) -> bool:
     import numpy as np
     from PIL import Image
@@ -92,7 +80,7 @@ def test_half_precision_checkpoint_trains_and_validates(
     cfg.launch.cpu = True
     save_config(cfg, tmp_path / "config.toml")
 
-    assert _train_in_process(tmp_path / "config.toml", tmp_path) == 0
+    assert train_in_process(tmp_path / "config.toml", tmp_path) == 0
     run_dir = Path(cfg.output.dir)
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     losses = [e["loss"] for e in events if e["type"] == "step"]

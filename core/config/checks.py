@@ -134,14 +134,26 @@ def _check_cross(cfg: Config) -> list[Problem]:
                            "is longer than train.max_steps; the rate never reaches its target"))
     if cfg.launch.cpu and cfg.train.mixed_precision == "fp16":
         out.append(error("train.mixed_precision", "fp16 does not run on the CPU; use bf16 or no"))
-    if cfg.model.prediction_type != "auto" and cfg.model.family in FLOW_FAMILIES:
-        out.append(error("model.prediction_type", f"{cfg.model.prediction_type!r} does not "
-                                                  f"apply to {cfg.model.family}, which trains "
-                                                  "by flow matching; set it to \"auto\""))
+    out += _check_flow_family(cfg)
     if cfg.model.quantize != "none" and cfg.train.method == "full":
         out.append(error("model.quantize", f"{cfg.model.quantize} with train.method = \"full\": "
                                            "a quantized base cannot be fully fine-tuned; use "
                                            "train.method = \"lora\" or model.quantize = \"none\""))
+    return out
+
+
+def _check_flow_family(cfg: Config) -> list[Problem]:
+    """Keys of the epsilon/v families that mean nothing to a flow-matching family."""
+    if cfg.model.family not in FLOW_FAMILIES:
+        return []
+    out = []
+    flows = f"does not apply to {cfg.model.family}, which trains by flow matching"
+    if cfg.model.prediction_type != "auto":
+        out.append(error("model.prediction_type", f"{cfg.model.prediction_type!r} {flows}; "
+                                                  "set it to \"auto\""))
+    if cfg.train.noise_offset > 0:
+        out.append(error("train.noise_offset", f"{flows} (its noise is not a DDPM "
+                                               "schedule's); set it to 0"))
     return out
 
 

@@ -93,9 +93,12 @@ class ModelFamily(Protocol):
         with `generator`, or the posterior mean when generator is None (deterministic)."""
 
     def noise_and_target(self, c: Components, latents: Any, generator: Any = None,
-                         timesteps: Any = None, noise: Any = None) -> NoiseSample:
+                         timesteps: Any = None, noise: Any = None,
+                         noise_offset: float = 0.0) -> NoiseSample:
         """Noise the latents at random timesteps (or the given ones, with the given noise,
-        for reproducible evaluation). Random draws use `generator` (may be a CPU one)."""
+        for reproducible evaluation). Random draws use `generator` (may be a CPU one).
+        noise_offset (epsilon/v families; flow families refuse it at check) offsets
+        drawn noise per image and channel."""
 
     def predict(self, c: Components, sample: NoiseSample, batch: dict[str, Any]) -> Any:
         """Run the denoiser on a collated batch: its padded text embeds (and mask, pooled

@@ -138,11 +138,16 @@ class FlowFamily:
         return 1.0 if cfg.get("use_dynamic_shifting", False) else float(cfg.get("shift", 1.0))
 
     def noise_and_target(self, c: Components, latents: Any, generator: Any = None,
-                         timesteps: Any = None, noise: Any = None) -> NoiseSample:
+                         timesteps: Any = None, noise: Any = None,
+                         noise_offset: float = 0.0) -> NoiseSample:
         """Flow-matching sample. `timesteps` (optional, scheduler scale 0..1000, a scalar
         or [B]) fixes sigma = timesteps / 1000 and `noise` fixes the noise, for a
-        deterministic evaluation; otherwise both are drawn with `generator`."""
+        deterministic evaluation; otherwise both are drawn with `generator`. Noise offset
+        is an epsilon/v-family remedy (the config check refuses it here)."""
         import torch
+
+        if noise_offset:
+            raise ValueError(f"{self.name} trains by flow matching: noise_offset does not apply")
 
         b = latents.shape[0]
         n_train = int(c.noise_scheduler.config.get("num_train_timesteps", 1000))

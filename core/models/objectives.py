@@ -55,15 +55,27 @@ def weighted_mse(prediction: Any, target: Any, weights: Any | None = None) -> An
 # ---------------------------------------------------------------- DDPM
 
 
+def offset_noise(noise: Any, offset: float, generator: Any = None) -> Any:
+    """`noise` plus offset * N(0, 1) constant over each image's channel."""
+    if offset <= 0:
+        return noise
+    shift = standard_noise((noise.shape[0], noise.shape[1], *([1] * (noise.ndim - 2))),
+                           generator, noise.device)
+    return (noise.float() + offset * shift).to(noise.dtype)
+
+
 def ddpm_noise_and_target(scheduler: Any, latents: Any, generator: Any = None,
-                          timesteps: Any = None, noise: Any = None) -> tuple[Any, Any, Any]:
+                          timesteps: Any = None, noise: Any = None,
+                          noise_offset: float = 0.0) -> tuple[Any, Any, Any]:
     """DDPM forward process: (noisy, timesteps, target) for epsilon or v prediction.
-    Draws what is not given: noise, and timesteps uniform over the training schedule."""
+    Draws what is not given: noise (offset by `noise_offset` when drawn here; given
+    noise is used as is), and timesteps uniform over the training schedule."""
     import torch
 
     b = latents.shape[0]
     if noise is None:
         noise = standard_noise(latents.shape, generator, latents.device).to(latents.dtype)
+        noise = offset_noise(noise, noise_offset, generator)
     if timesteps is None:
         n = scheduler.config.num_train_timesteps
         draw_on = generator.device if generator is not None else latents.device

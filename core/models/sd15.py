@@ -141,11 +141,12 @@ class StableDiffusionFamily:
     # ------------------------------------------------------------ training
 
     def noise_and_target(self, c: Components, latents: Any, generator: Any = None,
-                         timesteps: Any = None, noise: Any = None) -> NoiseSample:
+                         timesteps: Any = None, noise: Any = None,
+                         noise_offset: float = 0.0) -> NoiseSample:
         """DDPM noise at random (or given) timesteps; target per the scheduler's
         prediction_type (epsilon: the noise; v_prediction: the velocity)."""
         noisy, t, target = ddpm_noise_and_target(
-            c.noise_scheduler, latents, generator, timesteps, noise)
+            c.noise_scheduler, latents, generator, timesteps, noise, noise_offset)
         return NoiseSample(noisy=noisy, timesteps=t, target=target)
 
     def _unet_kwargs(self, c: Components, sample: NoiseSample,

@@ -88,7 +88,8 @@ def micro_step(setup: Setup, cfg: Config, batch_plan: Any) -> Any:
     batch = to_device(collate([dataset.load(i) for i in batch_plan.item_indices]),
                       acc.device, setup.weight_dtype)
     with acc.accumulate(comps.denoiser):
-        sample = family.noise_and_target(comps, batch["latents"])
+        sample = family.noise_and_target(comps, batch["latents"],
+                                         noise_offset=cfg.train.noise_offset)
         with acc.autocast():
             prediction = family.predict(comps, sample, batch)
         loss = family.loss(comps, prediction.float(), sample, cfg.train.min_snr_gamma)

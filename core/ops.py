@@ -174,7 +174,7 @@ def start_caption(cfg: Config, workspace: Path, *, running: CaptionJob | None = 
                       "it or stop it")
     found = errors([*(extra_problems or []), *check_captioning(cfg, workspace)])
     if found:
-        raise OpError(f"{len(found)} error(s) block captioning; fix them first", found)
+        raise OpError(f"{len(found)} error(s) block captioning", found)
     try:
         return start_caption_job(cfg, workspace)
     except RunStartError as exc:

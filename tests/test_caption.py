@@ -145,3 +145,55 @@ def test_check_refuses_a_bad_captioning_config_naming_the_key(
     assert any(key in line and words in line for line in errors), result.stdout
     assert not paths[0].with_suffix(".txt").exists()
     assert not (ws / ".caption-jobs").exists()  # refused before a job started
+
+
+def test_dataset_tab_has_a_caption_area_with_every_captioning_key(tmp_path: Path) -> None:
+    from dataclasses import fields
+
+    import gradio as gr
+
+    from core.config.schema import CaptioningConfig
+    from ui.app import build_app
+    from ui.context import AppContext
+
+    ctx = AppContext(tmp_path / "ws", monitor=False)
+    try:
+        page = build_app(ctx)
+    finally:
+        ctx.close()
+
+    def below(block: object):
+        for child in getattr(block, "children", None) or []:
+            yield child
+            yield from below(child)
+
+    dataset = next(b for b in below(page) if isinstance(b, gr.Tab) and b.label == "Dataset")
+    area = next(b for b in below(dataset) if getattr(b, "elem_id", "") == "caption-area")
+    ids = {getattr(c, "elem_id", None) for c in below(area)}
+    assert {f"f-captioning-{f.name}" for f in fields(CaptioningConfig)} <= ids
+    assert {"caption-start", "caption-stop", "caption-log"} <= ids
+
+
+def test_the_ui_action_runs_the_same_job_for_the_selected_dataset(
+        tmp_path: Path, captioner_dir: Path) -> None:
+    from core.config import load_config
+    from ui import actions
+    from ui.context import AppContext
+
+    ws, paths = workspace_with(tmp_path, captioner_dir, images=2)
+    paths[0].with_suffix(".txt").unlink()
+    cfg = load_config(config(ws))
+    cfg.captioning.datasets = []  # the button's choice (the selected dataset) wins
+    ctx = AppContext(ws, monitor=False)
+    try:
+        with pytest.raises(actions.ActionError) as refused:
+            actions.start_caption(ctx, cfg, ["names"])
+        assert any(p.where == "captioning.datasets" for p in refused.value.problems)
+        job = actions.start_caption(ctx, cfg, ["pics"])
+        assert job.handle.wait(timeout=180) == "done", "\n".join(job.log_lines())
+        job.poll()
+    finally:
+        ctx.close()
+    assert (job.done, job.total) == (1, 1)
+    assert paths[0].with_suffix(".txt").read_text(encoding="utf-8").strip()
+    assert any("captioned 1/1" in line for line in job.log_lines())

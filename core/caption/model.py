@@ -3,7 +3,8 @@
 Loading is generic: `AutoProcessor` plus `AutoModelForImageTextToText` (transformers 5
 has no `AutoModelForVision2Seq`; its image-to-text models, BLIP, BLIP-2, GIT, Florence-2
 and the chat VLMs, are all in this mapping). Florence-2 is native in transformers 5, so
-the transformers-format checkpoints load without remote code; models that need their
+the transformers-format checkpoints (florence-community/Florence-2-base, -large) load
+without remote code; models that need their
 own code (`trust_remote_code`, e.g. the original microsoft/Florence-2-* repos) are
 refused with a message, because running a repo's code is a decision we do not make for
 the user.
@@ -65,7 +66,8 @@ def load_captioner(source: str, cpu: bool = False) -> Captioner:
         if "trust_remote_code" in str(exc):
             raise CaptionerLoadError(
                 f"{where} needs its own Python code (trust_remote_code), which this tool "
-                "does not run; use a transformers-native version of the model") from None
+                "does not run; use a transformers-native version of the model (for "
+                "Florence-2: florence-community/Florence-2-base or -large)") from None
         raise CaptionerLoadError(f"{where} cannot be read: {exc}") from None
     except OSError as exc:
         raise CaptionerLoadError(f"{where} cannot be loaded ({exc}); give a folder saved "

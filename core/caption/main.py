@@ -129,8 +129,15 @@ def _setup(config: Path, workspace: Path):
     if found:
         return None
     full = resolved(cfg, workspace)
-    return full, [plan_dataset(ds, full.captioning.overwrite) for _, ds in
-                  target_datasets(full)]
+    plans, folders = [], set()
+    for _, ds in target_datasets(full):
+        folder = Path(ds.images).resolve()
+        if folder in folders:  # two datasets over one folder: caption it once
+            say(f"dataset '{ds.id}': its images folder was captioned above; skipped")
+            continue
+        folders.add(folder)
+        plans.append(plan_dataset(ds, full.captioning.overwrite))
+    return full, plans
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -138,6 +138,8 @@ def has_caption(image: Path) -> bool:
         return bool(decode_text(caption_file(image).read_bytes())[0].strip())
     except FileNotFoundError:
         return False
+    except OSError:  # there but unreadable: the user's file, left alone
+        return True
 
 
 @dataclass

@@ -73,6 +73,28 @@ def stage_cache(cfg: Config, workspace: Path, checked: CheckReport) -> int:
     return exit_code_for_state(state)
 
 
+def stage_caption(cfg: Config, workspace: Path) -> int:
+    """Check `[captioning]`, then write captions in a job, echoing its log."""
+    from core.problems import errors, errors_first
+    from core.runs.console import make_console
+    from core.runs.foreground import follow_run
+    from core.runs.status import exit_code_for_state
+
+    say("== check (captioning)")
+    problems = ops.check_captioning(cfg, workspace)
+    for problem in errors_first(problems):
+        say(str(problem))
+    if errors(problems):
+        say(f"summary: {len(errors(problems))} error(s); nothing was captioned")
+        return EXIT_INVALID
+    job = ops.start_caption(cfg, workspace)
+    say(f"== caption (log: {job.log_path})")
+    state = follow_run(job.handle, make_console(sys.stdout), grace_s=FOLLOW_GRACE_S)
+    if job.handle.returncode == EXIT_INVALID:
+        return EXIT_INVALID
+    return exit_code_for_state(state)
+
+
 def stage_train(cfg: Config, workspace: Path, resume: str | None,
                 checked: CheckReport) -> int:
     """Start the trainer under accelerate launch (it builds missing cache entries first)."""
@@ -98,6 +120,8 @@ def run_headless(args: argparse.Namespace) -> int:
         if is_demo(args.preset) and args.stage != "check":
             for note in ops.prepare_demo(cfg, workspace, new_output=not args.resume):
                 say(note)
+        if args.stage == "caption":  # its own check: the diffusion model is not needed
+            return stage_caption(cfg, workspace)
         say("== check")
         report = ops.check(cfg, workspace)
         for line in report.lines():

@@ -3,7 +3,7 @@
 `python app.py --no-ui` (core/headless.py) and the web UI (ui/actions.py, behind its
 buttons and API endpoints) call these and nothing below them, so a click, an API call
 and a command line do the same thing: check, prepare the demo data, build the caches,
-launch or resume a run, stop it, read its status, list the runs.
+caption the images, launch or resume a run, stop it, read its status, list the runs.
 
 Refusals raise `OpError`: a message for a person, the problems behind it (each naming a
 key or a path) and the CLI exit code it maps to. Nothing here prints.
@@ -24,6 +24,7 @@ from core.runs.folder import RunFolder
 
 if TYPE_CHECKING:
     from core.cache.job import CacheJob
+    from core.caption.job import CaptionJob
     from core.runs.manager import RunHandle
     from core.runs.registry import RunInfo
 
@@ -132,6 +133,50 @@ def start_cache(cfg: Config, workspace: Path, *, running: CacheJob | None = None
     require_ok(cfg, workspace, "the cache build", extra_problems, checked)
     try:
         return start_cache_job(cfg, workspace)
+    except RunStartError as exc:
+        raise OpError(str(exc), exit_code=EXIT_FAILED) from None
+
+
+# ---------------------------------------------------------------- auto-captioning
+
+
+def caption_config(cfg: Config, dataset_ids: list[str] | None = None) -> Config:
+    """`cfg` with `captioning.datasets` replaced by `dataset_ids` when given (the UI's
+    selected dataset); `cfg` itself is not changed."""
+    import dataclasses
+
+    if dataset_ids is None:
+        return cfg
+    return dataclasses.replace(cfg, captioning=dataclasses.replace(
+        cfg.captioning, datasets=list(dataset_ids)))
+
+
+def check_captioning(cfg: Config, workspace: Path) -> list[Problem]:
+    """The check `--stage caption` runs: the `[captioning]` keys and the datasets it
+    writes to (not the diffusion model: captioning does not need it). Reads only."""
+    from core.caption.plan import caption_problems
+
+    return caption_problems(cfg, workspace)
+
+
+def start_caption(cfg: Config, workspace: Path, *, running: CaptionJob | None = None,
+                  extra_problems: list[Problem] | None = None) -> CaptionJob:
+    """Start captioning under the run manager; returns at once (follow its handle).
+
+    Errors of the check (`extra_problems`, the form's, first) refuse it, naming the key.
+    `running` is the caller's current job: one at a time.
+    """
+    from core.caption.job import start_caption_job
+    from core.runs.manager import RunStartError
+
+    if running is not None and running.poll() is None:
+        raise OpError(f"captioning is already running (log: {running.log_path}); wait for "
+                      "it or stop it")
+    found = errors([*(extra_problems or []), *check_captioning(cfg, workspace)])
+    if found:
+        raise OpError(f"{len(found)} error(s) block captioning", found)
+    try:
+        return start_caption_job(cfg, workspace)
     except RunStartError as exc:
         raise OpError(str(exc), exit_code=EXIT_FAILED) from None
 

@@ -125,6 +125,30 @@ def stop_cache(ctx: AppContext) -> str:
     return job.stop()
 
 
+# ---------------------------------------------------------------- auto-captioning
+
+
+def start_caption(ctx: AppContext, cfg: Config, dataset_ids: list[str] | None = None,
+                  form_problems: list[Problem] | None = None):
+    """Start captioning (one job at a time per app): `dataset_ids`, or the config's
+    captioning.datasets when None. Only the form's problems with the captioning keys or
+    the datasets block it."""
+    relevant = [p for p in form_problems or [] if p.where.startswith(("captioning",
+                                                                      "datasets"))]
+    with refusals():
+        ctx.caption_job = ops.start_caption(ops.caption_config(cfg, dataset_ids),
+                                            ctx.workspace, running=ctx.caption_job,
+                                            extra_problems=relevant)
+    return ctx.caption_job
+
+
+def stop_caption(ctx: AppContext) -> str:
+    job = ctx.caption_job
+    if job is None:
+        raise ActionError("no captioning job to stop")
+    return job.stop()
+
+
 def cache_status(ctx: AppContext, cfg: Config):
     from core.cache.status import cache_status as status
 

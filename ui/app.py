@@ -12,15 +12,24 @@ from typing import Any
 
 import gradio as gr
 
-from ui import api, presets, tab_cache, tab_config, tab_dataset, tab_runs, tab_train
+from ui import (
+    api,
+    presets,
+    tab_cache,
+    tab_caption,
+    tab_config,
+    tab_dataset,
+    tab_runs,
+    tab_train,
+)
 from ui.context import AppContext
 from ui.errors import guarded
 from ui.form import Form
 
 TICK_S = 1.0
 CSS = """
-#train-log textarea, #cache-log textarea { font-family: ui-monospace, monospace;
-  font-size: 12px; }
+#train-log textarea, #cache-log textarea, #caption-log textarea {
+  font-family: ui-monospace, monospace; font-size: 12px; }
 .dt-problems ul { margin: 4px 0 0 18px; }
 .dt-problems li { margin: 2px 0; }
 """
@@ -37,6 +46,7 @@ def build_app(ctx: AppContext) -> gr.Blocks:
         with gr.Tabs() as tabs:
             with gr.Tab("Dataset", id="dataset"):
                 dataset = tab_dataset.build(form)
+                caption = tab_caption.build(form)
             with gr.Tab("Cache", id="cache") as cache_tab:
                 cache = tab_cache.build(form)
             with gr.Tab("Training", id="train"):
@@ -45,15 +55,18 @@ def build_app(ctx: AppContext) -> gr.Blocks:
                 runs = tab_runs.build()
             with gr.Tab("Config", id="config"):
                 config = tab_config.build_tab()
-        _wire(demo, ctx, form, bar, timer, tabs, runs_tab, dataset, cache, train, runs,
-              config)
+        live, preview = _wire(demo, ctx, form, bar, timer, tabs, runs_tab, dataset, cache,
+                              train, runs, config)
+        tab_caption.wire(ctx, form, caption, timer, after=[live, preview])
         tab_cache.wire(ctx, form, cache, timer, cache_tab)
     return demo
 
 
 def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: gr.Timer, tabs: gr.Tabs,
           runs_tab: gr.Tab, dataset: Any, cache: Any, train: Any, runs: Any,
-          config: Any) -> None:
+          config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Every event but the Cache tab's and the captioning's; returns the live check and
+    the preview refresh, as event arguments."""
     check_outputs = [dataset.check_html, dataset.histogram, config.toml]
 
     @guarded("Check")
@@ -78,6 +91,7 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: gr.Time
               [train.following], [runs.table, runs.choice, *train.components()],
               api_visibility="private")
     demo.load(**memory_estimate)
+    return live, preview
 
 
 def launch_app(ctx: AppContext, *, server_name: str = "127.0.0.1", port: int = 7860,

@@ -4,7 +4,7 @@
 - handles on the runs it started or reattached to, polled by a monitor thread so a run
   that ends is finalized (done/failed/stopped from its exit code) even when no browser
   is watching, and its launcher is reaped,
-- the current cache build job,
+- the current cache build job and auto-captioning job,
 - the pool of validation-image watchers.
 
 At start it reads the run registry: live runs are reattached, and dead runs whose status
@@ -24,6 +24,7 @@ from pathlib import Path
 
 from core import ops
 from core.cache.job import CacheJob
+from core.caption.job import CaptionJob
 from core.runs.folder import RunFolder
 from core.runs.manager import RunHandle, attach
 from core.runs.registry import RunInfo
@@ -47,6 +48,7 @@ class AppContext:
         self.secrets = [s for s in (secrets or []) if s]
         self.watchers = WatcherPool()
         self.cache_job: CacheJob | None = None
+        self.caption_job: CaptionJob | None = None
         self._handles: dict[Path, RunHandle] = {}
         self._busy: set[Path] = set()  # runs being stopped: the monitor leaves them alone
         self._lock = threading.RLock()
@@ -112,12 +114,12 @@ class AppContext:
                         self.forget(handle.run_dir)
                 except Exception:  # one broken run folder must not stop the monitor
                     log.exception("polling run %s failed", handle.run_dir)
-            job = self.cache_job
-            if job is not None:
-                try:
-                    job.poll()
-                except Exception:
-                    log.exception("polling cache job %s failed", job.job_dir)
+            for job in (self.cache_job, self.caption_job):
+                if job is not None:
+                    try:
+                        job.poll()
+                    except Exception:
+                        log.exception("polling job %s failed", job.folder.root)
 
     # ------------------------------------------------------------ misc
 

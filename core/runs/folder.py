@@ -12,8 +12,9 @@
                                                config.toml, command.txt, train.log,
                                                status.json, events.jsonl)
 
-A cache build's job folder has the same shape with `cache.log` for its log, so the run
-manager starts, follows and stops both the same way. The trainer, the run manager, the
+A cache build's job folder has the same shape with `cache.log` for its log (an
+auto-captioning job's, `caption.log`), so the run manager starts, follows and stops them
+all the same way. The trainer, the run manager, the
 CLI and the UI ask a `RunFolder` for paths and never spell a file name themselves.
 
 Only the standard library is imported: the trainer imports this before torch.
@@ -26,9 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-FolderKind = Literal["train", "cache"]
+FolderKind = Literal["train", "cache", "caption"]
 
-_LOG_NAMES: dict[str, str] = {"train": "train.log", "cache": "cache.log"}
+_LOG_NAMES: dict[str, str] = {"train": "train.log", "cache": "cache.log",
+                              "caption": "caption.log"}
 LORA_WEIGHTS_NAME = "pytorch_lora_weights.safetensors"  # diffusers' load_lora_weights name
 STEP_PREFIX = "step_"
 STEP_RE = re.compile(r"^step_(\d{6,})$")

@@ -138,10 +138,29 @@ def _check_cross(cfg: Config) -> list[Problem]:
         out.append(error("model.prediction_type", f"{cfg.model.prediction_type!r} does not "
                                                   f"apply to {cfg.model.family}, which trains "
                                                   "by flow matching; set it to \"auto\""))
+    out += _check_text_options(cfg)
     if cfg.model.quantize != "none" and cfg.train.method == "full":
         out.append(error("model.quantize", f"{cfg.model.quantize} with train.method = \"full\": "
                                            "a quantized base cannot be fully fine-tuned; use "
                                            "train.method = \"lora\" or model.quantize = \"none\""))
+    return out
+
+
+def _check_text_options(cfg: Config) -> list[Problem]:
+    """train.text_encoder_lora needs CLIP encoders and a LoRA run; keep_tokens needs
+    shuffle_tags."""
+    out: list[Problem] = []
+    if cfg.train.text_encoder_lora and cfg.model.family in FLOW_FAMILIES:
+        out.append(error("train.text_encoder_lora", f"is not supported for "
+                                                    f"{cfg.model.family} (sd15, sd2 and sdxl "
+                                                    "only); set it to false"))
+    elif cfg.train.text_encoder_lora and cfg.train.method != "lora":
+        out.append(error("train.text_encoder_lora", "needs train.method = \"lora\"; set "
+                                                    "it to false for a full fine-tune"))
+    for i, ds in enumerate(cfg.datasets):
+        if ds.keep_tokens and not ds.shuffle_tags:
+            out.append(Problem("warning", f"datasets.{i}.keep_tokens",
+                               "has no effect without shuffle_tags = true"))
     return out
 
 

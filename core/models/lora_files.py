@@ -35,7 +35,10 @@ def adapter_weights(model: Any, adapter_name: str = "default") -> tuple[dict[str
     if not getattr(model, "peft_config", None):
         raise ValueError("the denoiser has no LoRA adapter: add one with "
                          "add_adapter(LoraConfig(...)) before saving a LoRA")
-    weights = get_peft_model_state_dict(model, adapter_name=adapter_name)
+    # No LoRA here targets embeddings: "auto" would look for the base model's config to
+    # decide, and warn when it is not on the hub.
+    weights = get_peft_model_state_dict(model, adapter_name=adapter_name,
+                                        save_embedding_layers=False)
     return weights, model.peft_config[adapter_name]
 
 

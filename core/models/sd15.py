@@ -204,6 +204,7 @@ class StableDiffusionFamily:
             if encoder is None or not has_adapter(encoder):
                 continue
             te_sd, te_config = adapter_weights(encoder)
+            te_sd = _text_model_names(te_sd, encoder)
             extra[f"{name}_lora_layers"] = convert_state_dict_to_diffusers(te_sd)
             extra[f"{name}_lora_adapter_metadata"] = te_config.to_dict()
             kohya.update(kohya_tensors(te_sd, te_config, name))
@@ -231,6 +232,16 @@ class StableDiffusionFamily:
             safety_checker=None, feature_extractor=None, requires_safety_checker=False)
         pipe.set_progress_bar_config(disable=True)
         return pipe
+
+
+def _text_model_names(peft_sd: dict[str, Any], encoder: Any) -> dict[str, Any]:
+    """CLIP module names as the LoRA files in the wild have them, "text_model.encoder...":
+    transformers 5's CLIP text models dropped the `text_model` level. diffusers strips the
+    prefix again when it loads into such a model (lora_base.py), and ComfyUI's kohya
+    names (lora_te_text_model_encoder_layers_...) need it."""
+    if hasattr(unwrap(encoder), "text_model"):
+        return peft_sd
+    return {f"text_model.{key}": value for key, value in peft_sd.items()}
 
 
 FAMILY = StableDiffusionFamily()

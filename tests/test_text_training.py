@@ -151,3 +151,23 @@ def test_text_encoder_lora_resumes_the_same_curve(tmp_path: Path, tiny_workspace
                                                           rel=1e-5, abs=1e-7)
     images = sorted((Path(cfg.output.dir) / "validation").glob("step_*/00.png"))
     assert [p.parent.name for p in images] == ["step_000004"]
+
+
+def test_two_process_run_with_text_encoder_lora_and_shuffled_tags(tmp_path: Path,
+                                                                 tiny_workspace: Path):
+    """DDP over both SDXL encoders (the first one's last layer gets no gradient) and the
+    denoiser, with grad_accum, per-process tag shuffling and caption dropout."""
+    from core.runs.command import build_accelerate_command
+    from core.runs.manager import start_run
+    from core.runs.prepare import prepare_run_dir
+
+    cfg = _te_lora_config(tmp_path, "sdxl", steps=2)
+    cfg.launch.num_processes, cfg.train.grad_accum = 2, 2
+    cfg.train.batch_size, cfg.train.caption_dropout = 1, 0.5
+    cfg.datasets[0].shuffle_tags = True
+    run_dir = Path(cfg.output.dir)
+    prepare_run_dir(cfg, run_dir, resume=False)
+    handle = start_run(build_accelerate_command(cfg, run_dir, tiny_workspace,
+                                                resume=None), run_dir)
+    assert handle.wait(timeout=600) == "done", (run_dir / "train.log").read_text()[-3000:]
+    assert _kohya_prefixes(run_dir / "lora/lora_kohya.safetensors") == {"lora_te1", "lora_te2"}

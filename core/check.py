@@ -29,6 +29,7 @@ class CheckReport:
     datasets: list[DatasetSummary]
     steps_per_epoch: int | None
     memory: MemoryEstimate | None = None
+    notes: list[str] = field(default_factory=list)  # how training will treat the config
 
     @property
     def ok(self) -> bool:
@@ -41,6 +42,7 @@ class CheckReport:
         out = [str(p) for p in errors_first(self.problems)]
         n_err, n_warn = len(errors(self.problems)), len(warnings(self.problems))
         out.append(f"summary: {n_err} error(s), {n_warn} warning(s)")
+        out += [f"note: {note}" for note in self.notes]
         for ds in self.datasets:
             out.append(f"dataset '{ds.id}': {ds.images} image(s)")
             if ds.buckets:
@@ -118,4 +120,20 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
     memory = None
     if estimate and not any(p.where.startswith("model.") for p in errors(problems)):
         memory = estimate_memory(full, workspace)
-    return CheckReport(problems, datasets, steps, memory)
+    return CheckReport(problems, datasets, steps, memory, text_notes(cfg))
+
+
+def text_notes(cfg: Config) -> list[str]:
+    """Which captions bypass the text cache and are encoded at train time (the text
+    encoders then stay on the training device), and what caption dropout caches."""
+    if cfg.train.text_encoder_lora:
+        return ["train.text_encoder_lora: the text encoders train, so the text cache is "
+                "not used: every caption is encoded at train time, with gradients"]
+    out = [f"datasets.{i}.shuffle_tags: dataset '{ds.id}' shuffles its tags per sample, "
+           "so its captions are not cached: they are encoded at train time (the text "
+           "encoder(s) stay loaded on the training device)"
+           for i, ds in enumerate(cfg.datasets) if ds.shuffle_tags]
+    if cfg.train.caption_dropout > 0:
+        out.append(f"train.caption_dropout: {cfg.train.caption_dropout:g} of the samples "
+                   "train on the empty caption (cached once)")
+    return out

@@ -23,7 +23,8 @@ Rebuild = Callable[[VaeJob | TextJob], None]
 @dataclass
 class CachedItem:
     vae: VaeJob
-    text: TextJob
+    text: TextJob | None  # None: the caption is encoded at train time
+    caption: str = ""
 
 
 class CachedDataset:
@@ -63,22 +64,26 @@ class CachedDataset:
         latents = self._load(item.vae)["latents"]
         width, height = item.vae.bucket
         return {
-            **self._load(item.text),
+            **(self._load(item.text) if item.text is not None else {}),
             "latents": latents,
             "original_size": item.vae.original_size,
             "crop_top_left": item.vae.crop_top_left,
             "target_size": (height, width),
             "path": str(item.vae.image),
-            "caption": item.text.caption,
+            "caption": item.caption,
         }
+
+    def load_text(self, job: TextJob) -> dict[str, Any]:
+        """One cached text entry (the empty caption's, for caption dropout)."""
+        return self._load(job)
 
 
 def _cached_items(ds_plan: DatasetPlan, text_jobs: dict[str, TextJob]) -> list[CachedItem]:
     items = []
     for image, job in zip(ds_plan.items, ds_plan.vae_jobs, strict=True):
-        text = text_jobs[image.caption]
-        if is_fresh(job.entry, job.meta) and is_fresh(text.entry, text.meta):
-            items.append(CachedItem(job, text))
+        text = None if ds_plan.text_at_train_time else text_jobs[image.caption]
+        if is_fresh(job.entry, job.meta) and (text is None or is_fresh(text.entry, text.meta)):
+            items.append(CachedItem(job, text, image.caption))
     return items
 
 

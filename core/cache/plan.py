@@ -1,5 +1,10 @@
 """What the caches should hold: one VAE entry per image, one text entry per unique caption.
 
+Some captions are never cached: a dataset with `shuffle_tags` trains on a new order of its
+tags every sample, and `train.text_encoder_lora` trains the encoders the cache would have
+used; both encode at train time (`text_at_train_time`). With `train.caption_dropout` the
+empty caption is cached once, for the samples that drop theirs.
+
 Pure planning (no torch): index the datasets, decide each image's bucket and crop, and name
 the entry file with the fields it must record. Every process computes the same plan, so
 the work can be split between them without talking.
@@ -44,7 +49,8 @@ class DatasetPlan:
     dataset_id: str
     items: list[ImageItem]
     vae_jobs: list[VaeJob]  # parallel to items
-    text_entries: list[Path]  # parallel to items
+    text_entries: list[Path]  # parallel to items; empty when text_at_train_time
+    text_at_train_time: bool = False
 
 
 @dataclass
@@ -88,6 +94,18 @@ def _vae_job(ds: DatasetConfig, item: ImageItem, seed: int, model: dict[str, str
                   tuple(box), (item.height, item.width), (box.top, box.left), meta)
 
 
+def text_at_train_time(cfg: Config, ds: DatasetConfig) -> bool:
+    """Whether this dataset's captions are encoded while training instead of cached."""
+    return bool(cfg.train.text_encoder_lora or ds.shuffle_tags)
+
+
+def cached_empty_caption(cfg: Config) -> bool:
+    """Whether the empty caption is cached for caption dropout: when some dataset reads
+    its text from the cache (a train-time dataset encodes "" itself)."""
+    return cfg.train.caption_dropout > 0 and not all(
+        text_at_train_time(cfg, ds) for ds in cfg.datasets)
+
+
 def plan_caches(cfg: Config, model: dict[str, str], verify: bool = False) -> CachePlan:
     """Plan for a resolved config. `model` holds the fields that identify the model
     (family and fingerprint); they go into every entry's metadata."""
@@ -97,9 +115,14 @@ def plan_caches(cfg: Config, model: dict[str, str], verify: bool = False) -> Cac
         index = index_dataset(ds, f"datasets.{i}", verify=verify)
         problems.extend(index.problems)
         jobs = [_vae_job(ds, item, cfg.train.seed, model) for item in index.items]
-        entries = [text_entry_path(text_dir, item.caption) for item in index.items]
-        captions.update(item.caption for item in index.items)
-        plans.append(DatasetPlan(ds.id, index.items, jobs, entries))
+        at_train_time = text_at_train_time(cfg, ds)
+        entries = [] if at_train_time else [text_entry_path(text_dir, item.caption)
+                                            for item in index.items]
+        if not at_train_time:
+            captions.update(item.caption for item in index.items)
+        plans.append(DatasetPlan(ds.id, index.items, jobs, entries, at_train_time))
+    if cached_empty_caption(cfg):
+        captions.add("")
     text_jobs = [TextJob(c, text_entry_path(text_dir, c), {"caption": c, **model})
                  for c in sorted(captions)]
     return CachePlan(plans, text_jobs, problems)

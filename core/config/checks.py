@@ -135,6 +135,7 @@ def _check_cross(cfg: Config) -> list[Problem]:
     if cfg.launch.cpu and cfg.train.mixed_precision == "fp16":
         out.append(error("train.mixed_precision", "fp16 does not run on the CPU; use bf16 or no"))
     out += _check_flow_family(cfg)
+    out += _check_text_options(cfg)
     if cfg.model.quantize != "none" and cfg.train.method == "full":
         out.append(error("model.quantize", f"{cfg.model.quantize} with train.method = \"full\": "
                                            "a quantized base cannot be fully fine-tuned; use "
@@ -154,6 +155,24 @@ def _check_flow_family(cfg: Config) -> list[Problem]:
     if cfg.train.noise_offset > 0:
         out.append(error("train.noise_offset", f"{flows} (its noise is not a DDPM "
                                                "schedule's); set it to 0"))
+    return out
+
+
+def _check_text_options(cfg: Config) -> list[Problem]:
+    """train.text_encoder_lora needs CLIP encoders and a LoRA run; keep_tokens needs
+    shuffle_tags."""
+    out: list[Problem] = []
+    if cfg.train.text_encoder_lora and cfg.model.family in FLOW_FAMILIES:
+        out.append(error("train.text_encoder_lora", f"is not supported for "
+                                                    f"{cfg.model.family} (sd15, sd2 and sdxl "
+                                                    "only); set it to false"))
+    elif cfg.train.text_encoder_lora and cfg.train.method != "lora":
+        out.append(error("train.text_encoder_lora", "needs train.method = \"lora\"; set "
+                                                    "it to false for a full fine-tune"))
+    for i, ds in enumerate(cfg.datasets):
+        if ds.keep_tokens and not ds.shuffle_tags:
+            out.append(Problem("warning", f"datasets.{i}.keep_tokens",
+                               "has no effect without shuffle_tags = true"))
     return out
 
 

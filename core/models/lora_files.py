@@ -35,7 +35,10 @@ def adapter_weights(model: Any, adapter_name: str = "default") -> tuple[dict[str
     if not getattr(model, "peft_config", None):
         raise ValueError("the denoiser has no LoRA adapter: add one with "
                          "add_adapter(LoraConfig(...)) before saving a LoRA")
-    weights = get_peft_model_state_dict(model, adapter_name=adapter_name)
+    # No LoRA here targets embeddings: "auto" would look for the base model's config to
+    # decide, and warn when it is not on the hub.
+    weights = get_peft_model_state_dict(model, adapter_name=adapter_name,
+                                        save_embedding_layers=False)
     return weights, model.peft_config[adapter_name]
 
 
@@ -58,26 +61,35 @@ def lora_modules(peft_sd: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return grouped
 
 
+def has_adapter(model: Any) -> bool:
+    """Whether the model (a text encoder, say) carries a LoRA adapter."""
+    return bool(getattr(unwrap(model), "peft_config", None))
+
+
 def save_diffusers_lora(save_fn: Callable[..., Any], layers_kwarg: str, layers: dict[str, Any],
-                        config: Any, out_dir: Path) -> Path:
+                        config: Any, out_dir: Path, extra: dict[str, Any] | None = None) -> Path:
     """pytorch_lora_weights.safetensors through a pipeline class's `save_lora_weights`.
 
     layers_kwarg: its argument for the denoiser ("unet_lora_layers" or
     "transformer_lora_layers"); the config travels as the matching
-    "..._lora_adapter_metadata".
+    "..._lora_adapter_metadata". extra: more of its arguments (the text encoders'
+    "text_encoder_lora_layers" and their metadata).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     meta_kwarg = layers_kwarg.replace("_lora_layers", "_lora_adapter_metadata")
-    save_fn(str(out_dir), **{layers_kwarg: layers, meta_kwarg: config.to_dict()})
+    save_fn(str(out_dir), **{layers_kwarg: layers, meta_kwarg: config.to_dict()},
+            **(extra or {}))
     return out_dir / DIFFUSERS_FILE
 
 
-def save_kohya(peft_sd: dict[str, Any], config: Any, path: Path, prefix: str) -> Path:
-    """Write a kohya/A1111/ComfyUI LoRA (lora_<prefix>_..., lora_down/lora_up, alpha).
+def kohya_tensors(peft_sd: dict[str, Any], config: Any, prefix: str) -> dict[str, Any]:
+    """kohya/A1111/ComfyUI names (lora_down/lora_up, alpha) for one model's LoRA.
 
-    diffusers' converter writes alpha = rank; each module's alpha is replaced by
-    `module_alpha`. Modules convert one at a time so the alpha key is the one the
-    converter made for that module.
+    prefix: "unet" gives lora_unet_..., "text_encoder" lora_te1_..., "text_encoder_2"
+    lora_te2_... (diffusers' converter; a single encoder is lora_te_ in kohya's files,
+    which the family renames). diffusers' converter writes alpha = rank; each module's
+    alpha is replaced by `module_alpha`. Modules convert one at a time so the alpha key
+    is the one the converter made for that module.
     """
     import torch
     from diffusers.utils import convert_state_dict_to_kohya
@@ -89,7 +101,17 @@ def save_kohya(peft_sd: dict[str, Any], config: Any, path: Path, prefix: str) ->
         for key in [k for k in kohya if k.endswith(".alpha")]:
             kohya[key] = torch.tensor(module_alpha(config, module))
         tensors.update(kohya)
+    return tensors
+
+
+def write_kohya(tensors: dict[str, Any], config: Any, path: Path) -> Path:
+    """Write kohya tensors (from `kohya_tensors`) as one file."""
     return _write(tensors, path, config, {"ss_network_module": "networks.lora"})
+
+
+def save_kohya(peft_sd: dict[str, Any], config: Any, path: Path, prefix: str) -> Path:
+    """Write one model's LoRA as a kohya/A1111/ComfyUI file (lora_<prefix>_...)."""
+    return write_kohya(kohya_tensors(peft_sd, config, prefix), config, path)
 
 
 def save_comfy_lora(peft_sd: dict[str, Any], config: Any, path: Path) -> Path:

@@ -21,11 +21,21 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.lora_files import adapter_weights, save_diffusers_lora, save_kohya
+from core.models.lora_files import (
+    adapter_weights,
+    has_adapter,
+    kohya_tensors,
+    save_diffusers_lora,
+    write_kohya,
+)
 from core.models.modules import encode_latents, freeze, unwrap
 from core.models.objectives import ddpm_noise_and_target, min_snr_weights, weighted_mse
 
 LORA_TARGETS = ["to_k", "to_q", "to_v", "to_out.0"]
+# The CLIP text encoders' attention, as diffusers' train_dreambooth_lora examples target.
+TEXT_ENCODER_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "out_proj"]
+# save_lora_weights' arguments and the kohya prefixes, per text encoder.
+TEXT_ENCODER_NAMES = ["text_encoder", "text_encoder_2"]
 # LoCon-style extras: the resnets' convolutions, time projections, transformer in/out
 # projections and feed-forwards (not conv_in/conv_out).
 LORA_TARGETS_EXTRA = ["conv1", "conv2", "conv_shortcut", "time_emb_proj", "proj_in", "proj_out",
@@ -39,6 +49,7 @@ class StableDiffusionFamily:
     prediction = "epsilon"
     text_encoder_count = 1
     pipeline_class_name = "StableDiffusionPipeline"
+    text_encoder_lora_targets = TEXT_ENCODER_LORA_TARGETS  # train.text_encoder_lora
 
     # ------------------------------------------------------------ loading
 
@@ -122,14 +133,17 @@ class StableDiffusionFamily:
         return tokenizer(prompts, padding="max_length", max_length=tokenizer.model_max_length,
                          truncation=True, return_tensors="pt")
 
-    def encode_prompts(self, c: Components, prompts: list[str]) -> list[dict[str, Any]]:
-        """One dict per prompt: prompt_embeds [77, D] and prompt_mask [77] (bool)."""
+    def encode_prompts(self, c: Components, prompts: list[str],
+                       grad: bool = False) -> list[dict[str, Any]]:
+        """One dict per prompt: prompt_embeds [77, D] and prompt_mask [77] (bool).
+        grad: keep the graph (a text-encoder LoRA trains through it); the encoder may be
+        wrapped for distributed training, so its device is read from the inner module."""
         import torch
 
         enc = c.text_encoders[0]
         tok = self._tokenize(c.tokenizers[0], prompts)
-        with torch.no_grad():
-            embeds = enc(tok.input_ids.to(enc.device))[0]
+        with torch.set_grad_enabled(grad):
+            embeds = enc(tok.input_ids.to(unwrap(enc).device))[0]
         mask = tok.attention_mask.bool()
         return [{"prompt_embeds": embeds[i], "prompt_mask": mask[i]}
                 for i in range(len(prompts))]
@@ -185,10 +199,21 @@ class StableDiffusionFamily:
         peft_sd, config = adapter_weights(c.denoiser)
         save_fn = self._pipeline_class().save_lora_weights
         layers = convert_state_dict_to_diffusers(peft_sd)
+        extra: dict[str, Any] = {}
+        kohya = kohya_tensors(peft_sd, config, "unet")
+        for name, encoder in zip(TEXT_ENCODER_NAMES, c.text_encoders, strict=False):
+            if encoder is None or not has_adapter(encoder):
+                continue
+            te_sd, te_config = adapter_weights(encoder)
+            te_sd = _text_model_names(te_sd, encoder)
+            extra[f"{name}_lora_layers"] = convert_state_dict_to_diffusers(te_sd)
+            extra[f"{name}_lora_adapter_metadata"] = te_config.to_dict()
+            kohya.update(kohya_tensors(te_sd, te_config, name))
+        if self.text_encoder_count == 1:  # kohya names a single encoder lora_te_
+            kohya = {k.replace("lora_te1_", "lora_te_", 1): v for k, v in kohya.items()}
         return {"diffusers": save_diffusers_lora(save_fn, "unet_lora_layers", layers, config,
-                                                 out_dir),
-                "kohya": save_kohya(peft_sd, config, out_dir / f"{kohya_name}.safetensors",
-                                    "unet")}
+                                                 out_dir, extra),
+                "kohya": write_kohya(kohya, config, out_dir / f"{kohya_name}.safetensors")}
 
     # ------------------------------------------------------------ validation
 
@@ -208,6 +233,16 @@ class StableDiffusionFamily:
             safety_checker=None, feature_extractor=None, requires_safety_checker=False)
         pipe.set_progress_bar_config(disable=True)
         return pipe
+
+
+def _text_model_names(peft_sd: dict[str, Any], encoder: Any) -> dict[str, Any]:
+    """CLIP module names as the LoRA files in the wild have them, "text_model.encoder...":
+    transformers 5's CLIP text models dropped the `text_model` level. diffusers strips the
+    prefix again when it loads into such a model (lora_base.py), and ComfyUI's kohya
+    names (lora_te_text_model_encoder_layers_...) need it."""
+    if hasattr(unwrap(encoder), "text_model"):
+        return peft_sd
+    return {f"text_model.{key}": value for key, value in peft_sd.items()}
 
 
 FAMILY = StableDiffusionFamily()

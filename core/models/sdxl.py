@@ -53,17 +53,19 @@ class StableDiffusionXLFamily(StableDiffusionFamily):
 
     # ------------------------------------------------------------ text
 
-    def encode_prompts(self, c: Components, prompts: list[str]) -> list[dict[str, Any]]:
+    def encode_prompts(self, c: Components, prompts: list[str],
+                       grad: bool = False) -> list[dict[str, Any]]:
         """prompt_embeds [77, D1+D2] (penultimate layers), pooled_prompt_embeds [P],
-        prompt_mask [77] from the first tokenizer (both split text the same way)."""
+        prompt_mask [77] from the first tokenizer (both split text the same way).
+        grad: keep the graph, for a text-encoder LoRA (see sd15)."""
         import torch
 
         hidden, mask, pooled = [], None, None
         for enc, tokenizer in zip(c.text_encoders, c.tokenizers, strict=True):
             tok = self._tokenize(tokenizer, prompts)
             mask = tok.attention_mask.bool() if mask is None else mask
-            with torch.no_grad():
-                out = enc(tok.input_ids.to(enc.device), output_hidden_states=True)
+            with torch.set_grad_enabled(grad):
+                out = enc(tok.input_ids.to(unwrap(enc).device), output_hidden_states=True)
             hidden.append(out.hidden_states[-2])
             pooled = out[0]  # the last encoder's text_embeds (projection)
         embeds = torch.cat([h.to(hidden[-1].dtype) for h in hidden], dim=-1)

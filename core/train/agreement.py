@@ -193,8 +193,9 @@ def _items(cfg: Config, index: int, ds: CachedDataset) -> list[tuple[str, str]]:
     out = []
     for item in ds.items:
         name = item.vae.image.relative_to(root).as_posix()
-        key = [item.vae.bucket, str(item.vae.entry), item.vae.meta, str(item.text.entry),
-               item.text.meta]
+        text = item.text  # None: encoded at train time, from the caption
+        key = [item.vae.bucket, str(item.vae.entry), item.vae.meta,
+               str(text.entry) if text else item.caption, text.meta if text else None]
         out.append((name, _sha(key)))
     return out
 

@@ -8,6 +8,7 @@ with each image's own caption (`loss`) and with captions rotated across the set
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from core.data.collate import collate
@@ -58,10 +59,16 @@ def _rotate_text(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def build_eval_set(family: ModelFamily, components: Components, datasets: list[Any], count: int,
-                   batch_size: int) -> EvalSet | None:
+                   batch_size: int, fill_text: Callable[[list[dict[str, Any]]],
+                                                        list[dict[str, Any]]] | None = None
+                   ) -> EvalSet | None:
+    """fill_text: gives items without cached text (encoded at train time) their own
+    caption's embeddings."""
     import torch
 
     items = _pick_items(datasets, count)
+    if fill_text is not None:
+        items = fill_text(items)
     if len(items) < 2:
         return None
     by_bucket: dict[tuple, list[dict[str, Any]]] = {}
@@ -93,9 +100,12 @@ def _loss_at(family: ModelFamily, components: Components, data: dict[str, Any], 
 
 
 def evaluate(family: ModelFamily, components: Components, eval_set: EvalSet, device: Any,
-             dtype: Any) -> dict[str, Any]:
+             dtype: Any, text: Callable[[list[str]], dict[str, Any]] | None = None
+             ) -> dict[str, Any]:
     """Mean loss with own and with rotated captions at fixed noise and timesteps, overall
-    and per timestep (`by_t`: {t: [loss, loss_shuffled]}), weighted by batch size."""
+    and per timestep (`by_t`: {t: [loss, loss_shuffled]}), weighted by batch size.
+    text: captions -> batch text keys, to re-encode every batch's captions with the text
+    encoders as they are now (a text-encoder LoRA trains them)."""
     import torch
 
     by_t = {t: [0.0, 0.0] for t in eval_set.timesteps}
@@ -103,6 +113,9 @@ def evaluate(family: ModelFamily, components: Components, eval_set: EvalSet, dev
     with torch.no_grad():
         for batch, shuffled, noise in zip(eval_set.batches, eval_set.shuffled, eval_set.noise,
                                           strict=True):
+            if text is not None:
+                batch = {**batch, **text(batch["captions"])}
+                shuffled = {**shuffled, **text(shuffled["captions"])}
             own, other = to_device(batch, device, dtype), to_device(shuffled, device, dtype)
             for t in eval_set.timesteps:
                 by_t[t][0] += _loss_at(family, components, own, noise, t, device) * len(noise)

@@ -22,14 +22,21 @@ from core.train.evaluation import EvalSet, build_eval_set, evaluate
 from core.train.grid import write_validation_grid
 from core.train.report import Reporter
 from core.train.setup import Setup, TrainingError
-from core.train.validation import generate_validation_images
+from core.train.texts import batch_encoder
+from core.train.validation import encode_validation_prompts, generate_validation_images
 
 if TYPE_CHECKING:
     from core.models.base import Components
 
 
 def trainable_state(setup: Setup) -> dict[str, Any]:
-    return {name: p for name, p in setup.base_denoiser.named_parameters() if p.requires_grad}
+    """The trained weights by name: the denoiser's as named in it (as checkpoints have
+    always been), a trained text encoder's under "text_encoders.<i>."."""
+    out = {name: p for name, p in setup.base_denoiser.named_parameters() if p.requires_grad}
+    for index, encoder in enumerate(setup.trained_encoders):
+        out.update({f"text_encoders.{index}.{name}": p
+                    for name, p in encoder.named_parameters() if p.requires_grad})
+    return out
 
 
 def restore(setup: Setup, run_dir: Path, which: str, reporter: Reporter) -> int:
@@ -85,9 +92,14 @@ def micro_step(setup: Setup, cfg: Config, batch_plan: Any) -> Any:
     """Forward and backward for one micro-batch; returns the detached loss."""
     acc, family, comps = setup.accelerator, setup.family, setup.components
     dataset = setup.datasets[batch_plan.dataset_index]
-    batch = to_device(collate([dataset.load(i) for i in batch_plan.item_indices]),
-                      acc.device, setup.weight_dtype)
-    with acc.accumulate(comps.denoiser):
+    trained = comps.text_encoders if setup.trained_encoders else []
+    # Inside accumulate: a trained text encoder's forward is part of the step that
+    # DDP synchronises (or not, between accumulation steps).
+    with acc.accumulate(comps.denoiser, *trained):
+        items = setup.texts.apply(comps, batch_plan.dataset_index,
+                                  [dataset.load(i) for i in batch_plan.item_indices],
+                                  batch_plan.micro_step)
+        batch = to_device(collate(items), acc.device, setup.weight_dtype)
         sample = family.noise_and_target(comps, batch["latents"],
                                          noise_offset=cfg.train.noise_offset)
         with acc.autocast():
@@ -115,10 +127,12 @@ class Loop:
 
     def eval(self, step: int) -> None:
         if self.acc.is_main_process and self.eval_set is not None:
-            unwrapped = _with_denoiser(self.s.components, unwrap(self.s.components.denoiser))
+            unwrapped = _unwrapped(self.s.components)
+            # A trained text encoder re-encodes the eval captions as it is now.
+            text = batch_encoder(self.s.family, unwrapped) if self.s.trained_encoders else None
             with self.acc.autocast():
                 result = evaluate(self.s.family, unwrapped, self.eval_set, self.acc.device,
-                                  self.s.weight_dtype)
+                                  self.s.weight_dtype, text)
             self.reporter.event("eval", step=step, **result)
             self.reporter.say(f"eval step {step}: loss {result['loss']:.4f} "
                               f"loss_shuffled {result['loss_shuffled']:.4f}")
@@ -126,10 +140,16 @@ class Loop:
 
     def validate(self, step: int) -> None:
         if self.acc.is_main_process and self.cfg.validation.prompts:
-            # The pipeline runs in the denoiser's dtype, from the prompts encoded up front.
+            # The pipeline runs in the denoiser's dtype, from the prompts encoded up front,
+            # or encoded now by the text encoders a LoRA trains.
+            texts = self.s.validation_texts
+            if self.s.trained_encoders:
+                texts = encode_validation_prompts(self.s.family,
+                                                  _unwrapped(self.s.components),
+                                                  self.cfg.validation.prompts)
             paths = generate_validation_images(self.s.family, self.s.components,
                                                self.cfg.validation, self.run_dir, step,
-                                               self.acc.device, self.s.validation_texts)
+                                               self.acc.device, texts)
             self.reporter.event("validation", step=step, images=[str(p) for p in paths])
             self.reporter.say(f"validation images for step {step}: {paths[0].parent}")
             write_validation_grid(self.run_dir, self.cfg.validation.prompts)
@@ -154,7 +174,7 @@ class Loop:
     def save_weights(self) -> None:
         """The trained LoRA (diffusers + kohya formats) or the full model."""
         if self.acc.is_main_process:
-            comps = _with_denoiser(self.s.components, self.s.base_denoiser)
+            comps = _with_denoiser(_unwrapped(self.s.components), self.s.base_denoiser)
             if self.cfg.train.method == "lora":
                 files = self.s.family.save_lora(comps, RunFolder(self.run_dir).lora)
                 self.reporter.say("LoRA saved: " + ", ".join(str(p) for p in files.values()))
@@ -193,7 +213,9 @@ class Loop:
 
         cfg, s = self.cfg, self.s
         self.eval_set = build_eval_set(s.family, s.components, s.datasets,
-                                       cfg.train.eval_images, cfg.train.batch_size)
+                                       cfg.train.eval_images, cfg.train.batch_size,
+                                       lambda items: s.texts.fill(_unwrapped(s.components),
+                                                                  items))
         if start_step == 0:
             self.eval(0)
             if cfg.validation.before_training:
@@ -242,6 +264,16 @@ def _with_denoiser(components: Components, denoiser: Any) -> Components:
     import dataclasses
 
     return dataclasses.replace(components, denoiser=denoiser)
+
+
+def _unwrapped(components: Components) -> Components:
+    """The components with the plain modules under accelerate's wrappers (the denoiser
+    and trained text encoders), for eval, validation and saving."""
+    import dataclasses
+
+    return dataclasses.replace(components, denoiser=unwrap(components.denoiser),
+                               text_encoders=[None if e is None else unwrap(e)
+                                              for e in components.text_encoders])
 
 
 __all__ = ["Loop", "restore"]

@@ -60,12 +60,15 @@ def make_accelerator(cfg: Any) -> Any:
     from datetime import timedelta
 
     from accelerate import Accelerator
-    from accelerate.utils import InitProcessGroupKwargs
+    from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs
 
     timeout = InitProcessGroupKwargs(timeout=timedelta(minutes=cfg.launch.timeout_minutes))
+    # SDXL conditions on its first text encoder's penultimate layer, so a LoRA on that
+    # encoder's last layer gets no gradient: DDP must be told to expect unused weights.
+    ddp = DistributedDataParallelKwargs(find_unused_parameters=cfg.train.text_encoder_lora)
     return Accelerator(mixed_precision=cfg.train.mixed_precision,
                        gradient_accumulation_steps=cfg.train.grad_accum,
-                       cpu=cfg.launch.cpu, kwargs_handlers=[timeout])
+                       cpu=cfg.launch.cpu, kwargs_handlers=[timeout, ddp])
 
 
 def make_reporter(cfg: Any, accelerator: Any, run_dir: Path) -> Any:

@@ -19,6 +19,7 @@ from core.models.modules import cast_encoders, move_encoders, release_device_mem
 from core.models.quantize import quantize_frozen
 from core.startup import load_model, process_group
 from core.train.memory import MemoryTracker
+from core.train.texts import TrainTexts, make_train_texts
 from core.train.validation import ValidationTexts, encode_validation_prompts
 
 if TYPE_CHECKING:
@@ -44,6 +45,9 @@ class Setup:
     weight_dtype: Any
     validation_texts: ValidationTexts | None
     memory: MemoryTracker
+    texts: TrainTexts
+    # Text encoders a LoRA trains (the unwrapped modules, for saving), or none.
+    trained_encoders: list[Any] = dataclasses.field(default_factory=list)
 
 
 def add_trainable(family: ModelFamily, denoiser: Any, cfg: Config) -> list[Any]:
@@ -73,6 +77,31 @@ def add_trainable(family: ModelFamily, denoiser: Any, cfg: Config) -> list[Any]:
     return [p for p in denoiser.parameters() if p.requires_grad]
 
 
+def add_text_encoder_lora(family: ModelFamily, components: Components, cfg: Config) -> list[Any]:
+    """train.text_encoder_lora: LoRA (the denoiser's rank and alpha) on every text
+    encoder's attention, fp32 weights on the frozen encoder, as diffusers'
+    train_dreambooth_lora examples do. Returns the new trainable parameters."""
+    import torch
+    from peft import LoraConfig
+
+    if not cfg.train.text_encoder_lora:
+        return []
+    targets = getattr(family, "text_encoder_lora_targets", None)
+    if not targets:  # the config check refuses this first; a clear error all the same
+        raise TrainingError(f"train.text_encoder_lora is not supported for "
+                            f"{family.name}; set it to false")
+    params = []
+    for encoder in components.text_encoders:
+        encoder.add_adapter(LoraConfig(r=cfg.train.lora_rank,
+                                       lora_alpha=cfg.train.lora_alpha or cfg.train.lora_rank,
+                                       init_lora_weights="gaussian", target_modules=targets))
+        for param in encoder.parameters():
+            if param.requires_grad:
+                param.data = param.data.to(torch.float32)
+                params.append(param)
+    return params
+
+
 @contextlib.contextmanager
 def _quiet_peft_merge_warning() -> Iterator[None]:
     """peft warns that a LoRA on a torchao-quantized layer cannot be merged; training
@@ -82,7 +111,19 @@ def _quiet_peft_merge_warning() -> Iterator[None]:
         yield
 
 
-def make_optimizer(params: list[Any], cfg: Config) -> Any:
+def make_optimizer(params: list[Any], cfg: Config, text_params: list[Any] | None = None) -> Any:
+    """AdamW over the denoiser's weights and, in a second group, the text encoders'
+    (train.text_encoder_lr, or the main rate when 0)."""
+
+    groups: Any = params
+    if text_params:
+        groups = [{"params": params},
+                  {"params": text_params,
+                   "lr": cfg.train.text_encoder_lr or cfg.train.learning_rate}]
+    return _optimizer(groups, cfg)
+
+
+def _optimizer(params: Any, cfg: Config) -> Any:
     import torch
 
     if cfg.train.optimizer == "adamw8bit":
@@ -121,7 +162,7 @@ def make_rebuild(family: ModelFamily, components: Components) -> Any:
 
 
 def prepare_data(cfg: Config, family: ModelFamily, components: Components, accelerator: Any,
-                 say: Any) -> tuple[list[CachedDataset], MultiDatasetSampler]:
+                 say: Any) -> tuple[list[CachedDataset], MultiDatasetSampler, TrainTexts]:
     report = build_caches(cfg, family, components, process_group(accelerator))
     for line in report.lines():
         say(line)
@@ -142,13 +183,22 @@ def prepare_data(cfg: Config, family: ModelFamily, components: Components, accel
 
         check_same_data(cfg, datasets, sampler, components.fingerprint,
                         ranks_of(accelerator, cfg))
-    return datasets, sampler
+    texts = make_train_texts(cfg, family, [ds.text_at_train_time for ds in report.plan.datasets],
+                             _empty_caption(report.plan, datasets), accelerator.process_index)
+    return datasets, sampler, texts
+
+
+def _empty_caption(plan: Any, datasets: list[CachedDataset]) -> dict[str, Any] | None:
+    """The cached empty caption's entry (planned when caption dropout is on), kept in
+    memory: every dropped sample of a cached dataset uses it."""
+    job = next((job for job in plan.text_jobs if job.caption == ""), None)
+    return None if job is None or not datasets else datasets[0].load_text(job)
 
 
 def load_and_place(cfg: Config, workspace: Path, accelerator: Any, reporter: Any,
                    memory: MemoryTracker) -> tuple[ModelFamily, Components,
                                                     list[CachedDataset], MultiDatasetSampler,
-                                                    ValidationTexts | None]:
+                                                    ValidationTexts | None, TrainTexts]:
     """Load every part in the dtype it runs in, on the CPU; build the caches and encode
     the validation prompts with the text encoders and VAE on the GPU; send those back to
     the CPU; then bring the denoiser (quantized on the way when asked) to the GPU. Only
@@ -165,23 +215,29 @@ def load_and_place(cfg: Config, workspace: Path, accelerator: Any, reporter: Any
         c.denoiser.to(dtype=weight_dtype)
     reporter.memory(memory.snapshot("loaded"))
     move_encoders(c, accelerator.device)
-    datasets, sampler = prepare_data(cfg, family, c, accelerator, reporter.say)
+    datasets, sampler, train_texts = prepare_data(cfg, family, c, accelerator, reporter.say)
     texts = encode_validation_prompts(family, c, cfg.validation.prompts)
-    move_encoders(c, "cpu")
+    if train_texts.encoders_needed:  # captions encoded at train time: the encoders stay
+        c.vae.to("cpu")
+    else:
+        move_encoders(c, "cpu")
     release_device_memory(accelerator.device)
     quantize_frozen(c.denoiser, cfg.model.quantize, accelerator.device)
     c.denoiser.to(accelerator.device)
     reporter.memory(memory.snapshot("cached"))
-    return family, c, datasets, sampler, texts
+    return family, c, datasets, sampler, texts, train_texts
 
 
 def build_setup(cfg: Config, workspace: Path, accelerator: Any, reporter: Any) -> Setup:
     memory = MemoryTracker(accelerator.device)
-    family, components, datasets, sampler, texts = load_and_place(
+    family, components, datasets, sampler, texts, train_texts = load_and_place(
         cfg, workspace, accelerator, reporter, memory)
     base = components.denoiser
     params = add_trainable(family, base, cfg)
-    optimizer = make_optimizer(params, cfg)
+    text_params = add_text_encoder_lora(family, components, cfg)
+    trained = list(components.text_encoders) if text_params else []
+    optimizer = make_optimizer(params, cfg, text_params)
+    params = params + text_params
     lr_scheduler = make_lr_scheduler(optimizer, cfg)
     ema = None
     if cfg.train.ema:
@@ -189,8 +245,11 @@ def build_setup(cfg: Config, workspace: Path, accelerator: Any, reporter: Any) -
 
         ema = EMAModel(params, decay=cfg.train.ema_decay)
         ema.to(accelerator.device)
-    model, optimizer = accelerator.prepare(base, optimizer)
-    components = dataclasses.replace(components, denoiser=model)
+    # Trained text encoders are prepared beside the denoiser (DDP keeps their LoRA in
+    # step across processes); the components then call the prepared modules.
+    model, *encoders, optimizer = accelerator.prepare(base, *trained, optimizer)
+    components = dataclasses.replace(components, denoiser=model,
+                                     text_encoders=encoders or components.text_encoders)
     return Setup(accelerator, family, components, base, params, optimizer, lr_scheduler, ema,
                  datasets, sampler, resolve_dtype(accelerator.mixed_precision), texts,
-                 memory)
+                 memory, train_texts, trained)

@@ -36,7 +36,7 @@ def _events(run_dir: Path, kind: str) -> list[dict]:
 
 @pytest.mark.slow
 def test_checkpoints_and_epoch_ends_leave_loadable_loras_and_tensorboard(
-        tmp_path: Path, tiny_workspace: Path):
+        tmp_path: Path, tiny_workspace: Path, capsys):
     from safetensors.torch import load_file
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -73,6 +73,19 @@ def test_checkpoints_and_epoch_ends_leave_loadable_loras_and_tensorboard(
     assert len(by_t) == len(eval_events[0]["by_t"]) > 0
     assert [i.step for i in acc.Images("validation/00")] == [7]
 
+    # What the CLI summary and the UI (Runs tab, Training tab) show of it.
+    from core.headless import summarize_run
+    from ui.render import lora_rows, tensorboard_markdown
+
+    summarize_run(run_dir, "done", tiny_workspace)
+    out = capsys.readouterr().out
+    assert f"tensorboard --logdir {run_dir / 'tensorboard'}" in out
+    assert "4 saves, steps 3 to 7" in out
+    rows = lora_rows(run_dir, str)
+    assert [r[0] for r in rows] == [7, 6, 4, 3]
+    assert rows[0][2] == "lora_kohya.safetensors, pytorch_lora_weights.safetensors"
+    assert f"tensorboard --logdir {run_dir / 'tensorboard'}" in tensorboard_markdown(run_dir)
+
 
 @pytest.mark.slow
 def test_tensorboard_off_writes_no_folder(tmp_path: Path, tiny_workspace: Path):
@@ -80,6 +93,9 @@ def test_tensorboard_off_writes_no_folder(tmp_path: Path, tiny_workspace: Path):
                            train__checkpoint_every=1000, logging__tensorboard=False)
     assert (run_dir / "lora/pytorch_lora_weights.safetensors").is_file()
     assert not (run_dir / "tensorboard").exists()
+    from ui.render import tensorboard_markdown
+
+    assert tensorboard_markdown(run_dir) == ""
     assert [p.name for p in (run_dir / "lora").iterdir() if p.is_dir()] == ["step_000002"]
 
 

@@ -62,12 +62,12 @@ class Tracking:
 
     def start(self, start_step: int) -> None:
         """Start the trackers. A resume from step S hides what an earlier launch logged
-        from S on (TensorBoard's purge_step), so the curve has one value per step."""
+        after S (TensorBoard's purge_step), so the curve has one value per step."""
         if not self.acc.log_with:
             return
         for tracker in self.acc.log_with:
             if getattr(tracker, "name", "") == "tensorboard" and start_step > 0:
-                tracker.init_kwargs["purge_step"] = start_step
+                tracker.init_kwargs["purge_step"] = start_step + 1
         self.acc.init_trackers("diffusion-trainer")
         self.active = True
 

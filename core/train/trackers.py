@@ -46,8 +46,8 @@ def make_trackers(cfg: Any, run_dir: Path) -> tuple[list[Any], list[str]]:
         else:
             from accelerate.tracking import WandBTracker
 
+            # wandb.init(dir=D) keeps its files in D/wandb: the run folder's wandb/.
             folder = RunFolder(run_dir)
-            folder.wandb.mkdir(parents=True, exist_ok=True)
             trackers.append(WandBTracker(cfg.logging.wandb_project, dir=str(folder.root),
                                          name=folder.root.name))
     return trackers, notes

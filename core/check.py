@@ -13,7 +13,7 @@ from pathlib import Path
 from core.config import Config, resolved, validate_config
 from core.data.conflicts import check_directory_conflicts
 from core.models.memory import MemoryEstimate
-from core.problems import Problem, errors, errors_first, warning, warnings
+from core.problems import Problem, error, errors, errors_first, warning, warnings
 
 
 @dataclass
@@ -97,6 +97,21 @@ def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummar
     return summaries, sampler.steps_per_epoch()
 
 
+def logging_problems(cfg: Config) -> list[Problem]:
+    """The trackers' packages: W&B asked for and not installed is an error (the user asked
+    for a dashboard that would stay empty); TensorBoard, on by default, a warning."""
+    from importlib.util import find_spec
+
+    from core.train.trackers import TENSORBOARD_MISSING, WANDB_MISSING
+
+    problems = []
+    if cfg.logging.wandb_project and find_spec("wandb") is None:
+        problems.append(error("logging.wandb_project", WANDB_MISSING))
+    if cfg.logging.tensorboard and find_spec("tensorboard") is None:
+        problems.append(warning("logging.tensorboard", TENSORBOARD_MISSING))
+    return problems
+
+
 def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> CheckReport:
     """Every problem and the summary; `estimate`: with the memory estimate (it reads the
     model's configs, a second or more: views that re-check on each edit leave it out)."""
@@ -116,6 +131,7 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
                                            cfg.model.family, cfg.model.prediction_type)
         problems += quantize_problems(cfg.model.quantize)
     problems += check_directory_conflicts(full)
+    problems += logging_problems(cfg)
     datasets, steps = _summarise(full, problems)
     memory = None
     if estimate and not any(p.where.startswith("model.") for p in errors(problems)):

@@ -16,6 +16,7 @@ from core.config import Config, LaunchConfig
 from core.exits import EXIT_INVALID, EXIT_OK, EXIT_STOPPED
 from core.presets import is_demo
 from core.runs.folder import RunFolder
+from core.runs.outputs import saved_loras, tensorboard_command
 
 FOLLOW_GRACE_S = 120.0  # a Ctrl-C gives the trainer this long to save
 
@@ -41,6 +42,13 @@ def summarize_run(run_dir: Path, state: str, workspace: Path,
                                      f"{launch.num_machines})" if several else ""))
     if folder.lora_weights.exists():
         say(f"LoRA: {folder.lora_weights}")
+    saved = saved_loras(folder)
+    if saved:
+        steps = (f"step {saved[0].step}" if len(saved) == 1 else
+                 f"{len(saved)} saves, steps {saved[0].step} to {saved[-1].step}")
+        say(f"LoRAs by step: {folder.lora}/step_NNNNNN/ ({steps})")
+    if folder.tensorboard.is_dir():
+        say(f"TensorBoard: {tensorboard_command(folder)}")
     rounds = folder.validation_rounds()
     if rounds:
         say(f"validation images: {rounds[-1]}")

@@ -38,7 +38,9 @@ def test_run_folder_page_names_every_file_and_status_field():
              folder.status.name, folder.stop_file.name, folder.validation.name,
              folder.checkpoints.name, folder.lora_weights.name, folder.model.name,
              RunFolder(REPO / "x", kind="cache").log.name, folder.shared_token.name,
-             folder.machine(1).root.relative_to(folder.root).as_posix()}
+             folder.machine(1).root.relative_to(folder.root).as_posix(),
+             folder.lora_step(250).relative_to(folder.root).as_posix(),
+             folder.tensorboard.name, folder.wandb.name}
     assert {n for n in names if n not in text} == set()
     assert {t for t in EVENT_TYPES if f"| `{t}` |" not in text} == set()
     fields = {f.name for f in dataclasses.fields(RunStatus)}

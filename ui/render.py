@@ -118,7 +118,30 @@ def run_outputs(run_dir: Path) -> str:
     checkpoints = folder.checkpoint_folders()
     if checkpoints:
         parts.append(f"{len(checkpoints)} checkpoint(s)")
+    saves = folder.lora_steps()
+    if saves:
+        parts.append(f"{len(saves)} LoRA(s) by step")
     return ", ".join(parts) or "-"
+
+
+LORA_HEADERS = ["step", "folder", "files"]
+
+
+def lora_rows(run_dir: Path, relative) -> list[list[object]]:
+    """The run's saved LoRAs (lora/step_NNNNNN/), newest first, paths as the workspace
+    names them."""
+    from core.runs.outputs import saved_loras
+
+    return [[s.step, relative(s.folder), ", ".join(f.name for f in s.files)]
+            for s in reversed(saved_loras(run_dir))]
+
+
+def tensorboard_markdown(run_dir: Path) -> str:
+    """The command that shows the run in TensorBoard, or nothing when it does not log."""
+    from core.runs.outputs import tensorboard_command
+
+    command = tensorboard_command(run_dir)
+    return f"TensorBoard: `{command}`" if command else ""
 
 
 def run_rows(infos, relative) -> list[list[object]]:

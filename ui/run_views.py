@@ -104,6 +104,7 @@ class RunView:
     plot: gr.LinePlot
     gallery: gr.Gallery
     command: gr.Textbox
+    tensorboard: gr.Markdown
 
     def polled(self) -> list[gr.components.Component]:
         """What the timer updates."""
@@ -111,7 +112,7 @@ class RunView:
 
     def components(self) -> list[gr.components.Component]:
         """Everything opening a run updates."""
-        return [self.following, *self.polled(), self.command]
+        return [self.following, *self.polled(), self.command, self.tensorboard]
 
 
 # ---------------------------------------------------------------- data
@@ -202,4 +203,5 @@ def opened(ctx: AppContext, view: RunView, run_dir: str | Path,
     """Follow `run_dir` in this session: every view sent once, and the new `Following`."""
     f = follow(ctx, run_dir, log_offset=log_offset)  # nothing sent yet: every view changed
     return {view.following: f, **changed_views(ctx, view, f),
-            view.command: actions.reproduce_lines(ctx, f.run_dir)}
+            view.command: actions.reproduce_lines(ctx, f.run_dir),
+            view.tensorboard: render.tensorboard_markdown(f.run_dir)}

@@ -25,6 +25,7 @@ class RunsTab:
     choice: gr.Dropdown
     open: gr.Button
     message: gr.HTML
+    loras: gr.Dataframe
 
 
 def build() -> RunsTab:
@@ -37,15 +38,28 @@ def build() -> RunsTab:
         open_btn = gr.Button("Open and follow", variant="primary", scale=0,
                              elem_id="runs-open")
     message = gr.HTML("")
-    return RunsTab(refresh, table, choice, open_btn, message)
+    loras = gr.Dataframe(headers=render.LORA_HEADERS, label="The chosen run's LoRAs by step "
+                         "(newest first; the final one is lora/pytorch_lora_weights.safetensors)",
+                         interactive=False, elem_id="runs-loras", wrap=True)
+    return RunsTab(refresh, table, choice, open_btn, message, loras)
 
 
 def runs_view(ctx: AppContext, tab: RunsTab) -> dict[Any, Any]:
     """The table of runs and the run chooser (the newest run chosen)."""
     infos = ops.list_runs(ctx.workspace)
     choices = [(f"{ctx.relative(i.run_dir)} ({i.state})", str(i.run_dir)) for i in infos]
+    chosen = choices[0][1] if choices else None
     return {tab.table: render.run_rows(infos, ctx.relative),
-            tab.choice: gr.Dropdown(choices=choices, value=choices[0][1] if choices else None)}
+            tab.choice: gr.Dropdown(choices=choices, value=chosen),
+            tab.loras: loras_view(ctx, chosen)}
+
+
+def loras_view(ctx: AppContext, run_dir: str | None) -> list[list[object]]:
+    """The saved LoRAs of the chosen run (a run of this workspace's registry only)."""
+    if not run_dir:
+        return []
+    known = {str(i.run_dir) for i in ops.list_runs(ctx.workspace)}
+    return render.lora_rows(Path(run_dir), ctx.relative) if run_dir in known else []
 
 
 def newest_live(ctx: AppContext) -> Path | None:
@@ -70,7 +84,10 @@ def wire(ctx: AppContext, tab: RunsTab, view: RunView, tabs: gr.Tabs) -> None:
         return {**run_views.opened(ctx, view, run_dir), tabs: gr.Tabs(selected="train"),
                 tab.message: ""}
 
-    tab.refresh.click(refresh, None, [tab.table, tab.choice], api_visibility="private")
+    tab.refresh.click(refresh, None, [tab.table, tab.choice, tab.loras],
+                      api_visibility="private")
+    tab.choice.input(guarded("Saved LoRAs")(lambda d: loras_view(ctx, d)), [tab.choice],
+                     [tab.loras], api_visibility="private")
     tab.open.click(open_run, [tab.choice], [*view.components(), tabs, tab.message],
                    api_visibility="private")
 

@@ -72,9 +72,10 @@ def build(form: Form) -> TrainTab:
                          elem_id="validation-gallery", allow_preview=True)
     command = gr.Textbox(label="Reproduce this run from the command line", lines=6,
                          interactive=False, buttons=["copy"], elem_id="command")
+    tensorboard = gr.Markdown("", elem_id="train-tensorboard")
     return TrainTab(following=gr.State(None), progress=progress, log=log, plot=plot,
-                    gallery=gallery, command=command, launch=launch, stop=stop, resume=resume,
-                    message=message, memory=memory)
+                    gallery=gallery, command=command, tensorboard=tensorboard, launch=launch,
+                    stop=stop, resume=resume, message=message, memory=memory)
 
 
 # ---------------------------------------------------------------- events

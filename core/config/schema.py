@@ -140,7 +140,9 @@ class TrainConfig:
     ema: bool = _f(False, label="EMA of weights", advanced=True)
     ema_decay: float = _f(0.999, label="EMA decay", min=0.0, max=1.0, advanced=True)
     checkpoint_every: int = _f(250, label="Checkpoint every (steps)", min=1, max=10_000_000)
-    keep_checkpoints: int = _f(3, label="Checkpoints kept", min=1, max=1000)
+    keep_checkpoints: int = _f(3, label="Checkpoints kept", min=1, max=1000,
+                               help="The newest N checkpoints are kept; the LoRAs saved "
+                                    "beside them (lora/step_NNNNNN/) always are.")
     eval_every: int = _f(50, label="Eval every (steps)", min=1, max=10_000_000, advanced=True)
     eval_images: int = _f(8, label="Eval images", min=1, max=1000, advanced=True)
     caption_dropout: float = _f(0.0, label="Caption dropout", min=0.0, max=1.0, advanced=True,
@@ -160,7 +162,9 @@ class TrainConfig:
     save_every_epochs: int = _f(0, label="Save LoRA every (epochs)", min=0, max=100000,
                                 advanced=True,
                                 help="Also write lora/step_NNNNNN/ at the end of every N-th "
-                                     "epoch (checkpoints write one too); 0 disables.")
+                                     "epoch (every checkpoint writes one too); 0 disables. "
+                                     "LoRA runs only: a full fine-tune writes its model "
+                                     "once, at the end.")
 
 
 @dataclass

@@ -236,6 +236,13 @@ class MultiDatasetSampler:
     def epoch(self) -> int:
         return self._epoch
 
+    @property
+    def epoch_complete(self) -> bool:
+        """True once the last micro-batch of the current epoch was taken: the step just
+        finished ends epoch `epoch` (the counter moves on only when the next batch is
+        drawn, so a trainer asks this right after its step)."""
+        return self._position >= len(self._plan(self._epoch))
+
     # ------------------------------------------------------------------ resume
 
     def _layout(self) -> dict[str, Any]:

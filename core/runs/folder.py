@@ -6,6 +6,10 @@
       validation/grid.png                     (prompts x steps, before beside after)
       checkpoints/step_NNNNNN/
       lora/pytorch_lora_weights.safetensors   (LoRA runs)
+      lora/step_NNNNNN/                       (LoRA runs: the LoRA at each checkpoint and
+                                               epoch-end save; kept when checkpoints go)
+      tensorboard/                            (logging.tensorboard: the event files)
+      wandb/                                  (logging.wandb_project: W&B's local files)
       model/                                  (full fine-tunes)
       shared.token                            (multi-machine runs: rank 0's token)
       machines/<rank>/                        (multi-machine runs: machine <rank>'s own
@@ -114,11 +118,7 @@ class RunFolder:
     def checkpoint_folders(self) -> list[Path]:
         """Complete checkpoints (a temp folder is renamed to step_* when whole), oldest
         first."""
-        if not self.checkpoints.is_dir():
-            return []
-        found = [(int(m.group(1)), p) for p in self.checkpoints.iterdir()
-                 if p.is_dir() and (m := STEP_RE.match(p.name))]
-        return [p for _, p in sorted(found)]
+        return [p for _, p in _step_folders(self.checkpoints)]
 
     @property
     def lora(self) -> Path:
@@ -128,6 +128,25 @@ class RunFolder:
     def lora_weights(self) -> Path:
         """The diffusers-format LoRA file (loads with `load_lora_weights`)."""
         return self.lora / LORA_WEIGHTS_NAME
+
+    def lora_step(self, step: int) -> Path:
+        """An intermediate LoRA (written at a checkpoint or an epoch end): the same files
+        as lora/, of the weights at `step`."""
+        return self.lora / step_name(step)
+
+    def lora_steps(self) -> list[tuple[int, Path]]:
+        """(step, folder) of the complete intermediate LoRAs, oldest first."""
+        return _step_folders(self.lora)
+
+    @property
+    def tensorboard(self) -> Path:
+        """logging.tensorboard: `tensorboard --logdir` this folder."""
+        return self.root / "tensorboard"
+
+    @property
+    def wandb(self) -> Path:
+        """logging.wandb_project: the local files Weights & Biases keeps for the run."""
+        return self.root / "wandb"
 
     @property
     def model(self) -> Path:
@@ -148,3 +167,12 @@ class RunFolder:
     def holds_run(self) -> bool:
         """True when a run was started here (its config or status was written)."""
         return self.config.exists() or self.status.exists()
+
+
+def _step_folders(parent: Path) -> list[tuple[int, Path]]:
+    """(step, folder) of the step_NNNNNN folders in `parent`, oldest first; a temp folder
+    (renamed to step_* once whole) never matches."""
+    if not parent.is_dir():
+        return []
+    return sorted((int(m.group(1)), p) for p in parent.iterdir()
+                  if p.is_dir() and (m := STEP_RE.match(p.name)))

@@ -31,7 +31,7 @@ STATES = ("starting", "running", "stopping", "done", "failed", "stopped")
 FINAL_STATES = ("done", "failed", "stopped")
 LIVE_STATES = ("starting", "running", "stopping")
 EVENT_TYPES = ("step", "eval", "validation", "checkpoint", "status", "error", "memory",
-               "resume")
+               "resume", "lora_saved")
 
 
 @dataclass

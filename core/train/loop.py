@@ -21,6 +21,7 @@ from core.train.checkpoint import (
 from core.train.evaluation import EvalSet, build_eval_set, evaluate
 from core.train.grid import write_validation_grid
 from core.train.report import Reporter
+from core.train.saves import ema_weights, epoch_save_due, save_lora_step
 from core.train.setup import Setup, TrainingError
 from core.train.texts import batch_encoder
 from core.train.validation import encode_validation_prompts, generate_validation_images
@@ -120,6 +121,7 @@ class Loop:
         self.reporter, self.stop = reporter, stop
         self.eval_set: EvalSet | None = None
         self.last_saved_step = -1
+        self.last_lora_step = -1
 
     @property
     def acc(self) -> Any:
@@ -133,9 +135,7 @@ class Loop:
             with self.acc.autocast():
                 result = evaluate(self.s.family, unwrapped, self.eval_set, self.acc.device,
                                   self.s.weight_dtype, text)
-            self.reporter.event("eval", step=step, **result)
-            self.reporter.say(f"eval step {step}: loss {result['loss']:.4f} "
-                              f"loss_shuffled {result['loss_shuffled']:.4f}")
+            self.reporter.eval(step, result)
         self.acc.wait_for_everyone()
 
     def validate(self, step: int) -> None:
@@ -150,8 +150,7 @@ class Loop:
             paths = generate_validation_images(self.s.family, self.s.components,
                                                self.cfg.validation, self.run_dir, step,
                                                self.acc.device, texts)
-            self.reporter.event("validation", step=step, images=[str(p) for p in paths])
-            self.reporter.say(f"validation images for step {step}: {paths[0].parent}")
+            self.reporter.validation(step, paths, self.cfg.validation.prompts)
             write_validation_grid(self.run_dir, self.cfg.validation.prompts)
         self.acc.wait_for_everyone()
 
@@ -170,13 +169,33 @@ class Loop:
         if folder is not None:
             self.reporter.event("checkpoint", step=step, path=str(folder))
             self.reporter.say(f"checkpoint saved: {folder}")
+        self.save_lora_step(step)
+
+    def write_lora(self, out_dir: Path) -> dict[str, Path]:
+        """The LoRA files (diffusers + kohya/ComfyUI formats) of the current weights into
+        `out_dir`: the final save and every intermediate one write through here. The text
+        encoders come unwrapped too, for a text-encoder LoRA."""
+        comps = _with_denoiser(_unwrapped(self.s.components), self.s.base_denoiser)
+        return self.s.family.save_lora(comps, out_dir)
+
+    def save_lora_step(self, step: int) -> None:
+        """lora/step_NNNNNN/ (core/train/saves.py); LoRA runs only: a full fine-tune saves
+        its model once, at the end."""
+        if self.cfg.train.method != "lora" or step == self.last_lora_step:
+            return
+        self.last_lora_step = step
+        if self.acc.is_main_process:
+            with ema_weights(self.s.ema, self.s.params):
+                files = save_lora_step(self.run_dir, step, self.write_lora)
+            self.reporter.lora_saved(step, files)
+        self.acc.wait_for_everyone()
 
     def save_weights(self) -> None:
         """The trained LoRA (diffusers + kohya formats) or the full model."""
         if self.acc.is_main_process:
             comps = _with_denoiser(_unwrapped(self.s.components), self.s.base_denoiser)
             if self.cfg.train.method == "lora":
-                files = self.s.family.save_lora(comps, RunFolder(self.run_dir).lora)
+                files = self.write_lora(RunFolder(self.run_dir).lora)
                 self.reporter.say("LoRA saved: " + ", ".join(str(p) for p in files.values()))
             else:
                 pipe = self.s.family.validation_pipeline(comps)
@@ -207,6 +226,10 @@ class Loop:
         if not final and step % self.cfg.train.checkpoint_every == 0:
             self.reporter.pause_clock()
             self.checkpoint(step)
+        if not final and epoch_save_due(self.cfg.train.save_every_epochs, self.s.sampler.epoch,
+                                        self.s.sampler.epoch_complete):
+            self.reporter.pause_clock()  # the last step's save comes with its checkpoint
+            self.save_lora_step(step)
 
     def run(self, start_step: int) -> str:
         """Train to max_steps; returns the final state: done or stopped."""

@@ -54,9 +54,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def make_accelerator(cfg: Any) -> Any:
+def make_accelerator(cfg: Any, trackers: list[Any] | None = None) -> Any:
     """The Accelerator, its process group's collectives waiting launch.timeout_minutes
-    (a long validation or full-model save on rank 0 keeps the others in a barrier)."""
+    (a long validation or full-model save on rank 0 keeps the others in a barrier), with
+    the run's trackers (core/train/trackers.py; started once the start step is known)."""
     from datetime import timedelta
 
     from accelerate import Accelerator
@@ -68,7 +69,8 @@ def make_accelerator(cfg: Any) -> Any:
     ddp = DistributedDataParallelKwargs(find_unused_parameters=cfg.train.text_encoder_lora)
     return Accelerator(mixed_precision=cfg.train.mixed_precision,
                        gradient_accumulation_steps=cfg.train.grad_accum,
-                       cpu=cfg.launch.cpu, kwargs_handlers=[timeout, ddp])
+                       cpu=cfg.launch.cpu, kwargs_handlers=[timeout, ddp],
+                       log_with=trackers or None, project_dir=cfg.output.dir)
 
 
 def make_reporter(cfg: Any, accelerator: Any, run_dir: Path) -> Any:
@@ -123,9 +125,13 @@ def run(args: argparse.Namespace) -> int:
     from core.train.agreement import RanksDisagree, check_same_start, ranks_of
     from core.train.loop import Loop, restore
     from core.train.setup import TrainingError, build_setup
+    from core.train.trackers import Tracking, make_trackers
 
-    accelerator = make_accelerator(cfg)
+    trackers, notes = make_trackers(cfg, run_dir)
+    accelerator = make_accelerator(cfg, trackers)
     reporter = make_reporter(cfg, accelerator, run_dir)
+    for note in notes:
+        reporter.say(note)
     reporter.status("starting", step=0, phase="loading",
                     processes=accelerator.num_processes)
     try:
@@ -135,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
         start = restore(setup, run_dir, args.resume, reporter) if args.resume else 0
         if accelerator.num_processes > 1:
             check_same_start(start, ranks_of(accelerator, cfg))
+        reporter.tracking = Tracking(accelerator)
+        reporter.tracking.start(start)
         reporter.status("running", step=start, phase="training")
         state = Loop(setup, cfg, run_dir, reporter, stop).run(start)
     except KeyboardInterrupt:
@@ -153,6 +161,9 @@ def run(args: argparse.Namespace) -> int:
         reporter.event("error", message=message)
         reporter.status("failed", reason=message)
         return EXIT_FAILED
+    finally:
+        if reporter.tracking is not None:
+            reporter.tracking.end()
     reporter.status(state)
     reporter.say(f"training {state}: {run_dir}")
     return exit_code_for_state(state)

@@ -9,11 +9,14 @@ import os
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.runs.memory import GIB
 from core.runs.progress import format_step_line
 from core.runs.status import append_event, write_status
+
+if TYPE_CHECKING:
+    from core.train.trackers import Tracking
 
 STATUS_EVERY_S = 1.0
 
@@ -26,6 +29,7 @@ class Reporter:
         self._step_times: deque[float] = deque(maxlen=20)
         self._last_status = 0.0
         self._last_step_at: float | None = None
+        self.tracking: Tracking | None = None  # TensorBoard / W&B, once they started
 
     def say(self, line: str) -> None:
         if self.is_main:
@@ -40,6 +44,29 @@ class Reporter:
     def event(self, kind: str, **fields: Any) -> None:
         if self.is_main:
             append_event(self.run_dir, {"type": kind, **fields})
+
+    def eval(self, step: int, result: dict[str, Any]) -> None:
+        """An `eval` event (core/train/evaluation.py's figures), a log line, the trackers."""
+        self.event("eval", step=step, **result)
+        self.say(f"eval step {step}: loss {result['loss']:.4f} "
+                 f"loss_shuffled {result['loss_shuffled']:.4f}")
+        if self.tracking is not None:
+            self.tracking.eval(step, result)
+
+    def validation(self, step: int, paths: list[Path], prompts: list[str]) -> None:
+        """A `validation` event, a log line, the images to the trackers."""
+        self.event("validation", step=step, images=[str(p) for p in paths])
+        if paths:
+            self.say(f"validation images for step {step}: {paths[0].parent}")
+        if self.tracking is not None:
+            self.tracking.images(step, paths, prompts)
+
+    def lora_saved(self, step: int, files: dict[str, Path]) -> None:
+        """A `lora_saved` event (an intermediate LoRA, lora/step_NNNNNN/) and a log line."""
+        paths = [str(p) for p in files.values()]
+        folder = str(next(iter(files.values())).parent) if files else ""
+        self.event("lora_saved", step=step, folder=folder, paths=paths)
+        self.say(f"LoRA of step {step} saved: {folder}")
 
     def memory(self, snapshot: dict[str, Any]) -> None:
         """A `memory` event (core/train/memory.py) and a line in the log."""
@@ -73,6 +100,8 @@ class Reporter:
         rate = None if not per_step else round(1.0 / per_step, 3)
         append_event(self.run_dir, {"type": "step", "step": step, "loss": loss, "lr": lr,
                                     "epoch": epoch, "it_s": rate, "eta_s": eta})
+        if self.tracking is not None:
+            self.tracking.scalars(step, {"train/loss": loss, "train/lr": lr})
         if now - self._last_status >= STATUS_EVERY_S or step == self.max_steps:
             write_status(self.run_dir, state="running", pid=os.getpid(), step=step,
                          max_steps=self.max_steps, eta_s=eta, loss=loss, it_s=rate)

@@ -1,0 +1,43 @@
+"""What a run has written for people to use: its saved LoRAs by step and the TensorBoard
+command. The CLI summary, the Training tab and the Runs tab show these."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.runs.folder import RunFolder, as_folder
+
+
+@dataclass(frozen=True)
+class SavedLora:
+    """One intermediate LoRA folder (lora/step_NNNNNN/) and its files."""
+
+    step: int
+    folder: Path
+    files: list[Path]
+
+
+def saved_loras(where: RunFolder | str | Path) -> list[SavedLora]:
+    """The complete intermediate LoRAs, oldest first."""
+    return [SavedLora(step, path, sorted(path.glob("*.safetensors")))
+            for step, path in as_folder(where).lora_steps()]
+
+
+def tensorboard_command(where: RunFolder | str | Path) -> str | None:
+    """`tensorboard --logdir <run>/tensorboard` when the run logs there (its folder exists,
+    or its config turns logging.tensorboard on and the trainer has not started yet)."""
+    folder = as_folder(where)
+    if not folder.tensorboard.is_dir() and not _config_wants_tensorboard(folder):
+        return None
+    return f"tensorboard --logdir {shlex.quote(str(folder.tensorboard))}"
+
+
+def _config_wants_tensorboard(folder: RunFolder) -> bool:
+    from core.config import load_config
+
+    try:
+        return bool(load_config(folder.config).logging.tensorboard)
+    except Exception:  # no config yet, an old or hand-edited one: no command to show
+        return False

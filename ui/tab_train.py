@@ -66,8 +66,7 @@ def build(form: Form) -> TrainTab:
     with gr.Row():
         log = gr.Textbox(label="Log", lines=16, max_lines=16, interactive=False,
                          autoscroll=True, elem_id="train-log", scale=3)
-        plot = gr.LinePlot(x="step", y="loss", color="series", label="Loss",
-                           elem_id="loss-plot", height=300, scale=2)
+        plot = run_views.loss_plot()
     gallery = gr.Gallery(label="Validation images (newest first)", columns=6, height=320,
                          elem_id="validation-gallery", allow_preview=True)
     command = gr.Textbox(label="Reproduce this run from the command line", lines=6,

@@ -23,6 +23,8 @@ from core.runs.tail import EventTail, LogTail
 MAX_LINES = 400  # log lines kept for display
 REOPEN_BYTES = 64 << 10  # reopening a run shows the end of its log, not all of it
 MAX_POINTS = 2000  # series longer than this are thinned for the plot
+TRAIN, EVAL, EVAL_SHUFFLED = "train", "eval", "eval (shuffled captions)"
+SERIES = (TRAIN, EVAL, EVAL_SHUFFLED)  # every series the loss plot can show, in order
 
 
 @dataclass
@@ -94,7 +96,7 @@ class RunFollower:
             elif kind == "eval":
                 for name in ("loss", "loss_shuffled"):
                     if isinstance(event.get(name), (int, float)):
-                        series = "eval" if name == "loss" else "eval (shuffled captions)"
+                        series = EVAL if name == "loss" else EVAL_SHUFFLED
                         self.evals.append((int(step or 0), series, float(event[name])))
                         changed = True
         if changed:
@@ -137,7 +139,7 @@ class RunFollower:
     def plot_rows(self) -> list[tuple[int, float, str]]:
         """(step, loss, series) rows for a line plot, thinned to MAX_POINTS per series."""
         train = _thin(self.losses)
-        rows = [(s, v, "train") for s, v in train]
+        rows = [(s, v, TRAIN) for s, v in train]
         rows += [(s, v, name) for s, name, v in self.evals]
         return rows
 

@@ -203,3 +203,43 @@ def test_live_loss_plot_draws_train_steps_that_arrive_after_the_first_eval(tmp_p
             browser.close()
             demo.close()
             ctx.close()
+
+
+def test_out_of_range_numbers_are_named_by_label_and_the_checks_keep_up(tmp_path: Path):
+    """A negative learning rate or 0 max steps is named by the field's label beside
+    Launch and in the check panel, goes when fixed, and never stops the live check."""
+    from playwright.sync_api import sync_playwright
+
+    executable = chromium()
+    with running_app(tmp_path / "ws") as (ctx, url), sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page.set_default_timeout(60_000)
+        message = "document.querySelector('#train-message').innerText"
+        try:
+            page.goto(url)
+            page.click("#preset-load")
+            page.wait_for_selector("#check-panel .dt-ok")
+            page.get_by_role("tab", name="Training").click()
+            set_field(page, "f-train-learning_rate", "-0.001")
+            page.wait_for_function(f"{message}.includes('Learning rate')")
+            text = page.inner_text("#train-message")
+            assert "train.learning_rate" in text and "greater than 0" in text, text
+            assert "Learning rate" in page.inner_text("#check-panel")
+            set_field(page, "f-train-learning_rate", "0.0001")
+            page.wait_for_function(f"!{message}.includes('Learning rate')")
+            page.wait_for_selector("#check-panel .dt-ok", state="attached")
+            set_field(page, "f-train-max_steps", "0")
+            page.wait_for_function(f"{message}.includes('Max steps')")
+            page.get_by_role("tab", name="Dataset").click()
+            set_field(page, "ds-images", "no/such/folder")  # max steps still 0
+            page.wait_for_function("document.querySelector('#check-panel').innerText"
+                                   ".includes('Images folder (dataset 1)')")
+            panel = page.inner_text("#check-panel")
+            assert "Max steps" in panel and "datasets.0.images" in panel, panel
+            assert "minimum" not in page.inner_text("body"), "Gradio's own range toast"
+        finally:
+            shot = tmp_path / "form-problems.png"
+            page.screenshot(path=str(shot), full_page=True)
+            print(f"screenshot: {shot}")
+            browser.close()

@@ -64,6 +64,18 @@ def all_section_specs() -> list[FieldSpec]:
     return [spec for name in SECTION_TYPES for spec in section_specs(name)]
 
 
+def field_label(where: str) -> str | None:
+    """The on-screen label of the field a problem's key names ("train.learning_rate":
+    "Learning rate"; "datasets.0.images": "Images folder (dataset 1)"), None for a key
+    the form does not show (or a path)."""
+    parts = where.split(".")
+    if len(parts) == 3 and parts[0] == "datasets" and parts[1].isdigit():
+        spec = next((s for s in dataset_specs() if s.name == parts[2]), None)
+        return None if spec is None else f"{spec.label} (dataset {int(parts[1]) + 1})"
+    spec = next((s for s in all_section_specs() if s.key == where), None)
+    return None if spec is None else spec.label
+
+
 # ---------------------------------------------------------------- values <-> config
 
 

@@ -101,13 +101,9 @@ def check_ranks(cfg: Any, accelerator: Any, reporter: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import logging
+    from core.startup import load_resolved_config, quiet_library_notices
 
-    from core.models.memory import IMPORT_NOISE_LOGGERS
-    from core.startup import load_resolved_config
-
-    for name in IMPORT_NOISE_LOGGERS:  # notices, not problems: keep train.log readable
-        logging.getLogger(name).setLevel(logging.ERROR)
+    quiet_library_notices()  # notices, not problems: keep train.log readable
     workspace = Path(args.workspace).absolute()
     cfg = load_resolved_config(Path(args.config), workspace)
     if cfg is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -114,30 +115,38 @@ class Loop:
         return self.s.accelerator
 
     def eval(self, step: int) -> None:
+        started = time.monotonic()
         if self.acc.is_main_process and self.eval_set is not None:
             unwrapped = _with_denoiser(self.s.components, unwrap(self.s.components.denoiser))
             with self.acc.autocast():
                 result = evaluate(self.s.family, unwrapped, self.eval_set, self.acc.device,
                                   self.s.weight_dtype)
-            self.reporter.event("eval", step=step, **result)
+            self.reporter.event("eval", step=step, seconds=_since(started), **result)
             self.reporter.say(f"eval step {step}: loss {result['loss']:.4f} "
                               f"loss_shuffled {result['loss_shuffled']:.4f}")
         self.acc.wait_for_everyone()
+        if self.eval_set is not None:
+            self.reporter.took("eval", time.monotonic() - started)
 
     def validate(self, step: int) -> None:
+        started = time.monotonic()
         if self.acc.is_main_process and self.cfg.validation.prompts:
             # The pipeline runs in the denoiser's dtype, from the prompts encoded up front.
             paths = generate_validation_images(self.s.family, self.s.components,
                                                self.cfg.validation, self.run_dir, step,
                                                self.acc.device, self.s.validation_texts)
-            self.reporter.event("validation", step=step, images=[str(p) for p in paths])
+            self.reporter.event("validation", step=step, images=[str(p) for p in paths],
+                                seconds=_since(started))
             self.reporter.say(f"validation images for step {step}: {paths[0].parent}")
             write_validation_grid(self.run_dir, self.cfg.validation.prompts)
         self.acc.wait_for_everyone()
+        if self.cfg.validation.prompts:
+            self.reporter.took("validation", time.monotonic() - started)
 
     def checkpoint(self, step: int) -> None:
         if step == self.last_saved_step:
             return
+        started = time.monotonic()
         state = TrainState(step=step, epoch=self.s.sampler.epoch,
                            sampler=self.s.sampler.state_dict())
         folder = save_checkpoint(
@@ -147,6 +156,7 @@ class Loop:
             meta={"method": self.cfg.train.method, "family": self.cfg.model.family},
             keep=self.cfg.train.keep_checkpoints)
         self.last_saved_step = step
+        self.reporter.took("checkpoint", time.monotonic() - started)
         if folder is not None:
             self.reporter.event("checkpoint", step=step, path=str(folder))
             self.reporter.say(f"checkpoint saved: {folder}")
@@ -229,6 +239,10 @@ class Loop:
             self.s.ema.copy_to(self.s.params)
         self.save_weights()
         self.reporter.memory(self.s.memory.snapshot("peak"))
+
+
+def _since(started: float) -> float:
+    return round(time.monotonic() - started, 3)
 
 
 def _gather(obj: Any) -> list[Any]:

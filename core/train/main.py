@@ -76,10 +76,13 @@ def make_reporter(cfg: Any, accelerator: Any, run_dir: Path) -> Any:
     from core.train.report import Reporter
 
     machine = cfg.launch.machine_rank if cfg.launch.num_machines > 1 else 0
+    every = {"eval": cfg.train.eval_every, "validation": cfg.validation.every,
+             "checkpoint": cfg.train.checkpoint_every}
     if accelerator.is_main_process or machine == 0:
-        return Reporter(run_dir, accelerator.is_main_process, cfg.train.max_steps)
+        return Reporter(run_dir, accelerator.is_main_process, cfg.train.max_steps, every)
     folder = RunFolder(run_dir).machine(machine)
-    return Reporter(folder.root, accelerator.is_local_main_process, cfg.train.max_steps)
+    return Reporter(folder.root, accelerator.is_local_main_process, cfg.train.max_steps,
+                    every)
 
 
 def check_ranks(cfg: Any, accelerator: Any, reporter: Any) -> None:

@@ -16,16 +16,54 @@ from core.runs.progress import format_step_line
 from core.runs.status import append_event, write_status
 
 STATUS_EVERY_S = 1.0
+ROUNDS_KEPT = 5  # a round's expected duration: the mean of its last few
+
+
+def rounds_left(step: int, max_steps: int, every: int) -> int:
+    """How many rounds of work done every `every` steps and once at the end (eval,
+    validation, checkpoints: core/train/loop.py's `periodic` and `finish`) are still to
+    come once step `step` finished: the one at `step` itself counts, as it runs after the
+    step is reported."""
+    if every <= 0 or step > max_steps:
+        return 0
+    return max_steps // every - (step - 1) // every + (1 if max_steps % every else 0)
+
+
+def eta_seconds(step: int, max_steps: int, per_step: float | None,
+                rounds: dict[str, tuple[int, list[float]]]) -> float | None:
+    """Seconds left: the steps at `per_step`, plus each kind of round still to come at
+    the mean duration measured in this run (`rounds`: kind -> (every, durations)). A kind
+    not measured yet adds nothing; None until a step time is known."""
+    if per_step is None:
+        return None
+    extra = sum(rounds_left(step, max_steps, every) * sum(durations) / len(durations)
+                for every, durations in rounds.values() if durations)
+    return round(per_step * (max_steps - step) + extra, 1)
 
 
 class Reporter:
-    def __init__(self, run_dir: Path, is_main: bool, max_steps: int) -> None:
+    def __init__(self, run_dir: Path, is_main: bool, max_steps: int,
+                 every: dict[str, int] | None = None) -> None:
+        """`every`: the periodic work besides steps, by kind ("eval": 50, ...), whose
+        measured durations (`took`) the ETA counts in."""
         self.run_dir = run_dir
         self.is_main = is_main
         self.max_steps = max_steps
         self._step_times: deque[float] = deque(maxlen=20)
         self._last_status = 0.0
         self._last_step_at: float | None = None
+        self._rounds = {kind: (n, deque(maxlen=ROUNDS_KEPT))
+                        for kind, n in (every or {}).items()}
+
+    def took(self, kind: str, seconds: float) -> None:
+        """A round of periodic work (`kind` of `every`) took `seconds`."""
+        if kind in self._rounds:
+            self._rounds[kind][1].append(seconds)
+        self.pause_clock()  # nor is it a step: the next step's time starts after it
+
+    def eta(self, step: int) -> float | None:
+        rounds = {kind: (n, list(times)) for kind, (n, times) in self._rounds.items()}
+        return eta_seconds(step, self.max_steps, self.seconds_per_step(), rounds)
 
     def say(self, line: str) -> None:
         if self.is_main:
@@ -69,7 +107,7 @@ class Reporter:
         if not self.is_main:
             return
         per_step = self.seconds_per_step()
-        eta = None if per_step is None else round(per_step * (self.max_steps - step), 1)
+        eta = self.eta(step)
         rate = None if not per_step else round(1.0 / per_step, 3)
         append_event(self.run_dir, {"type": "step", "step": step, "loss": loss, "lr": lr,
                                     "epoch": epoch, "it_s": rate, "eta_s": eta})

@@ -35,14 +35,19 @@ def test_eta_adds_the_mean_measured_duration_of_each_kind_of_round():
     assert eta_seconds(100, 400, 0.1, {}) == pytest.approx(30)
 
 
-def test_reporter_step_events_count_the_measured_validation(tmp_path, monkeypatch):
-    clock = iter([0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
+def test_reporter_step_events_count_the_measured_rounds_and_rates_leave_them_out(
+        tmp_path, monkeypatch):
+    clock = iter([0.0, 1.0, 4.0, 5.0])
     monkeypatch.setattr("core.train.report.time.monotonic", lambda: next(clock))
-    reporter = Reporter(tmp_path, True, 10, every={"validation": 5})
+    reporter = Reporter(tmp_path, True, 10, every={"validation": 5, "eval": 2})
     reporter.took("validation", 12.0)  # the one before training
-    for step in (1, 2, 3):
-        reporter.step(step, 0.5, 1e-4, 0)
+    reporter.step(1, 0.5, 1e-4, 0)
+    reporter.step(2, 0.5, 1e-4, 0)
+    reporter.took("eval", 2.0)  # 3 s from step 2 to step 3, 2 of them eval
+    reporter.step(3, 0.5, 1e-4, 0)
     events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
-    etas = [e["eta_s"] for e in events if e["type"] == "step"]
-    # 1 s a step: at step 3, 7 steps and the rounds at 5 and 10 (12 s each) are left.
-    assert etas == [None, 8 + 24, 7 + 24]
+    steps = [e for e in events if e["type"] == "step"]
+    assert [e["it_s"] for e in steps] == [None, 1.0, 1.0]
+    # 1 s a step: at step 2, 8 steps and validation at 5 and 10 (12 s each) are left (no
+    # eval measured yet); at step 3, 7 steps, the same validation, eval at 4, 6, 8, 10.
+    assert [e["eta_s"] for e in steps] == [None, 8 + 24, 7 + 24 + 8]

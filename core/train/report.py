@@ -52,6 +52,7 @@ class Reporter:
         self._step_times: deque[float] = deque(maxlen=20)
         self._last_status = 0.0
         self._last_step_at: float | None = None
+        self._not_steps = 0.0  # seconds since the last step spent on rounds
         self._rounds = {kind: (n, deque(maxlen=ROUNDS_KEPT))
                         for kind, n in (every or {}).items()}
 
@@ -59,7 +60,7 @@ class Reporter:
         """A round of periodic work (`kind` of `every`) took `seconds`."""
         if kind in self._rounds:
             self._rounds[kind][1].append(seconds)
-        self.pause_clock()  # nor is it a step: the next step's time starts after it
+        self._not_steps += seconds  # nor is it part of the next step's time
 
     def eta(self, step: int) -> float | None:
         rounds = {kind: (n, list(times)) for kind, (n, times) in self._rounds.items()}
@@ -102,8 +103,8 @@ class Reporter:
         """One optimizer step finished: an event, a log line, status at most once a second."""
         now = time.monotonic()
         if self._last_step_at is not None:
-            self._step_times.append(now - self._last_step_at)
-        self._last_step_at = now
+            self._step_times.append(max(0.0, now - self._last_step_at - self._not_steps))
+        self._last_step_at, self._not_steps = now, 0.0
         if not self.is_main:
             return
         per_step = self.seconds_per_step()
@@ -118,6 +119,3 @@ class Reporter:
         # The line's format lives beside its parser (the CLI's progress line reads it).
         print(format_step_line(step, self.max_steps, loss, lr, rate, eta), flush=True)
 
-    def pause_clock(self) -> None:
-        """Validation and checkpoints are not training steps: keep them out of it/s."""
-        self._last_step_at = None

@@ -226,6 +226,7 @@ def test_out_of_range_numbers_are_named_by_label_and_the_checks_keep_up(tmp_path
             text = page.inner_text("#train-message")
             assert "train.learning_rate" in text and "greater than 0" in text, text
             assert "Learning rate" in page.inner_text("#check-panel")
+            page.locator("#train-message").screenshot(path=str(tmp_path / "launch-message.png"))
             set_field(page, "f-train-learning_rate", "0.0001")
             page.wait_for_function(f"!{message}.includes('Learning rate')")
             page.wait_for_selector("#check-panel .dt-ok", state="attached")

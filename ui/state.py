@@ -2,7 +2,8 @@
 conversion between form values and a `Config`.
 
 Form fields are generated from the config dataclasses' field metadata (label, help,
-choices, min/max, advanced), so a new config key shows up in the UI by itself. The
+choices, advanced), so a new config key shows up in the UI by itself; ranges (min/max)
+are the config check's, reported under the field's label (`field_label`). The
 dataset list is per-session state (`DatasetList`): the editor shows one dataset at a
 time, and every action reads the list *with the editor's current values applied*, so a
 click never acts on a half-committed form.

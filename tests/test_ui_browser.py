@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_ui_support import CHROMIUM_ARGS, chromium, running_app
+from test_ui_support import CHROMIUM_ARGS, chromium, free_port, running_app
 
 from core.config import load_config
 from core.presets import PRESETS_DIR
@@ -151,3 +151,96 @@ def launch_watch_and_stop(page, workspace: Path) -> None:
     page.wait_for_function("document.querySelector('#train-progress').innerText"
                            ".includes('stopped')", timeout=30_000)
     assert (workspace / "runs/demo/checkpoints").is_dir()
+
+
+# The marks Vega draws for each series of the loss plot: (series, stroke colour, path length).
+LINE_MARKS_JS = """Array.from(document.querySelectorAll(
+  '#loss-plot svg path[aria-roledescription="line mark"]')).map(e => [
+  (e.getAttribute('aria-label') || '').split('series: ')[1] || '',
+  e.getAttribute('stroke') || '', (e.getAttribute('d') || '').length])"""
+
+
+def test_live_loss_plot_draws_train_steps_that_arrive_after_the_first_eval(tmp_path: Path):
+    """The trainer evaluates at step 0, before any step: the plot's first data holds only
+    eval points, and the train curve that follows must still be drawn, with a legend."""
+    import gradio as gr
+    from playwright.sync_api import sync_playwright
+
+    from core.runs.status import append_event
+    from ui import run_views
+    from ui.context import AppContext
+
+    executable = chromium()
+    run = tmp_path / "ws/runs/live"
+    run.mkdir(parents=True)
+    append_event(run, {"type": "eval", "step": 0, "loss": 0.5, "loss_shuffled": 0.52})
+    ctx = AppContext(tmp_path / "ws")
+    following = run_views.follow(ctx, run, log_offset=0)
+    with gr.Blocks() as demo:
+        view = run_views.RunView(gr.State(None), gr.HTML(), gr.Textbox(),
+                                 run_views.loss_plot(), gr.Gallery(), gr.Textbox())
+        gr.Timer(0.3).tick(lambda: run_views.tick(ctx, view, following), None, view.polled())
+    demo.launch(server_port=free_port(), prevent_thread_lock=True, quiet=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        try:
+            page.goto(demo.local_url)
+            page.wait_for_function(f"{LINE_MARKS_JS}.length >= 2", timeout=60_000)
+            for step in range(1, 41):
+                append_event(run, {"type": "step", "step": step, "loss": 0.9 - step / 100})
+            page.wait_for_function(f"{LINE_MARKS_JS}.some(m => m[0] === 'train' && m[2] > 200)",
+                                   timeout=60_000)
+            marks = {name: stroke for name, stroke, _ in page.evaluate(LINE_MARKS_JS)}
+            assert marks["train"].startswith("#"), f"train drawn without a colour: {marks}"
+            assert len({marks["train"], marks["eval"], marks["eval (shuffled captions)"]}) == 3
+            legend = page.inner_text("#loss-plot")
+            assert "train" in legend and "eval (shuffled captions)" in legend
+        finally:
+            shot = tmp_path / "loss-plot.png"
+            page.locator("#loss-plot").screenshot(path=str(shot))
+            print(f"screenshot: {shot}")
+            browser.close()
+            demo.close()
+            ctx.close()
+
+
+def test_out_of_range_numbers_are_named_by_label_and_the_checks_keep_up(tmp_path: Path):
+    """A negative learning rate or 0 max steps is named by the field's label beside
+    Launch and in the check panel, goes when fixed, and never stops the live check."""
+    from playwright.sync_api import sync_playwright
+
+    executable = chromium()
+    with running_app(tmp_path / "ws") as (ctx, url), sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page.set_default_timeout(60_000)
+        message = "document.querySelector('#train-message').innerText"
+        try:
+            page.goto(url)
+            page.click("#preset-load")
+            page.wait_for_selector("#check-panel .dt-ok")
+            page.get_by_role("tab", name="Training").click()
+            set_field(page, "f-train-learning_rate", "-0.001")
+            page.wait_for_function(f"{message}.includes('Learning rate')")
+            text = page.inner_text("#train-message")
+            assert "train.learning_rate" in text and "greater than 0" in text, text
+            assert "Learning rate" in page.inner_text("#check-panel")
+            page.locator("#train-message").screenshot(path=str(tmp_path / "launch-message.png"))
+            set_field(page, "f-train-learning_rate", "0.0001")
+            page.wait_for_function(f"!{message}.includes('Learning rate')")
+            page.wait_for_selector("#check-panel .dt-ok", state="attached")
+            set_field(page, "f-train-max_steps", "0")
+            page.wait_for_function(f"{message}.includes('Max steps')")
+            page.get_by_role("tab", name="Dataset").click()
+            set_field(page, "ds-images", "no/such/folder")  # max steps still 0
+            page.wait_for_function("document.querySelector('#check-panel').innerText"
+                                   ".includes('Images folder (dataset 1)')")
+            panel = page.inner_text("#check-panel")
+            assert "Max steps" in panel and "datasets.0.images" in panel, panel
+            assert "minimum" not in page.inner_text("body"), "Gradio's own range toast"
+        finally:
+            shot = tmp_path / "form-problems.png"
+            page.screenshot(path=str(shot), full_page=True)
+            print(f"screenshot: {shot}")
+            browser.close()

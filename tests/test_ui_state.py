@@ -175,6 +175,31 @@ def test_follower_reads_only_new_bytes_collapses_progress_and_tracks_losses(tmp_
     assert [r[2] for r in f.plot_rows()] == ["train", "eval", "eval (shuffled captions)"]
 
 
+def test_every_plot_frame_names_every_series_so_train_steps_after_the_eval_show(tmp_path):
+    """The browser keeps the colours of the first frame's series: the step-0 eval comes
+    first, so the train steps that follow must be a series the first frame named."""
+    import math
+
+    from ui.run_views import Following, plot_frame
+
+    run = tmp_path / "run"
+    run.mkdir()
+    f = Following(RunFollower(run, log_offset=0))
+    assert set(plot_frame(f)["series"]) == {"train", "eval", "eval (shuffled captions)"}
+    append_event(run, {"type": "eval", "step": 0, "loss": 0.5, "loss_shuffled": 0.52})
+    f.follower.poll()
+    first = plot_frame(f)
+    assert set(first["series"]) == {"train", "eval", "eval (shuffled captions)"}
+    assert all(math.isnan(v) for v in first[first["series"] == "train"]["loss"])
+    for step in (1, 2, 3):
+        append_event(run, {"type": "step", "step": step, "loss": 1.0 / step})
+    f.follower.poll()
+    mid = plot_frame(f)
+    train = mid[mid["series"] == "train"]
+    assert list(train["step"]) == [1, 2, 3] and list(train["loss"]) == [1.0, 0.5, 1 / 3]
+    assert str(mid["step"].dtype) == "int64" and str(mid["loss"].dtype) == "float64"
+
+
 def test_watcher_sees_a_renamed_png_at_once_and_ignores_temp_files(tmp_path):
     from PIL import Image
 

@@ -67,19 +67,20 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: gr.Time
           config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """Every event but the Cache tab's and the captioning's; returns the live check and
     the preview refresh, as event arguments."""
-    check_outputs = [dataset.check_html, dataset.histogram, config.toml]
+    check_outputs = [dataset.check_html, dataset.histogram, config.toml, train.message]
 
     @guarded("Check")
     def live_check(data: dict[Any, Any]) -> dict[Any, Any]:
         cfg, problems = form.read(data)
-        return {**tab_dataset.check_view(ctx, dataset, cfg, problems),
-                config.toml: presets.toml_text(cfg)}
+        view, report = tab_dataset.check_view(ctx, dataset, cfg, problems)
+        return {**view, config.toml: presets.toml_text(cfg),
+                train.message: tab_train.form_message(report.problems, data[train.message])}
 
-    live = {"fn": live_check, "inputs": form.inputs(), "outputs": check_outputs,
-            "api_visibility": "private", "show_progress": "hidden"}
+    live = {"fn": live_check, "inputs": form.inputs() | {train.message},
+            "outputs": check_outputs, "api_visibility": "private", "show_progress": "hidden"}
     fields = [*form.editor.values(), *form.fields.values()]
     gr.on([c.change for c in fields], trigger_mode="always_last", **live)
-    tab_dataset.wire(ctx, form, dataset, check_outputs, live_check)
+    tab_dataset.wire(ctx, form, dataset, live)
     runs_refresh = {"fn": lambda: tab_runs.runs_view(ctx, runs), "inputs": None,
                     "outputs": [runs.table, runs.choice, runs.loras],
                     "api_visibility": "private"}

@@ -39,9 +39,10 @@ def make_component(spec: FieldSpec, value: Any = None, **extra: Any) -> gr.compo
     if spec.type is bool:
         return gr.Checkbox(**common)
     if spec.type in (int, float):
-        lo, hi = spec.meta.get("min"), spec.meta.get("max")
-        return gr.Number(minimum=lo, maximum=hi, precision=0 if spec.type is int else None,
-                         **common)
+        # No minimum/maximum: Gradio would reject the whole event on a value out of range
+        # (a toast without the field's name, and no live check until it is fixed); the
+        # config check reports ranges instead, naming the field.
+        return gr.Number(precision=0 if spec.type is int else None, **common)
     if spec.is_list:
         return gr.Textbox(lines=3, info=common.pop("info", None) or "one per line", **common)
     return gr.Textbox(**common)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from core.problems import Problem, errors, errors_first, warnings
 from core.runs.folder import RunFolder
+from ui.state import field_label
 
 BAR = ("<div class='dt-bar' style='background:#e5e7eb;border-radius:6px;height:14px;"
        "overflow:hidden'><div style='background:{color};height:100%;width:{pct:.1f}%'>"
@@ -34,8 +35,18 @@ def problems_html(problems: list[Problem], ok_text: str = "No problems found.") 
     for p in errors_first(problems):
         color = "#dc2626" if p.level == "error" else "#b45309"
         items.append(f"<li class='dt-{p.level}'><span style='color:{color}'>{p.level}</span>: "
-                     f"<code>{esc(p.where)}</code>: {esc(p.message)}</li>")
+                     f"{where_html(p.where)}: {esc(p.message)}</li>")
     return f"<div class='dt-problems'>{head}<ul>{''.join(items)}</ul></div>"
+
+
+def where_html(where: str) -> str:
+    """A problem's field as the form labels it, the config key after it in small print
+    (the key is what the TOML and `--set` use); a key the form lacks, or a path, as is."""
+    label = field_label(where)
+    if label is None:
+        return f"<code>{esc(where)}</code>"
+    return (f"<b class='dt-label'>{esc(label)}</b> "
+            f"<small style='color:#6b7280'><code>{esc(where)}</code></small>")
 
 
 def message_html(text: str, level: str = "info", problems: list[Problem] | None = None) -> str:

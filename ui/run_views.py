@@ -21,7 +21,7 @@ import gradio as gr
 
 from core.config import load_config
 from core.runs.folder import RunFolder
-from core.runs.follow import RunFollower
+from core.runs.follow import SERIES, RunFollower
 from core.runs.memory import format_memory
 from core.runs.registry import run_info
 from core.runs.tail import LogTail
@@ -118,6 +118,17 @@ class RunView:
 # ---------------------------------------------------------------- data
 
 
+# Pale train curve (one noisy point a step) under the two eval curves it would hide.
+SERIES_COLORS = dict(zip(SERIES, ("#93c5fd", "#16a34a", "#dc2626"), strict=True))
+
+
+def loss_plot() -> gr.LinePlot:
+    """The loss plot of the Training tab (the browser test builds the same one). No fixed
+    height: a fixed one clips the legend below the axis down to its title."""
+    return gr.LinePlot(x="step", y="loss", color="series", color_title="",
+                       color_map=SERIES_COLORS, label="Loss", elem_id="loss-plot", scale=2)
+
+
 def gallery_items(ctx: AppContext, f: Following) -> tuple[int, list]:
     version, images = ctx.watchers.get(f.run_dir).snapshot()
     items = []
@@ -140,11 +151,15 @@ def servable(ctx: AppContext, path: Path) -> Any:
 
 
 def plot_frame(f: Following) -> Any:
+    """The loss plot's data: every series in every frame, a series with no point yet as
+    one empty (NaN) row. The browser fixes the plot's colours to the series of the
+    first frame it draws and never redraws them: the trainer evaluates at step 0, so
+    without the empty rows the train curve that follows had no colour and never showed."""
     import pandas as pd
 
-    rows = f.follower.plot_rows()
-    if not rows:  # None, not an empty frame: a plot that got one never draws lines later
-        return None
+    rows: list[tuple[int, float, str]] = f.follower.plot_rows()
+    present = {series for _, _, series in rows}
+    rows += [(0, float("nan"), series) for series in SERIES if series not in present]
     frame = pd.DataFrame(rows, columns=["step", "loss", "series"])
     # Typed, so the axes are quantitative whatever pandas infers.
     return frame.astype({"step": "int64", "loss": "float64", "series": "str"})

@@ -2,7 +2,8 @@
 conversion between form values and a `Config`.
 
 Form fields are generated from the config dataclasses' field metadata (label, help,
-choices, min/max, advanced), so a new config key shows up in the UI by itself. The
+choices, advanced), so a new config key shows up in the UI by itself; ranges (min/max)
+are the config check's, reported under the field's label (`field_label`). The
 dataset list is per-session state (`DatasetList`): the editor shows one dataset at a
 time, and every action reads the list *with the editor's current values applied*, so a
 click never acts on a half-committed form.
@@ -62,6 +63,18 @@ def dataset_specs() -> list[FieldSpec]:
 
 def all_section_specs() -> list[FieldSpec]:
     return [spec for name in SECTION_TYPES for spec in section_specs(name)]
+
+
+def field_label(where: str) -> str | None:
+    """The on-screen label of the field a problem's key names ("train.learning_rate":
+    "Learning rate"; "datasets.0.images": "Images folder (dataset 1)"), None for a key
+    the form does not show (or a path)."""
+    parts = where.split(".")
+    if len(parts) == 3 and parts[0] == "datasets" and parts[1].isdigit():
+        spec = next((s for s in dataset_specs() if s.name == parts[2]), None)
+        return None if spec is None else f"{spec.label} (dataset {int(parts[1]) + 1})"
+    spec = next((s for s in all_section_specs() if s.key == where), None)
+    return None if spec is None else spec.label
 
 
 # ---------------------------------------------------------------- values <-> config

@@ -15,6 +15,7 @@ from typing import Any
 
 import gradio as gr
 
+from core.check import CheckReport
 from core.config import Config, resolved
 from ui import actions, render
 from ui.context import AppContext
@@ -142,8 +143,9 @@ def histogram_rows(report) -> Any:
 
 
 def check_view(ctx: AppContext, tab: DatasetTab, cfg: Config,
-               form_problems: list) -> dict[Any, Any]:
-    """The check panel (problems, or what is ready) and the bucket histogram."""
+               form_problems: list) -> tuple[dict[Any, Any], CheckReport]:
+    """The check panel (problems, or what is ready), the bucket histogram, and the report
+    they show (the Training tab shows its errors too)."""
     # The Training tab shows the memory estimate, cached; this panel re-checks on edits.
     report = actions.check(ctx, cfg, form_problems, estimate=False)
     summary = [f"{ds.id}: {ds.images} image(s)" for ds in report.datasets]
@@ -151,7 +153,7 @@ def check_view(ctx: AppContext, tab: DatasetTab, cfg: Config,
         summary.append(f"{report.steps_per_epoch} steps per epoch")
     ok = "Ready to cache and train. " + "; ".join(summary)
     return {tab.check_html: render.problems_html(report.problems, ok),
-            tab.histogram: histogram_rows(report)}
+            tab.histogram: histogram_rows(report)}, report
 
 
 def thumbnail(path: Path) -> Any:
@@ -216,9 +218,8 @@ def preview_event(ctx: AppContext, form: Form, tab: DatasetTab) -> dict[str, Any
             "api_visibility": "private"}
 
 
-def wire(ctx: AppContext, form: Form, tab: DatasetTab, check_outputs: list,
-         live_check: Any) -> None:
-    """Events of the tab; `live_check` is the app's check handler (shared with others)."""
+def wire(ctx: AppContext, form: Form, tab: DatasetTab, live: dict[str, Any]) -> None:
+    """Events of the tab; `live` is the app's check event (shared with others)."""
     ins, outs = form.inputs() | {form.selector}, form.outputs()
     preview = preview_event(ctx, form, tab)
     list_edits = ((form.selector.input, "Select dataset", lambda d: on_select(form, d)),
@@ -228,8 +229,7 @@ def wire(ctx: AppContext, form: Form, tab: DatasetTab, check_outputs: list,
                   (tab.down.click, "Move dataset", lambda d: on_move(form, d, 1)))
     for trigger, what, edit in list_edits:
         trigger(guarded(what)(edit), ins, outs, api_visibility="private").then(
-            live_check, form.inputs(), check_outputs, api_visibility="private",
-            show_progress="hidden").then(**preview)
+            **live).then(**preview)
     for name in ("images", "caption", "instance_prompt"):
         component = form.editor[name]
         triggers = [component.blur, component.submit] if name != "caption" else [

@@ -13,6 +13,7 @@ from typing import Any
 import gradio as gr
 
 from core.config import Config
+from core.problems import Problem, errors
 from ui import actions, render, run_views
 from ui.actions import ActionError
 from ui.context import AppContext
@@ -66,8 +67,7 @@ def build(form: Form) -> TrainTab:
     with gr.Row():
         log = gr.Textbox(label="Log", lines=16, max_lines=16, interactive=False,
                          autoscroll=True, elem_id="train-log", scale=3)
-        plot = gr.LinePlot(x="step", y="loss", color="series", label="Loss",
-                           elem_id="loss-plot", height=300, scale=2)
+        plot = run_views.loss_plot()
     gallery = gr.Gallery(label="Validation images (newest first)", columns=6, height=320,
                          elem_id="validation-gallery", allow_preview=True)
     command = gr.Textbox(label="Reproduce this run from the command line", lines=6,
@@ -95,6 +95,17 @@ def memory_view(ctx: AppContext, cfg: Config, last: dict[str, Any]) -> str:
         last.update(key=key, text="\n\n".join(
             _markdown_text(line.strip()) for line in (estimate.lines() if estimate else [])))
     return last["text"]
+
+
+def form_message(problems: list[Problem], current: str | None) -> Any:
+    """The message under Launch follows the form: its errors while it has any (a launch
+    would be refused for them), named by their labels; an older refusal goes once the
+    form changes without errors; a launch's own message stays."""
+    if errors(problems):
+        return f"<div class='dt-form-check'>{render.problems_html(problems)}</div>"
+    if current and ("dt-msg-error" in current or "dt-form-check" in current):
+        return ""
+    return gr.skip()
 
 
 def _markdown_text(line: str) -> str:

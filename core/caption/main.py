@@ -146,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workspace", required=True)
     parser.add_argument("--events", help="append progress events (JSON lines) here")
     args = parser.parse_args(argv)
+    from core.startup import quiet_library_notices
+
+    quiet_library_notices()  # caption.log shows what the user needs
     workspace = Path(args.workspace).expanduser().absolute()
     try:
         return _main(Path(args.config), workspace, Path(args.events) if args.events else None)

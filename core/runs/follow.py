@@ -17,12 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from core.runs.folder import RunFolder
+from core.runs.progress import parse_step_line, report_every
 from core.runs.status import FINAL_STATES, read_status
 from core.runs.tail import EventTail, LogTail
 
 MAX_LINES = 400  # log lines kept for display
 REOPEN_BYTES = 64 << 10  # reopening a run shows the end of its log, not all of it
 MAX_POINTS = 2000  # series longer than this are thinned for the plot
+TRAIN, EVAL, EVAL_SHUFFLED = "train", "eval", "eval (shuffled captions)"
+SERIES = (TRAIN, EVAL, EVAL_SHUFFLED)  # every series the loss plot can show, in order
 
 
 @dataclass
@@ -58,6 +61,7 @@ class RunFollower:
     plot_version: int = 0
     status_version: int = 0
     partial: str = ""
+    step_line: str = ""  # the newest step line, shown last until a newer line comes
     _status_stamp: Any = None
 
     def __post_init__(self) -> None:
@@ -74,12 +78,27 @@ class RunFollower:
         new = self._log.read()
         partial = self._log.partial
         if new or partial != self.partial:
-            self.lines.extend(new)
+            self._take_lines(new)
             self.partial = partial
             self.log_version += 1
         self._read_events()
         self._read_status()
         return self
+
+    def _take_lines(self, new: list[str]) -> None:
+        """Keep every line but most step lines: one a step would bury the rest (the
+        progress bar and the plot show every step). A tenth of the run's step lines stay
+        (`report_every`, as in a headless log), and the newest one until a newer line."""
+        for line in new:
+            step = parse_step_line(line)
+            if step is None:
+                self.step_line = ""
+                self.lines.append(line)
+            elif step.step % report_every(step.max_steps) == 0 or step.step >= step.max_steps:
+                self.step_line = ""
+                self.lines.append(line)
+            else:
+                self.step_line = line
 
     def _read_events(self) -> None:
         events = self._events.read()
@@ -94,7 +113,7 @@ class RunFollower:
             elif kind == "eval":
                 for name in ("loss", "loss_shuffled"):
                     if isinstance(event.get(name), (int, float)):
-                        series = "eval" if name == "loss" else "eval (shuffled captions)"
+                        series = EVAL if name == "loss" else EVAL_SHUFFLED
                         self.evals.append((int(step or 0), series, float(event[name])))
                         changed = True
         if changed:
@@ -129,7 +148,7 @@ class RunFollower:
         self.status_version += 1
 
     def log_text(self) -> str:
-        text = "\n".join(self.lines)
+        text = "\n".join([*self.lines, self.step_line] if self.step_line else self.lines)
         if self.partial.strip():
             text += ("\n" if text else "") + self.partial
         return text
@@ -137,7 +156,7 @@ class RunFollower:
     def plot_rows(self) -> list[tuple[int, float, str]]:
         """(step, loss, series) rows for a line plot, thinned to MAX_POINTS per series."""
         train = _thin(self.losses)
-        rows = [(s, v, "train") for s, v in train]
+        rows = [(s, v, TRAIN) for s, v in train]
         rows += [(s, v, name) for s, name, v in self.evals]
         return rows
 

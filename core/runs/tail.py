@@ -15,18 +15,22 @@ import os
 from pathlib import Path
 from typing import Any
 
+from core.runs.progress import strip_escapes
+
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 4 << 20  # at most this many bytes per call, so one poll stays cheap
 
 
 def collapse_cr(line: str) -> str:
-    """What a terminal shows for a line with `\\r` progress updates: the last segment.
+    """What a terminal shows for a line with `\\r` progress updates: the last segment,
+    without control sequences (tqdm's cursor moves between nested bars, colours).
 
-    A trailing `\\r` (a `\\r\\n` line end, or tqdm's final redraw) is not a new segment.
+    An empty segment (a `\\r\\n` line end, tqdm's final redraw, a bare cursor move) is
+    not a new one: the bar's last state stays.
     """
-    stripped = line.rstrip("\r")
-    return stripped[stripped.rfind("\r") + 1:]
+    segments = [s for s in strip_escapes(line).split("\r") if s]
+    return segments[-1] if segments else ""
 
 
 class _ByteTail:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -128,6 +129,7 @@ class Loop:
         return self.s.accelerator
 
     def eval(self, step: int) -> None:
+        started = time.monotonic()
         if self.acc.is_main_process and self.eval_set is not None:
             unwrapped = _unwrapped(self.s.components)
             # A trained text encoder re-encodes the eval captions as it is now.
@@ -135,10 +137,13 @@ class Loop:
             with self.acc.autocast():
                 result = evaluate(self.s.family, unwrapped, self.eval_set, self.acc.device,
                                   self.s.weight_dtype, text)
-            self.reporter.eval(step, result)
+            self.reporter.eval(step, result, _since(started))
         self.acc.wait_for_everyone()
+        if self.eval_set is not None:
+            self.reporter.took("eval", time.monotonic() - started)
 
     def validate(self, step: int) -> None:
+        started = time.monotonic()
         if self.acc.is_main_process and self.cfg.validation.prompts:
             # The pipeline runs in the denoiser's dtype, from the prompts encoded up front,
             # or encoded now by the text encoders a LoRA trains.
@@ -150,13 +155,17 @@ class Loop:
             paths = generate_validation_images(self.s.family, self.s.components,
                                                self.cfg.validation, self.run_dir, step,
                                                self.acc.device, texts)
-            self.reporter.validation(step, paths, self.cfg.validation.prompts)
+            self.reporter.validation(step, paths, self.cfg.validation.prompts,
+                                     _since(started))
             write_validation_grid(self.run_dir, self.cfg.validation.prompts)
         self.acc.wait_for_everyone()
+        if self.cfg.validation.prompts:
+            self.reporter.took("validation", time.monotonic() - started)
 
     def checkpoint(self, step: int) -> None:
         if step == self.last_saved_step:
             return
+        started = time.monotonic()
         state = TrainState(step=step, epoch=self.s.sampler.epoch,
                            sampler=self.s.sampler.state_dict())
         folder = save_checkpoint(
@@ -166,6 +175,7 @@ class Loop:
             meta={"method": self.cfg.train.method, "family": self.cfg.model.family},
             keep=self.cfg.train.keep_checkpoints)
         self.last_saved_step = step
+        self.reporter.took("checkpoint", time.monotonic() - started)
         if folder is not None:
             self.reporter.event("checkpoint", step=step, path=str(folder))
             self.reporter.say(f"checkpoint saved: {folder}")
@@ -220,16 +230,17 @@ class Loop:
     def periodic(self, step: int, final: bool) -> None:
         if final or step % self.cfg.train.eval_every == 0:
             self.eval(step)
+        # Each round tells the reporter its time (`took`): kept out of it/s, counted in
+        # the ETA.
         if final or step % self.cfg.validation.every == 0:
-            self.reporter.pause_clock()
             self.validate(step)
         if not final and step % self.cfg.train.checkpoint_every == 0:
-            self.reporter.pause_clock()
             self.checkpoint(step)
         if not final and epoch_save_due(self.cfg.train.save_every_epochs, self.s.sampler.epoch,
                                         self.s.sampler.epoch_complete):
-            self.reporter.pause_clock()  # the last step's save comes with its checkpoint
+            started = time.monotonic()  # the last step's save comes with its checkpoint
             self.save_lora_step(step)
+            self.reporter.took("lora_save", time.monotonic() - started)
 
     def run(self, start_step: int) -> str:
         """Train to max_steps; returns the final state: done or stopped."""
@@ -274,6 +285,10 @@ class Loop:
             self.s.ema.copy_to(self.s.params)
         self.save_weights()
         self.reporter.memory(self.s.memory.snapshot("peak"))
+
+
+def _since(started: float) -> float:
+    return round(time.monotonic() - started, 3)
 
 
 def _gather(obj: Any) -> list[Any]:

@@ -81,10 +81,13 @@ def make_reporter(cfg: Any, accelerator: Any, run_dir: Path) -> Any:
     from core.train.report import Reporter
 
     machine = cfg.launch.machine_rank if cfg.launch.num_machines > 1 else 0
+    every = {"eval": cfg.train.eval_every, "validation": cfg.validation.every,
+             "checkpoint": cfg.train.checkpoint_every}
     if accelerator.is_main_process or machine == 0:
-        return Reporter(run_dir, accelerator.is_main_process, cfg.train.max_steps)
+        return Reporter(run_dir, accelerator.is_main_process, cfg.train.max_steps, every)
     folder = RunFolder(run_dir).machine(machine)
-    return Reporter(folder.root, accelerator.is_local_main_process, cfg.train.max_steps)
+    return Reporter(folder.root, accelerator.is_local_main_process, cfg.train.max_steps,
+                    every)
 
 
 def check_ranks(cfg: Any, accelerator: Any, reporter: Any) -> None:
@@ -106,13 +109,9 @@ def check_ranks(cfg: Any, accelerator: Any, reporter: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import logging
+    from core.startup import load_resolved_config, quiet_library_notices
 
-    from core.models.memory import IMPORT_NOISE_LOGGERS
-    from core.startup import load_resolved_config
-
-    for name in IMPORT_NOISE_LOGGERS:  # notices, not problems: keep train.log readable
-        logging.getLogger(name).setLevel(logging.ERROR)
+    quiet_library_notices()  # notices, not problems: keep train.log readable
     workspace = Path(args.workspace).absolute()
     cfg = load_resolved_config(Path(args.config), workspace)
     if cfg is None:

@@ -19,10 +19,36 @@ if TYPE_CHECKING:
     from core.train.trackers import Tracking
 
 STATUS_EVERY_S = 1.0
+ROUNDS_KEPT = 5  # a round's expected duration: the mean of its last few
+
+
+def rounds_left(step: int, max_steps: int, every: int) -> int:
+    """How many rounds of work done every `every` steps and once at the end (eval,
+    validation, checkpoints: core/train/loop.py's `periodic` and `finish`) are still to
+    come once step `step` finished: the one at `step` itself counts, as it runs after the
+    step is reported."""
+    if every <= 0 or step > max_steps:
+        return 0
+    return max_steps // every - (step - 1) // every + (1 if max_steps % every else 0)
+
+
+def eta_seconds(step: int, max_steps: int, per_step: float | None,
+                rounds: dict[str, tuple[int, list[float]]]) -> float | None:
+    """Seconds left: the steps at `per_step`, plus each kind of round still to come at
+    the mean duration measured in this run (`rounds`: kind -> (every, durations)). A kind
+    not measured yet adds nothing; None until a step time is known."""
+    if per_step is None:
+        return None
+    extra = sum(rounds_left(step, max_steps, every) * sum(durations) / len(durations)
+                for every, durations in rounds.values() if durations)
+    return round(per_step * (max_steps - step) + extra, 1)
 
 
 class Reporter:
-    def __init__(self, run_dir: Path, is_main: bool, max_steps: int) -> None:
+    def __init__(self, run_dir: Path, is_main: bool, max_steps: int,
+                 every: dict[str, int] | None = None) -> None:
+        """`every`: the periodic work besides steps, by kind ("eval": 50, ...), whose
+        measured durations (`took`) the ETA counts in."""
         self.run_dir = run_dir
         self.is_main = is_main
         self.max_steps = max_steps
@@ -30,6 +56,19 @@ class Reporter:
         self._last_status = 0.0
         self._last_step_at: float | None = None
         self.tracking: Tracking | None = None  # TensorBoard / W&B, once they started
+        self._not_steps = 0.0  # seconds since the last step spent on rounds
+        self._rounds = {kind: (n, deque(maxlen=ROUNDS_KEPT))
+                        for kind, n in (every or {}).items()}
+
+    def took(self, kind: str, seconds: float) -> None:
+        """A round of periodic work (`kind` of `every`) took `seconds`."""
+        if kind in self._rounds:
+            self._rounds[kind][1].append(seconds)
+        self._not_steps += seconds  # nor is it part of the next step's time
+
+    def eta(self, step: int) -> float | None:
+        rounds = {kind: (n, list(times)) for kind, (n, times) in self._rounds.items()}
+        return eta_seconds(step, self.max_steps, self.seconds_per_step(), rounds)
 
     def say(self, line: str) -> None:
         if self.is_main:
@@ -45,17 +84,20 @@ class Reporter:
         if self.is_main:
             append_event(self.run_dir, {"type": kind, **fields})
 
-    def eval(self, step: int, result: dict[str, Any]) -> None:
-        """An `eval` event (core/train/evaluation.py's figures), a log line, the trackers."""
-        self.event("eval", step=step, **result)
+    def eval(self, step: int, result: dict[str, Any], seconds: float) -> None:
+        """An `eval` event (core/train/evaluation.py's figures, the time it took), a log
+        line, the trackers."""
+        self.event("eval", step=step, seconds=seconds, **result)
         self.say(f"eval step {step}: loss {result['loss']:.4f} "
                  f"loss_shuffled {result['loss_shuffled']:.4f}")
         if self.tracking is not None:
             self.tracking.eval(step, result)
 
-    def validation(self, step: int, paths: list[Path], prompts: list[str]) -> None:
-        """A `validation` event, a log line, the images to the trackers."""
-        self.event("validation", step=step, images=[str(p) for p in paths])
+    def validation(self, step: int, paths: list[Path], prompts: list[str],
+                   seconds: float) -> None:
+        """A `validation` event (with the time it took), a log line, the images to the
+        trackers."""
+        self.event("validation", step=step, images=[str(p) for p in paths], seconds=seconds)
         if paths:
             self.say(f"validation images for step {step}: {paths[0].parent}")
         if self.tracking is not None:
@@ -91,12 +133,12 @@ class Reporter:
         """One optimizer step finished: an event, a log line, status at most once a second."""
         now = time.monotonic()
         if self._last_step_at is not None:
-            self._step_times.append(now - self._last_step_at)
-        self._last_step_at = now
+            self._step_times.append(max(0.0, now - self._last_step_at - self._not_steps))
+        self._last_step_at, self._not_steps = now, 0.0
         if not self.is_main:
             return
         per_step = self.seconds_per_step()
-        eta = None if per_step is None else round(per_step * (self.max_steps - step), 1)
+        eta = self.eta(step)
         rate = None if not per_step else round(1.0 / per_step, 3)
         append_event(self.run_dir, {"type": "step", "step": step, "loss": loss, "lr": lr,
                                     "epoch": epoch, "it_s": rate, "eta_s": eta})
@@ -109,6 +151,3 @@ class Reporter:
         # The line's format lives beside its parser (the CLI's progress line reads it).
         print(format_step_line(step, self.max_steps, loss, lr, rate, eta), flush=True)
 
-    def pause_clock(self) -> None:
-        """Validation and checkpoints are not training steps: keep them out of it/s."""
-        self._last_step_at = None

@@ -109,10 +109,11 @@ def wait_for(predicate, timeout: float, what: str):
 
 def test_a_ui_launch_queues_behind_a_live_run_and_starts_after_a_restart(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from ui import actions
+    from ui import actions, tab_runs
     from ui.context import AppContext
 
     monkeypatch.setattr("core.runs.command.TRAINER_MODULE", FAKE_TRAINER)
+    tab = tab_runs.RunsTab(*(object() for _ in range(14)))  # keys only: no Blocks needed
     ws = tmp_path / "ws"
     live_dir, sleeper = fake_live_run(ws)
     ctx = AppContext(ws, monitor=False)
@@ -128,6 +129,9 @@ def test_a_ui_launch_queues_behind_a_live_run_and_starts_after_a_restart(
         assert ops.start_next_queued(ws) is None, "nothing starts while a run is live"
 
         assert actions.move_queued(ctx, c.run_dir, -1) == [c.run_dir, b.run_dir]
+        assert [row[:2] for row in tab_runs.queue_rows(ctx)] == [[1, "runs/c"], [2, "runs/b"]]
+        confirm = tab_runs.chosen_view(ctx, tab, str(b.run_dir))[tab.confirm]
+        assert "deletes runs/b" in confirm.label and confirm.value is False
         actions.cancel_queued(ctx, b.run_dir)
         assert read_status(b.run_dir).state == "cancelled"
         assert RunFolder(b.run_dir).config.exists(), "cancelling deletes nothing"

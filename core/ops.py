@@ -323,12 +323,22 @@ def resume(run_dir: Path, workspace: Path, checkpoint: str = "latest", *,
     return launch(cfg, workspace, resume=checkpoint, queue=queue)
 
 
-def stop(run_dir: Path, grace_s: float, handle: RunHandle | None = None) -> str:
+def stop(run_dir: Path, grace_s: float, handle: RunHandle | None = None,
+         workspace: Path | None = None) -> str:
     """Stop a run (the trainer saves first); its final state. A run found dead is
-    recorded as failed."""
+    recorded as failed; a queued run of `workspace`'s queue is cancelled (it never
+    started)."""
     from core.runs.manager import stop_run
+    from core.runs.queue import QueueError, cancel_queued, is_queued
 
-    return stop_run(_run_folder(run_dir), grace_s=grace_s, handle=handle).state
+    folder = _run_folder(run_dir)
+    if workspace is not None and is_queued(folder.root):
+        try:
+            cancel_queued(workspace, folder.root)
+            return "cancelled"
+        except QueueError:  # it started meanwhile: stop it as any run
+            pass
+    return stop_run(folder, grace_s=grace_s, handle=handle).state
 
 
 def run_status(run_dir: Path) -> RunInfo:

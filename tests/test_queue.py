@@ -135,6 +135,8 @@ def test_a_ui_launch_queues_behind_a_live_run_and_starts_after_a_restart(
         actions.cancel_queued(ctx, b.run_dir)
         assert read_status(b.run_dir).state == "cancelled"
         assert RunFolder(b.run_dir).config.exists(), "cancelling deletes nothing"
+        e = actions.launch(ctx, workspace_config(ws, "runs/e"))
+        assert actions.stop(ctx, e.run_dir) == "cancelled", "Stop on a queued run cancels it"
         assert ops.queued_runs(ws) == [c.run_dir]
         with pytest.raises(actions.ActionError, match="not queued.*cancelled"):
             actions.cancel_queued(ctx, b.run_dir)

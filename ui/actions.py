@@ -87,7 +87,8 @@ def stop(ctx: AppContext, run_dir: str | Path, grace_s: float = STOP_GRACE_S) ->
     """Stop a run (the trainer saves first); returns its final state."""
     run_dir = Path(run_dir)
     with refusals(), ctx.exclusive(run_dir):
-        state = ops.stop(run_dir, grace_s, handle=ctx.handle(run_dir))
+        state = ops.stop(run_dir, grace_s, handle=ctx.handle(run_dir),
+                         workspace=ctx.workspace)
     ctx.forget(run_dir)
     return state
 

@@ -253,3 +253,26 @@ def test_downloads_offer_the_runs_files_and_refuse_others(tmp_path: Path):
     (run_dir / "lora/step_000004/evil.safetensors").symlink_to(secret)
     with pytest.raises(ops.OpError, match="outside the workspace"):
         ops.run_downloads(run_dir, ws)
+
+
+def test_runs_tab_delete_needs_the_tick_then_deletes_and_relists(tmp_path: Path):
+    import gradio as gr
+
+    from ui.app import build_app
+    from ui.context import AppContext
+
+    ws = tmp_path / "ws"
+    run_dir = str(finished_run(ws, "old").resolve())
+    ctx = AppContext(ws, monitor=False)
+    try:
+        demo = build_app(ctx)
+        delete = next(f.fn for f in demo.fns.values() if f.fn and f.fn.__name__ == "delete")
+        with pytest.raises(gr.Error, match="I understand this deletes runs/old"):
+            delete(run_dir, False, None)  # the Delete button without the tick
+        assert Path(run_dir).is_dir()
+        out = delete(run_dir, True, None)
+        assert not Path(run_dir).exists()
+        table = next(v for k, v in out.items() if getattr(k, "elem_id", "") == "runs-table")
+        assert table == [], "the run list no longer shows it"
+    finally:
+        ctx.close()

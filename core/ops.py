@@ -186,10 +186,15 @@ def start_caption(cfg: Config, workspace: Path, *, running: CaptionJob | None = 
 
 @dataclass
 class Launched:
-    handle: RunHandle
+    """A run started, or (`handle` None, `queued` its place) queued behind a live one."""
+
+    handle: RunHandle | None
     command: str
     check_warnings: list[Problem] = field(default_factory=list)
     folder_notes: list[Problem] = field(default_factory=list)  # e.g. a resume's differences
+    queued: int | None = None  # 1 = the next to start
+    queued_dir: Path | None = None
+    queued_behind: str = ""  # what it waits for, in words
 
     @property
     def warnings(self) -> list[Problem]:
@@ -197,11 +202,14 @@ class Launched:
 
     @property
     def run_dir(self) -> Path:
-        return self.handle.run_dir
+        return self.handle.run_dir if self.handle is not None else Path(self.queued_dir or "")
 
     @property
     def log_offset(self) -> int:
-        return self.handle.log_offset
+        if self.handle is not None:
+            return self.handle.log_offset
+        log = RunFolder(self.run_dir).log  # a queued resume: show only the coming launch
+        return log.stat().st_size if log.exists() else 0
 
 
 def saved_config(run_dir: Path) -> Config:
@@ -219,7 +227,7 @@ def saved_config(run_dir: Path) -> Config:
 
 def launch(cfg: Config, workspace: Path, *, resume: str | None = None,
            extra_problems: list[Problem] | None = None,
-           checked: CheckReport | None = None) -> Launched:
+           checked: CheckReport | None = None, queue: bool = False) -> Launched:
     """Start training `cfg` into its output.dir, or (`resume`: "latest" or a checkpoint)
     continue the run there.
 
@@ -229,13 +237,35 @@ def launch(cfg: Config, workspace: Path, *, resume: str | None = None,
     that differ are returned as warnings. Machine N > 0 of a multi-machine run joins
     machine 0's run folder with a folder of its own (`machines/N/`), which its handle
     follows. `checked` skips the check when the caller just ran it on `cfg`.
+
+    `queue` (the web UI): while a run of the workspace is live or others wait, the
+    prepared run is queued instead (`Launched.queued`), and `start_next_queued` starts
+    it later. A multi-machine run is never queued: its machines must start together.
     """
-    from core.runs.command import build_accelerate_command, format_command
-    from core.runs.manager import RunStartError, start_run
+    from core.runs.queue import queue_lock
 
     what = "resuming" if resume else "the launch"
     report = require_ok(cfg, workspace, what, extra_problems, checked)
     run_dir = output_dir(cfg, workspace)
+    if not queue or cfg.launch.num_machines > 1:
+        return _start(cfg, workspace, run_dir, resume, report)
+    with queue_lock(workspace):  # the monitor's check-then-start takes it too
+        behind = _waiting_for(workspace)
+        if not behind:
+            return _start(cfg, workspace, run_dir, resume, report)
+        from core.runs.queue import queue_run
+
+        _, _, notes = _prepare_folder(cfg, run_dir, resume)
+        place = queue_run(workspace, run_dir, resume)
+        return Launched(None, "", warnings(report.problems), notes, queued=place,
+                        queued_dir=run_dir, queued_behind=behind)
+
+
+def _start(cfg: Config, workspace: Path, run_dir: Path, resume: str | None,
+           report: CheckReport) -> Launched:
+    from core.runs.command import build_accelerate_command, format_command
+    from core.runs.manager import RunStartError, start_run
+
     launch_cfg, folder, notes = _prepare_folder(cfg, run_dir, resume)
     spec = build_accelerate_command(launch_cfg, run_dir, workspace, resume=resume,
                                     config=folder.config)
@@ -244,6 +274,20 @@ def launch(cfg: Config, workspace: Path, *, resume: str | None = None,
     except RunStartError as exc:
         raise OpError(str(exc), exit_code=EXIT_FAILED) from None
     return Launched(handle, format_command(spec), warnings(report.problems), notes)
+
+
+def _waiting_for(workspace: Path) -> str:
+    """What a new UI launch would wait for, in words ("" when it can start now): the
+    workspace's live runs and the runs already queued."""
+    from core.runs.queue import pending
+    from core.runs.registry import list_runs as registry_runs
+
+    live = [i for i in registry_runs(workspace) if i.alive]
+    queued = pending(workspace)
+    parts = [f"{i.run_dir} ({i.state})" for i in live]
+    if queued:
+        parts.append(f"{len(queued)} queued run(s)")
+    return ", ".join(parts)
 
 
 def _prepare_folder(cfg: Config, run_dir: Path, resume: str | None
@@ -270,19 +314,31 @@ def _prepare_folder(cfg: Config, run_dir: Path, resume: str | None
     return launch_cfg, folder, notes
 
 
-def resume(run_dir: Path, workspace: Path, checkpoint: str = "latest") -> Launched:
-    """Continue a run folder from a checkpoint with the config it was started with."""
+def resume(run_dir: Path, workspace: Path, checkpoint: str = "latest", *,
+           queue: bool = False) -> Launched:
+    """Continue a run folder from a checkpoint with the config it was started with
+    (`queue`: as `launch`'s)."""
     cfg = saved_config(run_dir)
     cfg.output.dir = str(run_dir)
-    return launch(cfg, workspace, resume=checkpoint)
+    return launch(cfg, workspace, resume=checkpoint, queue=queue)
 
 
-def stop(run_dir: Path, grace_s: float, handle: RunHandle | None = None) -> str:
+def stop(run_dir: Path, grace_s: float, handle: RunHandle | None = None,
+         workspace: Path | None = None) -> str:
     """Stop a run (the trainer saves first); its final state. A run found dead is
-    recorded as failed."""
+    recorded as failed; a queued run of `workspace`'s queue is cancelled (it never
+    started)."""
     from core.runs.manager import stop_run
+    from core.runs.queue import QueueError, cancel_queued, is_queued
 
-    return stop_run(_run_folder(run_dir), grace_s=grace_s, handle=handle).state
+    folder = _run_folder(run_dir)
+    if workspace is not None and is_queued(folder.root):
+        try:
+            cancel_queued(workspace, folder.root)
+            return "cancelled"
+        except QueueError:  # it started meanwhile: stop it as any run
+            pass
+    return stop_run(folder, grace_s=grace_s, handle=handle).state
 
 
 def run_status(run_dir: Path) -> RunInfo:
@@ -312,3 +368,105 @@ def reconcile_runs(workspace: Path) -> list[RunInfo]:
     from core.runs.registry import reconcile_runs as reconcile
 
     return reconcile(workspace)
+
+
+# ---------------------------------------------------------------- the run queue
+
+
+def queued_runs(workspace: Path) -> list[Path]:
+    """The queued runs in the order they will start. Reads only."""
+    from core.runs.queue import pending
+
+    return [Path(e.run_dir) for e in pending(workspace)]
+
+
+def start_next_queued(workspace: Path) -> Launched | None:
+    """Start the first queued run when no run of the workspace is live; None when there
+    is nothing to start. The UI's monitor calls this every second (cheap when nothing is
+    queued). A queued run that cannot start is recorded as failed, naming why, and the
+    next one gets its turn at the next call."""
+    from core.runs.queue import load_queue, pending, queue_lock, save_queue
+
+    if not load_queue(workspace):
+        return None
+    with queue_lock(workspace):
+        saved = load_queue(workspace)
+        entries = pending(workspace)
+        if entries != saved:  # drop what no longer says queued (cancelled, deleted)
+            save_queue(workspace, entries)
+        if not entries or any(i.alive for i in list_runs(workspace)):
+            return None
+        entry = entries[0]
+        save_queue(workspace, entries[1:])
+        return _start_queued(workspace, Path(entry.run_dir), entry.resume)
+
+
+def _start_queued(workspace: Path, run_dir: Path, resume: str | None) -> Launched | None:
+    from core.runs.command import build_accelerate_command, format_command
+    from core.runs.manager import RunStartError, start_run
+    from core.runs.status import append_event, read_status, write_status
+
+    try:
+        cfg = saved_config(run_dir)  # the config queued (a resume's: the run's own)
+        spec = build_accelerate_command(cfg, run_dir, workspace, resume=resume)
+        handle = start_run(spec, RunFolder(run_dir))
+    except (OpError, RunStartError) as exc:
+        status = read_status(run_dir)
+        if status is not None and status.state == "queued":
+            reason = f"the queued run could not start: {exc}"
+            write_status(run_dir, state="failed", reason=reason, finalized_by="manager")
+            append_event(run_dir, {"type": "error", "step": status.step, "message": reason})
+        return None
+    return Launched(handle, format_command(spec))
+
+
+def cancel_queued(run_dir: Path, workspace: Path) -> None:
+    """Take a queued run out of the queue: state `cancelled`; nothing is deleted."""
+    from core.runs.queue import QueueError
+    from core.runs.queue import cancel_queued as cancel
+
+    try:
+        cancel(workspace, run_dir)
+    except QueueError as exc:
+        raise OpError(str(exc)) from None
+
+
+def move_queued(run_dir: Path, workspace: Path, delta: int) -> list[Path]:
+    """Move a queued run `delta` places (-1: it starts sooner); the new order."""
+    from core.runs.queue import QueueError
+    from core.runs.queue import move_queued as move
+
+    try:
+        return [Path(e.run_dir) for e in move(workspace, run_dir, delta)]
+    except QueueError as exc:
+        raise OpError(str(exc)) from None
+
+
+# ---------------------------------------------------------------- downloads, deleting
+
+
+def run_downloads(run_dir: Path, workspace: Path) -> list[Path]:
+    """The run's config.toml and LoRA files (final, then by step, newest first), each
+    checked to lie inside the workspace (what the UI may serve)."""
+    from core.runs.outputs import downloadable_files, inside
+
+    try:
+        return [inside(workspace, p) for p in downloadable_files(run_dir)]
+    except ValueError as exc:
+        raise OpError(str(exc)) from None
+
+
+def delete_run(run_dir: Path, workspace: Path, *, confirm: bool) -> Path:
+    """Delete a run folder that is not live, with its registry record and queue entry,
+    only when `confirm`; returns the folder deleted."""
+    from core.runs.queue import load_queue, queue_lock, save_queue, without
+    from core.runs.remove import DeleteRefused
+    from core.runs.remove import delete_run as delete
+
+    with queue_lock(workspace):  # the monitor must not start it while it goes
+        try:
+            path = delete(workspace, run_dir, confirm=confirm)
+        except DeleteRefused as exc:
+            raise OpError(str(exc)) from None
+        save_queue(workspace, without(load_queue(workspace), path))
+    return path

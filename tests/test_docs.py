@@ -30,7 +30,7 @@ def test_run_folder_page_names_every_file_and_status_field():
     import dataclasses
 
     from core.runs.folder import RunFolder
-    from core.runs.status import EVENT_TYPES, RunStatus
+    from core.runs.status import EVENT_TYPES, STATES, RunStatus
 
     text = (REPO / "docs/run-folder.md").read_text(encoding="utf-8")
     folder = RunFolder(REPO / "x")
@@ -43,5 +43,6 @@ def test_run_folder_page_names_every_file_and_status_field():
              folder.tensorboard.name, folder.wandb.name}
     assert {n for n in names if n not in text} == set()
     assert {t for t in EVENT_TYPES if f"| `{t}` |" not in text} == set()
+    assert {s for s in STATES if f"`{s}`" not in text} == set()
     fields = {f.name for f in dataclasses.fields(RunStatus)}
     assert {f for f in fields if f"`{f}`" not in text} == set()

@@ -57,13 +57,15 @@ def check(ctx: AppContext, cfg: Config, form_problems: list[Problem] | None = No
 
 def launch(ctx: AppContext, cfg: Config, resume: bool = False,
            form_problems: list[Problem] | None = None) -> ops.Launched:
-    """Check, prepare the output folder and start `accelerate launch` (as the CLI does).
+    """Check, prepare the output folder and start `accelerate launch` (as the CLI does),
+    or queue it while another run of the workspace is live (`launched.queued`).
 
     With `resume`, the run in the form's output folder continues with its saved config."""
     with refusals():
         launched = ops.launch(cfg, ctx.workspace, resume="latest" if resume else None,
-                              extra_problems=form_problems)
-    ctx.track(launched.handle)
+                              extra_problems=form_problems, queue=True)
+    if launched.handle is not None:
+        ctx.track(launched.handle)
     return launched
 
 
@@ -72,10 +74,12 @@ def output_dir(ctx: AppContext, cfg: Config) -> Path:
 
 
 def resume(ctx: AppContext, run_dir: str | Path) -> ops.Launched:
-    """Continue a run from its last checkpoint with the config it was started with."""
+    """Continue a run from its last checkpoint with the config it was started with
+    (queued while another run is live)."""
     with refusals():
-        launched = ops.resume(Path(run_dir), ctx.workspace)
-    ctx.track(launched.handle)
+        launched = ops.resume(Path(run_dir), ctx.workspace, queue=True)
+    if launched.handle is not None:
+        ctx.track(launched.handle)
     return launched
 
 
@@ -83,7 +87,8 @@ def stop(ctx: AppContext, run_dir: str | Path, grace_s: float = STOP_GRACE_S) ->
     """Stop a run (the trainer saves first); returns its final state."""
     run_dir = Path(run_dir)
     with refusals(), ctx.exclusive(run_dir):
-        state = ops.stop(run_dir, grace_s, handle=ctx.handle(run_dir))
+        state = ops.stop(run_dir, grace_s, handle=ctx.handle(run_dir),
+                         workspace=ctx.workspace)
     ctx.forget(run_dir)
     return state
 
@@ -104,6 +109,33 @@ def reproduce_lines(ctx: AppContext, run_dir: Path) -> str:
               f"{python} app.py --no-ui --config {config} --workspace {ws} "
               f"--set output.dir={shlex.quote(ctx.relative(run_dir) + '-new')}"]
     return ctx.redact("\n".join(lines))
+
+
+# ---------------------------------------------------------------- queue, downloads, delete
+
+
+def cancel_queued(ctx: AppContext, run_dir: str | Path) -> None:
+    with refusals():
+        ops.cancel_queued(Path(run_dir), ctx.workspace)
+
+
+def move_queued(ctx: AppContext, run_dir: str | Path, delta: int) -> list[Path]:
+    with refusals():
+        return ops.move_queued(Path(run_dir), ctx.workspace, delta)
+
+
+def run_downloads(ctx: AppContext, run_dir: str | Path) -> list[Path]:
+    """The run's files a browser may download (all inside the workspace)."""
+    with refusals():
+        return ops.run_downloads(Path(run_dir), ctx.workspace)
+
+
+def delete_run(ctx: AppContext, run_dir: str | Path, confirm: bool) -> Path:
+    """Delete a run that is not live, only when `confirm`; our handle on it goes too."""
+    with refusals():
+        path = ops.delete_run(Path(run_dir), ctx.workspace, confirm=confirm)
+    ctx.forget(path)
+    return path
 
 
 # ---------------------------------------------------------------- caches

@@ -108,10 +108,12 @@ class Endpoints:
                 "files": len(done.files)}
 
     def launch(self, config_toml: str, resume: bool = False) -> dict:
-        """Check, then start training (or resume output.dir from its last checkpoint)."""
+        """Check, then start training (or resume output.dir from its last checkpoint); while
+        another run is live it is queued instead ("queued": its place, 0 when started)."""
         launched = actions.launch(self.ctx, _config(config_toml), resume=resume)
         return {"run_dir": str(launched.run_dir), "command": self.ctx.redact(launched.command),
-                "warnings": [_problem(p) for p in launched.warnings]}
+                "warnings": [_problem(p) for p in launched.warnings],
+                "queued": launched.queued or 0}
 
     def stop(self, run_dir: str) -> dict:
         """Stop a run (the trainer saves a checkpoint first); its final state."""

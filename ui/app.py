@@ -82,7 +82,7 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: gr.Time
     gr.on([c.change for c in fields], trigger_mode="always_last", **live)
     tab_dataset.wire(ctx, form, dataset, live)
     runs_refresh = {"fn": lambda: tab_runs.runs_view(ctx, runs), "inputs": None,
-                    "outputs": [runs.table, runs.choice, runs.loras],
+                    "outputs": runs.listed(),
                     "api_visibility": "private"}
     memory_estimate = tab_train.wire(ctx, form, train, timer, on_launched=[runs_refresh])
     tab_runs.wire(ctx, runs, train, tabs)
@@ -90,7 +90,7 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: gr.Time
     preview = tab_dataset.preview_event(ctx, form, dataset)
     tab_config.wire(ctx, form, bar, config, after_fill=[live, preview])
     demo.load(guarded("Open the page")(lambda f: tab_runs.on_load(ctx, runs, train, f)),
-              [train.following], [runs.table, runs.choice, runs.loras, *train.components()],
+              [train.following], [*runs.listed(), *train.components()],
               api_visibility="private")
     demo.load(**memory_estimate)
     return live, preview

@@ -5,7 +5,10 @@
   that ends is finalized (done/failed/stopped from its exit code) even when no browser
   is watching, and its launcher is reaped,
 - the current cache build job and auto-captioning job,
-- the pool of validation-image watchers.
+- the pool of validation-image watchers,
+- the run queue's starter: the monitor starts the workspace's next queued run once no
+  run is live (`core.ops.start_next_queued`; the queue itself is a file in the
+  workspace, so a restarted app picks it up where it was).
 
 At start it reads the run registry: live runs are reattached, and dead runs whose status
 still said "running" are recorded as failed (`core.ops.reconcile_runs`, the one explicit
@@ -114,12 +117,24 @@ class AppContext:
                         self.forget(handle.run_dir)
                 except Exception:  # one broken run folder must not stop the monitor
                     log.exception("polling run %s failed", handle.run_dir)
+            self.start_queued()
             for job in (self.cache_job, self.caption_job):
                 if job is not None:
                     try:
                         job.poll()
                     except Exception:
                         log.exception("polling job %s failed", job.folder.root)
+
+    def start_queued(self) -> ops.Launched | None:
+        """Start the next queued run if nothing is live, and follow it."""
+        try:
+            launched = ops.start_next_queued(self.workspace)
+        except Exception:  # a broken queue file or folder must not stop the monitor
+            log.exception("starting the next queued run failed")
+            return None
+        if launched is not None and launched.handle is not None:
+            self.track(launched.handle)
+        return launched
 
     # ------------------------------------------------------------ misc
 

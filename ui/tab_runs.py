@@ -1,10 +1,15 @@
 """Runs tab: past and live runs of the workspace (from the run registry) with state, step
 and outputs; open one to follow it in the Training tab's run views (ui/run_views.py).
 Listing a run whose processes are gone while its status said "running" shows as failed
-(core.runs.registry)."""
+(core.runs.registry).
+
+Below the chooser, for the chosen run: its place in the run queue (move it up or down,
+cancel it), its files to download (config.toml, the LoRA files by step), and deleting
+it, behind a checkbox that names the folder."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,7 +17,7 @@ from typing import Any
 import gradio as gr
 
 from core import ops
-from ui import render, run_views
+from ui import actions, render, run_views
 from ui.context import AppContext
 from ui.errors import guarded
 from ui.run_views import RunView
@@ -26,6 +31,25 @@ class RunsTab:
     open: gr.Button
     message: gr.HTML
     loras: gr.Dataframe
+    queue: gr.Dataframe
+    up: gr.Button
+    down: gr.Button
+    cancel: gr.Button
+    file: gr.Dropdown
+    download: gr.DownloadButton
+    confirm: gr.Checkbox
+    delete: gr.Button
+
+    def listed(self) -> list[Any]:
+        """What `runs_view` updates."""
+        return [self.table, self.choice, self.queue, *self.chosen()]
+
+    def chosen(self) -> list[Any]:
+        """What `chosen_view` updates (the chosen run's parts)."""
+        return [self.loras, self.file, self.download, self.confirm]
+
+
+QUEUE_HEADERS = ["#", "queued run (starts when nothing runs)", "queued at"]
 
 
 def build() -> RunsTab:
@@ -41,25 +65,81 @@ def build() -> RunsTab:
     loras = gr.Dataframe(headers=render.LORA_HEADERS, label="The chosen run's LoRAs by step "
                          "(newest first; the final one is lora/pytorch_lora_weights.safetensors)",
                          interactive=False, elem_id="runs-loras", wrap=True)
-    return RunsTab(refresh, table, choice, open_btn, message, loras)
+    queue = gr.Dataframe(headers=QUEUE_HEADERS, label="Run queue (the first starts next)",
+                         interactive=False, elem_id="runs-queue", wrap=True)
+    with gr.Row():
+        up = gr.Button("Move up", scale=0, elem_id="runs-up")
+        down = gr.Button("Move down", scale=0, elem_id="runs-down")
+        cancel = gr.Button("Cancel queued run", scale=0, elem_id="runs-cancel")
+    with gr.Row():
+        file = gr.Dropdown(label="File of the chosen run", choices=[], scale=3,
+                           elem_id="runs-file")
+        download = gr.DownloadButton("Download", value=None, interactive=False, scale=0,
+                                     elem_id="runs-download")
+    with gr.Row():
+        confirm = gr.Checkbox(label=DELETE_LABEL.format(folder="the chosen run's folder"),
+                              value=False, elem_id="runs-delete-confirm", scale=3)
+        delete = gr.Button("Delete run", variant="stop", scale=0, elem_id="runs-delete")
+    return RunsTab(refresh, table, choice, open_btn, message, loras, queue, up, down,
+                   cancel, file, download, confirm, delete)
 
 
-def runs_view(ctx: AppContext, tab: RunsTab) -> dict[Any, Any]:
-    """The table of runs and the run chooser (the newest run chosen)."""
+DELETE_LABEL = "I understand this deletes {folder} and everything in it"
+
+
+def runs_view(ctx: AppContext, tab: RunsTab, chosen: str | None = None) -> dict[Any, Any]:
+    """The table of runs, the queue and the run chooser (`chosen` when it is still a
+    run, else the newest)."""
     infos = ops.list_runs(ctx.workspace)
     choices = [(f"{ctx.relative(i.run_dir)} ({i.state})", str(i.run_dir)) for i in infos]
-    chosen = choices[0][1] if choices else None
+    if chosen not in {value for _, value in choices}:
+        chosen = choices[0][1] if choices else None
     return {tab.table: render.run_rows(infos, ctx.relative),
             tab.choice: gr.Dropdown(choices=choices, value=chosen),
-            tab.loras: loras_view(ctx, chosen)}
+            tab.queue: queue_rows(ctx), **chosen_view(ctx, tab, chosen)}
 
 
-def loras_view(ctx: AppContext, run_dir: str | None) -> list[list[object]]:
-    """The saved LoRAs of the chosen run (a run of this workspace's registry only)."""
-    if not run_dir:
-        return []
-    known = {str(i.run_dir) for i in ops.list_runs(ctx.workspace)}
-    return render.lora_rows(Path(run_dir), ctx.relative) if run_dir in known else []
+def queue_rows(ctx: AppContext) -> list[list[object]]:
+    from core.runs.queue import pending
+
+    return [[n, ctx.relative(e.run_dir), _clock(e.queued_at)]
+            for n, e in enumerate(pending(ctx.workspace), start=1)]
+
+
+def _clock(stamp: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp)) if stamp else "-"
+
+
+def known_run(ctx: AppContext, run_dir: str | None) -> bool:
+    """Only runs of this workspace's registry are shown, served or changed."""
+    return bool(run_dir) and run_dir in {str(i.run_dir) for i in ops.list_runs(ctx.workspace)}
+
+
+def chosen_view(ctx: AppContext, tab: RunsTab, run_dir: str | None) -> dict[Any, Any]:
+    """The chosen run's LoRAs by step, its files to download, and an unticked delete
+    confirmation that names its folder."""
+    known = known_run(ctx, run_dir)
+    files = actions.run_downloads(ctx, run_dir) if known and run_dir else []
+    folder = ctx.relative(run_dir) if known and run_dir else "the chosen run's folder"
+    return {tab.loras: render.lora_rows(Path(run_dir), ctx.relative) if known and run_dir
+            else [],
+            tab.file: gr.Dropdown(choices=[(ctx.relative(p), str(p)) for p in files],
+                                  value=None),
+            tab.download: gr.DownloadButton("Download", value=None, interactive=False),
+            tab.confirm: gr.Checkbox(label=DELETE_LABEL.format(folder=folder), value=False)}
+
+
+def download_view(ctx: AppContext, run_dir: str | None, path: str | None) -> Any:
+    """The download button for one file of the chosen run; anything that is not one of
+    its files (inside the workspace) is refused."""
+    if not path:
+        return gr.DownloadButton("Download", value=None, interactive=False)
+    if not known_run(ctx, run_dir) or path not in {
+            str(p) for p in actions.run_downloads(ctx, run_dir or "")}:
+        raise gr.Error(f"{path} is not a file of the chosen run")
+    # An update, not a component: a component built here would copy the file into
+    # Gradio's cache now and again when the update is sent.
+    return gr.update(value=path, label=f"Download {Path(path).name}", interactive=True)
 
 
 def newest_live(ctx: AppContext) -> Path | None:
@@ -71,8 +151,8 @@ def wire(ctx: AppContext, tab: RunsTab, view: RunView, tabs: gr.Tabs) -> None:
     """Events of the tab; an opened run is shown in `view` and `tabs` switch to it."""
 
     @guarded("List runs")
-    def refresh() -> dict[Any, Any]:
-        return runs_view(ctx, tab)
+    def refresh(chosen: str | None) -> dict[Any, Any]:
+        return runs_view(ctx, tab, chosen)
 
     @guarded("Open run")
     def open_run(run_dir: str | None) -> dict[Any, Any]:
@@ -84,12 +164,62 @@ def wire(ctx: AppContext, tab: RunsTab, view: RunView, tabs: gr.Tabs) -> None:
         return {**run_views.opened(ctx, view, run_dir), tabs: gr.Tabs(selected="train"),
                 tab.message: ""}
 
-    tab.refresh.click(refresh, None, [tab.table, tab.choice, tab.loras],
-                      api_visibility="private")
-    tab.choice.input(guarded("Saved LoRAs")(lambda d: loras_view(ctx, d)), [tab.choice],
-                     [tab.loras], api_visibility="private")
+    tab.refresh.click(refresh, [tab.choice], tab.listed(), api_visibility="private")
+    tab.choice.input(guarded("Chosen run")(lambda d: chosen_view(ctx, tab, d)), [tab.choice],
+                     tab.chosen(), api_visibility="private")
+    tab.file.input(guarded("Download")(lambda d, p: download_view(ctx, d, p)),
+                   [tab.choice, tab.file], [tab.download], api_visibility="private")
     tab.open.click(open_run, [tab.choice], [*view.components(), tabs, tab.message],
                    api_visibility="private")
+    wire_changes(ctx, tab, view)
+
+
+def wire_changes(ctx: AppContext, tab: RunsTab, view: RunView) -> None:
+    """The queue's buttons and Delete: each acts on the chosen run, then lists again."""
+
+    def queue_action(what: str, act: Any) -> Any:
+        @guarded(what)
+        def handler(run_dir: str | None) -> dict[Any, Any]:
+            if not known_run(ctx, run_dir):
+                raise gr.Error("choose a queued run first")
+            text = act(run_dir)
+            return {**runs_view(ctx, tab, run_dir), tab.message: render.message_html(text)}
+        return handler
+
+    def cancel(run_dir: str) -> str:
+        actions.cancel_queued(ctx, run_dir)
+        return f"{ctx.relative(run_dir)}: cancelled (its folder is kept)"
+
+    def move(delta: int) -> Any:
+        def act(run_dir: str) -> str:
+            order = actions.move_queued(ctx, run_dir, delta)
+            return f"{ctx.relative(run_dir)} is now number {order.index(Path(run_dir)) + 1}"
+        return act
+
+    outs = [*tab.listed(), tab.message]
+    tab.up.click(queue_action("Move up", move(-1)), [tab.choice], outs,
+                 api_visibility="private")
+    tab.down.click(queue_action("Move down", move(1)), [tab.choice], outs,
+                   api_visibility="private")
+    tab.cancel.click(queue_action("Cancel queued run", cancel), [tab.choice], outs,
+                     api_visibility="private")
+
+    @guarded("Delete run")
+    def delete(run_dir: str | None, confirm: bool, following: Any) -> dict[Any, Any]:
+        if not known_run(ctx, run_dir):
+            raise gr.Error("choose a run first")
+        if not confirm:
+            raise gr.Error(f"tick \"{DELETE_LABEL.format(folder=ctx.relative(run_dir))}\" "
+                           "first; nothing was deleted")
+        path = actions.delete_run(ctx, run_dir or "", confirm=True)
+        out = {**runs_view(ctx, tab), tab.message: render.message_html(
+            f"deleted {ctx.relative(path)}", "ok")}
+        if following is not None and Path(following.run_dir).resolve() == path:
+            out[view.following] = None  # stop following a folder that is gone
+        return out
+
+    tab.delete.click(delete, [tab.choice, tab.confirm, view.following],
+                     [*outs, view.following], api_visibility="private")
 
 
 def on_load(ctx: AppContext, tab: RunsTab, view: RunView, following: Any) -> dict[Any, Any]:

@@ -132,6 +132,8 @@ def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: gr.Timer,
             gr.Warning(exc.message)
             return {tab.message: render.message_html(exc.message, "error", exc.problems)}
         verb = "resumed" if resume else "launched"
+        if launched.queued:  # a run is live: this one starts when the queue reaches it
+            verb = f"queued (number {launched.queued}, after {launched.queued_behind})"
         text = render.message_html(f"{verb}: {ctx.relative(launched.run_dir)}", "ok",
                                    launched.warnings)
         return {tab.message: text,

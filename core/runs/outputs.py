@@ -41,3 +41,26 @@ def _config_wants_tensorboard(folder: RunFolder) -> bool:
         return bool(load_config(folder.config).logging.tensorboard)
     except Exception:  # no config yet, an old or hand-edited one: no command to show
         return False
+
+
+def downloadable_files(where: RunFolder | str | Path) -> list[Path]:
+    """What a user takes away from a run: its config.toml, the final LoRA files (the
+    diffusers file and the kohya/ComfyUI one beside it), then each step's, newest first."""
+    folder = as_folder(where)
+    files = [folder.config] if folder.config.is_file() else []
+    if folder.lora.is_dir():
+        files += sorted(p for p in folder.lora.glob("*.safetensors") if p.is_file())
+    for saved in reversed(saved_loras(folder)):
+        files += saved.files
+    return files
+
+
+def inside(root: str | Path, path: str | Path) -> Path:
+    """`path` resolved, when it is a file inside `root`; else ValueError. What the UI
+    offers for download passes here, so no link ever leaves the workspace."""
+    resolved = Path(path).resolve()
+    if not resolved.is_relative_to(Path(root).resolve()):
+        raise ValueError(f"{path} is outside the workspace ({root}); it is not served")
+    if not resolved.is_file():
+        raise ValueError(f"{path} is not a file")
+    return resolved

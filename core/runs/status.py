@@ -27,8 +27,11 @@ from typing import Any
 from core.exits import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
 from core.runs.folder import RunFolder
 
-STATES = ("starting", "running", "stopping", "done", "failed", "stopped")
-FINAL_STATES = ("done", "failed", "stopped")
+# "queued": prepared, waiting in the workspace's run queue (core/runs/queue.py) for the
+# runs before it to end; "cancelled": taken out of the queue before it ever started.
+STATES = ("queued", "starting", "running", "stopping", "done", "failed", "stopped",
+          "cancelled")
+FINAL_STATES = ("done", "failed", "stopped", "cancelled")
 LIVE_STATES = ("starting", "running", "stopping")
 EVENT_TYPES = ("step", "eval", "validation", "checkpoint", "status", "error", "memory",
                "resume", "lora_saved")

@@ -267,3 +267,30 @@ def test_cache_progress_sums_the_shares_of_every_process():
                          "done": done, "total": 5}, float(done))
     vae = progress.kinds["vae"]
     assert (vae.done, vae.total) == (7, 10), "two shares of 5: process 0 done, 1 at 2"
+
+
+def test_every_config_key_has_a_form_field_with_its_label_and_help(tmp_path):
+    """Field metadata drives the form: each section key and each dataset key shows, with
+    its label and help, so a key added to the schema (caption dropout, noise offset,
+    tag shuffling, TensorBoard...) reaches the UI."""
+    from dataclasses import fields
+
+    from core.config.schema import SECTION_TYPES, DatasetConfig
+    from ui.app import build_app
+    from ui.context import AppContext
+
+    ctx = AppContext(tmp_path / "ws", monitor=False)
+    try:
+        page = build_app(ctx)
+    finally:
+        ctx.close()
+    by_id = {c.elem_id: c for c in page.blocks.values() if getattr(c, "elem_id", None)}
+    wanted = {f"f-{section}-{f.name}": f for section, tp in SECTION_TYPES.items()
+              for f in fields(tp)}
+    wanted |= {f"ds-{f.name}": f for f in fields(DatasetConfig)}
+    assert sorted(set(wanted) - set(by_id)) == []
+    for elem_id, f in wanted.items():
+        component = by_id[elem_id]
+        assert component.label == f.metadata["label"], elem_id
+        if f.metadata["help"]:
+            assert component.info == f.metadata["help"], elem_id

@@ -48,9 +48,11 @@ def dataset_name(text: str) -> str:
 
 
 def uploaded_dataset(name: str, dataset_id: str | None = None) -> DatasetConfig:
-    """The dataset entry for `datasets/<name>`, its latents cached outside the images."""
-    return DatasetConfig(id=dataset_id or name, images=f"{DATASETS_DIR}/{name}",
-                         vae_cache=f"cache/{name}/vae")
+    """The dataset entry for `datasets/<name>`, its latents cached outside the images
+    in a folder named after its (unique) id, so no two datasets share one."""
+    dataset_id = dataset_id or name
+    return DatasetConfig(id=dataset_id, images=f"{DATASETS_DIR}/{name}",
+                         vae_cache=f"cache/{dataset_id}/vae")
 
 
 def upload_images(files: list[str | Path], workspace: str | Path, name: str) -> UploadResult:

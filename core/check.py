@@ -124,7 +124,8 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
     full = resolved(cfg, workspace)
     model_ok = not any(p.where.startswith("model.") for p in problems)
     if model_ok:
-        source = check_model_source(full.model.path, cfg.model.family)
+        source = check_model_source(full.model.path, cfg.model.family,
+                                    workspace=workspace)
         problems += source
         if not source:  # model.path is usable: do its configs and target fit?
             problems += check_model_config(full.model.path, full.model.config,

@@ -88,7 +88,7 @@ def edit_a_caption(page, workspace: Path) -> None:
 def export_and_import_the_config(page, workspace: Path) -> None:
     page.get_by_role("tab", name="Config").click()
     page.click("#config-export")
-    exported = workspace / "configs/exports/demo.toml"
+    exported = workspace / "configs/exports/my-config.toml"  # the Save-as name
     page.wait_for_selector("#config-file a")
     text = exported.read_text()
     preset_steps = load_config(PRESETS_DIR / "demo.toml").train.max_steps

@@ -4,13 +4,14 @@ login that gives nothing to a request without credentials."""
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from conftest import PYTHON, REPO
-from test_ui_support import running_app
+from test_ui_support import free_port, running_app
 
 from ui.serve import AuthError, collect_auth, read_auth_file, refusal
 
@@ -84,3 +85,27 @@ def test_with_auth_on_a_request_without_credentials_gets_nothing(tmp_path):
             assert served.status_code == 200, "the workspace is served to a logged-in user"
             outside = http.get(f"/gradio_api/file={Path(REPO) / 'app.py'}")
             assert outside.status_code == 403, "nothing outside the workspace is served"
+
+
+def test_the_start_banner_names_this_apps_share_flag_not_gradios_argument(tmp_path):
+    import select
+
+    port = free_port()
+    proc = subprocess.Popen([PYTHON, "app.py", "--port", str(port), "--workspace",
+                             str(tmp_path / "ws")], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    out, deadline, fd = "", time.monotonic() + 90, proc.stdout.fileno()
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if select.select([fd], [], [], 1.0)[0]:
+                out += os.read(fd, 65536).decode(errors="replace")
+            if "--share" in out:  # our banner's last line; give Gradio a second more
+                time.sleep(1.0)
+                if select.select([fd], [], [], 0.2)[0]:
+                    out += os.read(fd, 65536).decode(errors="replace")
+                break
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert f"Running on local URL: http://127.0.0.1:{port}" in out, out
+    assert "restart with --share" in out and "share=True" not in out, out

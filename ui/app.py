@@ -8,6 +8,7 @@ the server owns (run handles, cache job, watchers) lives in the AppContext.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import gradio as gr
@@ -21,6 +22,7 @@ from ui import (
     tab_dataset,
     tab_runs,
     tab_train,
+    tab_upload,
 )
 from ui.context import AppContext
 from ui.errors import guarded
@@ -58,6 +60,7 @@ def build_app(ctx: AppContext) -> gr.Blocks:
         live, preview = _wire(demo, ctx, form, bar, timer, tabs, runs_tab, dataset, cache,
                               train, runs, config)
         tab_caption.wire(ctx, form, caption, timer, after=[live, preview])
+        tab_upload.wire(ctx, form, dataset.upload, after=[live, preview])
         tab_cache.wire(ctx, form, cache, timer, cache_tab)
     return demo
 
@@ -72,6 +75,9 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: gr.Time
     @guarded("Check")
     def live_check(data: dict[Any, Any]) -> dict[Any, Any]:
         cfg, problems = form.read(data)
+        if not problems:  # a half-typed number would be saved as its default
+            with contextlib.suppress(OSError):
+                presets.remember(ctx, cfg)
         view, report = tab_dataset.check_view(ctx, dataset, cfg, problems)
         return {**view, config.toml: presets.toml_text(cfg),
                 train.message: tab_train.form_message(report.problems, data[train.message])}
@@ -89,6 +95,7 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: gr.Time
     runs_tab.select(**runs_refresh)
     preview = tab_dataset.preview_event(ctx, form, dataset)
     tab_config.wire(ctx, form, bar, config, after_fill=[live, preview])
+    tab_config.wire_opening(demo, ctx, form, bar, after_fill=[live, preview])
     demo.load(guarded("Open the page")(lambda f: tab_runs.on_load(ctx, runs, train, f)),
               [train.following], [*runs.listed(), *train.components()],
               api_visibility="private")

@@ -83,7 +83,9 @@ class Form:
     def dataset_editor(self, names: tuple[str, ...]) -> None:
         for spec in dataset_specs():
             if spec.name in names:
-                self.editor[spec.name] = make_component(spec, elem_id=f"ds-{spec.name}")
+                # Disabled until a dataset exists: typing there first would be lost.
+                self.editor[spec.name] = make_component(spec, elem_id=f"ds-{spec.name}",
+                                                        interactive=False)
 
     # ------------------------------------------------------------ reading
 
@@ -103,7 +105,9 @@ class Form:
 
     def editor_updates(self, datasets: DatasetList) -> dict[Any, Any]:
         values = dataset_values(datasets.current())
-        out: dict[Any, Any] = {c: values[name] for name, c in self.editor.items()}
+        editable = datasets.current() is not None
+        out: dict[Any, Any] = {c: gr.update(value=values[name], interactive=editable)
+                               for name, c in self.editor.items()}
         if self.selector is not None:
             out[self.selector] = gr.Radio(choices=datasets.choices(),
                                           value=datasets.selected if datasets.items else None)

@@ -18,6 +18,9 @@ from ui.actions import ActionError
 from ui.context import AppContext
 
 CONFIGS_DIR = "configs"
+# The form as the person left it, saved on every edit and restored when the page opens.
+FORM_FILE = ".ui-form.toml"
+DEMO = "preset: demo"
 PRESET_PREFIX = "preset: "
 SAVED_PREFIX = "saved: "
 NAME = re.compile(r"^[\w.-]+$")
@@ -63,21 +66,52 @@ def read_config_file(path: str | Path) -> Config:
 
 def save_named(ctx: AppContext, cfg: Config, name: str) -> Path:
     """Save the form as `<workspace>/configs/<name>.toml` (replacing one of that name)."""
-    name = name.strip().removesuffix(".toml")
+    path = ctx.workspace / CONFIGS_DIR / f"{_checked_name(name)}.toml"
+    save_config(cfg, path)
+    return path
+
+
+def _checked_name(name: str) -> str:
+    name = (name or "").strip().removesuffix(".toml")
     if not NAME.match(name):
         raise ActionError(f"config name {name!r}: use letters, digits, '-', '_' or '.'")
-    path = ctx.workspace / CONFIGS_DIR / f"{name}.toml"
+    return name
+
+
+def export(ctx: AppContext, cfg: Config, name: str) -> Path:
+    """A file to download: the form's config as `<workspace>/configs/exports/<name>.toml`
+    (the "Save as" name, so the download is called what the person asked for)."""
+    path = ctx.workspace / CONFIGS_DIR / "exports" / f"{_checked_name(name)}.toml"
     save_config(cfg, path)
     return path
 
 
-def export(ctx: AppContext, cfg: Config) -> Path:
-    """A file to download: the form's config under `<workspace>/configs/exports/`."""
-    folder = ctx.workspace / CONFIGS_DIR / "exports"
-    name = re.sub(r"[^\w.-]+", "-", Path(cfg.output.dir).name or "config")
-    path = folder / f"{name}.toml"
+def remember(ctx: AppContext, cfg: Config) -> bool:
+    """Save the form to `<workspace>/.ui-form.toml` (atomically) when it changed; True
+    when written. A page refresh then restores it instead of an empty form."""
+    path = ctx.workspace / FORM_FILE
+    text = dumps_config(cfg)
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return False
+    except OSError:
+        pass
     save_config(cfg, path)
-    return path
+    return True
+
+
+def opening(ctx: AppContext) -> tuple[Config, list[str], bool]:
+    """What the form shows when the page opens: (config, notes, restored). The form as
+    last edited when there is one, else the demo preset loaded (its images generated)."""
+    path, note = ctx.workspace / FORM_FILE, ""
+    if path.is_file():
+        try:
+            return (load_config(path), [f"restored the form as you left it (kept in "
+                                        f"{path} as you edit)"], True)
+        except ConfigError as exc:
+            note = f"{path} could not be read ({exc.problems[0].message}); "
+    cfg, notes = load_source(ctx, DEMO)
+    return cfg, [note + notes[0], *notes[1:]], False
 
 
 def toml_text(cfg: Config) -> str:

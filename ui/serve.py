@@ -91,7 +91,25 @@ def serve(args: argparse.Namespace) -> int:
     print(f"workspace: {workspace}; serving on {host}:{args.port}"
           + (" with a login" if logins else " without a login"), flush=True)
     try:
-        launch_app(ctx, server_name=host, port=args.port, share=args.share, auth=logins)
+        # quiet: Gradio's own banner tells the user to set `share=True` in launch(),
+        # which is this app's --share flag.
+        demo, url = launch_app(ctx, server_name=host, port=args.port, share=args.share,
+                               auth=logins, prevent_thread_lock=True, quiet=True)
+        print(banner(url, getattr(demo, "share_url", None), args.share), flush=True)
+        demo.block_thread()
     finally:
         ctx.close()
     return 0
+
+
+def banner(url: str, share_url: str | None, share: bool) -> str:
+    """Where the UI is, in this app's terms (its flags, not Gradio's launch() arguments)."""
+    lines = [f"Running on local URL: {url}"]
+    if share_url:
+        lines.append(f"Public share link: {share_url}")
+    elif share:
+        lines.append("No share link could be created (Gradio's share server unreachable?)")
+    else:
+        lines.append("For a public link, restart with --share (it needs --auth or "
+                     "--auth-file).")
+    return "\n".join(lines)

@@ -67,7 +67,10 @@ def build(form: Form) -> CacheTab:
 def status_view(ctx: AppContext, tab: CacheTab, cfg: Any) -> dict[Any, Any]:
     """The status table and the note under it, for `cfg`'s datasets."""
     status = actions.cache_status(ctx, cfg)
-    note = f"Text cache: `{status.text_dir}`."
+    note = (f"Text cache: `{status.text_dir}`. The VAE columns count images (one latent "
+            "each); the text columns count distinct captions (one embedding per distinct "
+            "caption, shared by every image with that caption), so they are fewer than "
+            "the images when captions repeat.")
     if status.note:
         note += f" Note: {status.note}."
     return {tab.table: render.cache_rows(status), tab.note: note}

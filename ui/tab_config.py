@@ -104,8 +104,10 @@ def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
                 bar.source: gr.Dropdown(choices=presets.sources(ctx))}
 
     @guarded("Export config")
-    def export(data: dict[Any, Any]) -> str:
-        return str(presets.export(ctx, valid(data)))
+    def export(data: dict[Any, Any]) -> dict[Any, Any]:
+        path = presets.export(ctx, valid(data), data[tab.name])
+        return {tab.download: str(path),
+                tab.message: render.message_html(f"exported {path}", "ok")}
 
     for event in (bar.load.click(load, [bar.source], fill_outs, api_visibility="private"),
                   tab.upload.upload(imported, [tab.upload], fill_outs,
@@ -114,4 +116,25 @@ def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
             event.then(**then)
     tab.save.click(save, form.inputs() | {tab.name}, [tab.message, bar.source],
                    api_visibility="private")
-    tab.export.click(export, form.inputs(), [tab.download], api_visibility="private")
+    tab.export.click(export, form.inputs() | {tab.name}, [tab.download, tab.message],
+                     api_visibility="private")
+
+
+def wire_opening(demo: gr.Blocks, ctx: AppContext, form: Form, bar: PresetBar,
+                 after_fill: list[Any]) -> None:
+    """When the page opens, fill the form: as last edited (a refresh loses nothing), or
+    else with the demo preset, so the dropdown's "preset: demo" is what the form holds."""
+
+    @guarded("Open the page")
+    def opened() -> dict[Any, Any]:
+        cfg, notes, restored = presets.opening(ctx)
+        out = form.fill(cfg)
+        out[bar.message] = render.message_html("; ".join(notes), "ok")
+        if restored:  # the form is the person's own now, not the preset's
+            out[bar.source] = gr.Dropdown(value=None)
+        return out
+
+    event = demo.load(opened, None, [*form.outputs(), bar.message, bar.source],
+                      api_visibility="private")
+    for then in after_fill:
+        event = event.then(**then)

@@ -17,7 +17,7 @@ import gradio as gr
 
 from core.check import CheckReport
 from core.config import Config, resolved
-from ui import actions, render
+from ui import actions, render, tab_upload
 from ui.context import AppContext
 from ui.errors import guarded
 from ui.form import Form
@@ -44,6 +44,7 @@ class DatasetTab:
     caption_path: gr.Textbox
     caption_text: gr.Textbox
     caption_save: gr.Button
+    upload: tab_upload.UploadBox
 
 
 def build(form: Form) -> DatasetTab:
@@ -57,6 +58,7 @@ def build(form: Form) -> DatasetTab:
             with gr.Row():
                 up = gr.Button("Move up", size="sm", elem_id="ds-up")
                 down = gr.Button("Move down", size="sm", elem_id="ds-down")
+            upload = tab_upload.build()
         with gr.Column(scale=3):
             with gr.Row():
                 form.dataset_editor(("id", "images", "vae_cache"))
@@ -66,7 +68,8 @@ def build(form: Form) -> DatasetTab:
                 form.dataset_editor(("resolution", "bucketing", "repeats", "probability",
                                      "shuffle_tags", "keep_tokens"))
     gr.Markdown("### Check")
-    check_html = gr.HTML("<div>Load a preset or add a dataset.</div>", elem_id="check-panel")
+    check_html = gr.HTML("<div>No dataset yet: press Add and choose its images folder, or "
+                         "upload images.</div>", elem_id="check-panel")
     histogram = gr.BarPlot(x="bucket", y="images", color="dataset", label="Aspect buckets",
                            elem_id="bucket-histogram", height=220)
     gr.Markdown("### Preview")
@@ -81,7 +84,7 @@ def build(form: Form) -> DatasetTab:
                                   elem_id="caption-edit")
         caption_save = gr.Button("Save caption", scale=0, elem_id="caption-save")
     return DatasetTab(add, remove, up, down, check_html, histogram, preview, preview_note,
-                      gr.State([]), refresh, caption_path, caption_text, caption_save)
+                      gr.State([]), refresh, caption_path, caption_text, caption_save, upload)
 
 
 # ---------------------------------------------------------------- list operations
@@ -105,6 +108,13 @@ def on_add(form: Form, data: dict[Any, Any]) -> dict[Any, Any]:
     datasets.items.append(new_dataset(datasets.items))
     datasets.selected = len(datasets.items) - 1
     return form.editor_updates(datasets)
+
+
+def on_rename(form: Form, data: dict[Any, Any]) -> dict[Any, Any]:
+    """The list with the id being typed (only the list: the editor keeps its cursor)."""
+    datasets = _committed(form, data)
+    return {form.selector: gr.Radio(choices=datasets.choices(),
+                                    value=datasets.selected if datasets.items else None)}
 
 
 def on_remove(form: Form, data: dict[Any, Any]) -> dict[Any, Any]:
@@ -139,7 +149,11 @@ def histogram_rows(report) -> Any:
     if not rows:  # None, not an empty frame: a plot that got one never draws bars later
         return None
     frame = pd.DataFrame(rows, columns=["bucket", "images", "dataset"])
-    return frame.astype({"bucket": "str", "images": "int64", "dataset": "str"})
+    frame = frame.astype({"bucket": "str", "images": "int64", "dataset": "str"})
+    # The plot keeps the colour domain of the data it first drew: bars of a renamed
+    # dataset would fall outside it and not be drawn. Naming the legend's entries makes
+    # it rebuild the chart when the ids change.
+    return gr.BarPlot(value=frame, colors_in_legend=list(dict.fromkeys(frame["dataset"])))
 
 
 def check_view(ctx: AppContext, tab: DatasetTab, cfg: Config,
@@ -230,7 +244,11 @@ def wire(ctx: AppContext, form: Form, tab: DatasetTab, live: dict[str, Any]) -> 
     for trigger, what, edit in list_edits:
         trigger(guarded(what)(edit), ins, outs, api_visibility="private").then(
             **live).then(**preview)
-    for name in ("images", "caption", "instance_prompt"):
+    rename = form.editor["id"]
+    gr.on([rename.change], guarded("Rename dataset")(lambda d: on_rename(form, d)), ins,
+          [form.selector], trigger_mode="always_last", api_visibility="private",
+          show_progress="hidden")
+    for name in ("id", "images", "caption", "instance_prompt"):
         component = form.editor[name]
         triggers = [component.blur, component.submit] if name != "caption" else [
             component.input]

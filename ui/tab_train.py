@@ -37,12 +37,14 @@ class TrainTab(RunView):
     resume: gr.Button
     message: gr.HTML
     memory: gr.Markdown
+    model_check: gr.HTML  # model.path checked as it is typed, not only at Launch
 
 
 def build(form: Form) -> TrainTab:
     with gr.Row():
         form.section("model", advanced=False, only=MODEL_FIELDS)
         form.section("output")
+    model_check = gr.HTML("", elem_id="model-path-check")
     with gr.Row():
         form.section("train", only=BASIC_TRAIN[:5])
     with gr.Row():
@@ -75,7 +77,8 @@ def build(form: Form) -> TrainTab:
     tensorboard = gr.Markdown("", elem_id="train-tensorboard")
     return TrainTab(following=gr.State(None), progress=progress, log=log, plot=plot,
                     gallery=gallery, command=command, tensorboard=tensorboard, launch=launch,
-                    stop=stop, resume=resume, message=message, memory=memory)
+                    stop=stop, resume=resume, message=message, memory=memory,
+                    model_check=model_check)
 
 
 # ---------------------------------------------------------------- events
@@ -106,6 +109,21 @@ def form_message(problems: list[Problem], current: str | None) -> Any:
     if current and ("dt-msg-error" in current or "dt-form-check" in current):
         return ""
     return gr.skip()
+
+
+def model_check_view(ctx: AppContext, cfg: Config) -> str:
+    """model.path's problems (a missing folder, a family mismatch, an uncached hub id),
+    or what it was found to be."""
+    from core.config import resolved
+    from core.models.loading import check_model_source
+
+    full = resolved(cfg, ctx.workspace)
+    problems = check_model_source(full.model.path, cfg.model.family,
+                                  workspace=ctx.workspace)
+    if problems:
+        return render.problems_html(problems)
+    return render.message_html(f"model.path: {full.model.path} can be used as a "
+                               f"{cfg.model.family} model", "ok")
 
 
 def _markdown_text(line: str) -> str:
@@ -155,6 +173,10 @@ def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: gr.Timer,
         "inputs": form.inputs(), "outputs": [tab.memory], "show_progress": "hidden",
         "api_visibility": "private"}
     gr.on([c.change for c in fields], trigger_mode="always_last", **memory_event)
+    model_fields = [form.fields[f"model.{n}"] for n in ("family", "path")]
+    gr.on([c.change for c in model_fields], guarded("Model check")(
+        lambda d: model_check_view(ctx, form.read(d)[0])), form.inputs(), [tab.model_check],
+        trigger_mode="always_last", show_progress="hidden", api_visibility="private")
     outs = [tab.message, *tab.components()]
     ins = form.inputs() | {tab.following}
     launch_event = tab.launch.click(guarded("Launch")(lambda d: start(d, False)), ins, outs,

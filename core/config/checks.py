@@ -82,8 +82,10 @@ def _check_section(obj: Any, prefix: str) -> list[Problem]:
 
 def _check_datasets(cfg: Config) -> list[Problem]:
     if not cfg.datasets:
-        return [error("datasets", "no dataset configured; add a [[datasets]] table with "
-                                  "id, images and vae_cache")]
+        return [error("datasets", "no dataset yet: add one with an id, its images folder "
+                                  "and a folder for its cached latents (vae_cache): the "
+                                  "Dataset tab's Add in the web UI, a [[datasets]] section "
+                                  "in a config file")]
     out: list[Problem] = []
     seen: dict[str, int] = {}
     for i, ds in enumerate(cfg.datasets):

@@ -389,13 +389,16 @@ def check_model_config(path: str, config: str, family: str,
     return []
 
 
-def check_model_source(path: str, family: str, where: str = "model.path") -> list[Problem]:
+def check_model_source(path: str, family: str, where: str = "model.path",
+                       workspace: str | Path | None = None) -> list[Problem]:
     """Problems with model.path for `--stage check`, without torch or loading weights.
 
     tiny:<family> and random:<family> must match the family (random: reads its shipped
     configs, builds nothing); a folder must be a diffusers folder of this
     family; a file must be a .safetensors that does not look like another family; a hub
-    id must be cached or the hub reachable.
+    id must be cached or the hub reachable. A value that looks like a local path
+    (`missing_local_path`, relative ones against `workspace`) and is absent is a missing
+    folder, not a hub model missing from the HF cache.
     """
     if path.startswith("tiny:"):
         from core.models.tiny import tiny_family, tiny_names
@@ -412,6 +415,9 @@ def check_model_source(path: str, family: str, where: str = "model.path") -> lis
         from core.models.full_size.spec import check_random_source
 
         return check_random_source(path, family, where)
+    missing = missing_local_path(path, workspace)
+    if missing:
+        return [error(where, missing)]
     try:
         kind = checked_source(path, family)
         if kind == "hub" and not hub_reachable() and not _hub_cached(path):
@@ -423,6 +429,43 @@ def check_model_source(path: str, family: str, where: str = "model.path") -> lis
         subject = path if p.where in (path, "model.path") else p.where
         return [error(where, f"{subject} {p.message}" if subject else p.message)]
     return []
+
+
+def missing_local_path(path: str, workspace: str | Path | None = None) -> str | None:
+    """Why `path` names a local folder or file that is not there, or None.
+
+    A hub id is `owner/name`, so a value is taken for a local path when it cannot be one
+    (starts with `.`, `~` or `/`, has a backslash or two slashes) or when its parent
+    folder exists (`models/tiny-sd51` beside `models/tiny-sd15`): a typo there must say
+    the folder is missing, not that a hub model is not cached.
+    """
+    if not path or path.startswith(("tiny:", RANDOM_PREFIX)):
+        return None
+    base = Path(workspace).expanduser() if workspace is not None else Path.cwd()
+    p = Path(path).expanduser()
+    full = p if p.is_absolute() else base / p
+    if full.exists() or (p.is_absolute() and p.exists()):
+        return None
+    looks_local = (path.startswith((".", "~", "/")) or "\\" in path
+                   or path.count("/") > 1 or not _HUB_ID.match(path))
+    if not looks_local and not full.parent.is_dir():
+        return None
+    message = f"{full} does not exist (model.path looks like a local folder or file)"
+    return message + _near_names(full)
+
+
+def _near_names(full: Path) -> str:
+    """'; did you mean ...' with the closest names in the parent folder, if any."""
+    import difflib
+
+    parent = full.parent
+    if not parent.is_dir():
+        return f"; its folder {parent} does not exist either"
+    names = sorted(child.name for child in parent.iterdir() if not child.name.startswith("."))
+    close = difflib.get_close_matches(full.name, names, n=3, cutoff=0.6)
+    if close:
+        return "; did you mean " + " or ".join(str(parent / n) for n in close) + "?"
+    return f"; {parent} holds: {', '.join(names[:8]) or 'nothing'}"
 
 
 def _hub_cached(repo_id: str) -> bool:

@@ -1,0 +1,45 @@
+"""model.path values that look like local paths: a typo says the folder is missing (and
+names the close ones), not that a hub model is absent from the HF cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.config import Config, DatasetConfig
+from core.models import loading
+from core.models.loading import check_model_source, missing_local_path
+
+
+def test_a_mistyped_local_folder_says_it_does_not_exist_and_names_the_close_one(
+        tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(loading, "hub_reachable", lambda timeout=3.0: False)
+    (tmp_path / "models/tiny-sd15-shapes").mkdir(parents=True)
+    (tmp_path / "models/tiny-sd15").mkdir()
+    [p] = check_model_source("models/tiny-sd51", "sd15", workspace=tmp_path)
+    assert p.where == "model.path"
+    assert f"{tmp_path}/models/tiny-sd51 does not exist" in p.message
+    assert "HF cache" not in p.message
+    assert f"did you mean {tmp_path}/models/tiny-sd15" in p.message
+
+
+def test_path_looking_values_and_hub_ids_are_told_apart(tmp_path: Path) -> None:
+    assert "does not exist" in missing_local_path("./my-model", tmp_path)
+    assert "does not exist" in missing_local_path("~/nowhere-xyz/model", tmp_path)
+    assert "does not exist" in missing_local_path("a/b/c", tmp_path)
+    assert "does not exist" in missing_local_path("/nowhere-xyz/model", tmp_path)
+    # owner/name with no such folder here: a hub id, left to the hub checks
+    assert missing_local_path("stabilityai/sdxl-turbo", tmp_path) is None
+    assert missing_local_path("tiny:sd15", tmp_path) is None
+    (tmp_path / "models/present").mkdir(parents=True)
+    assert missing_local_path("models/present", tmp_path) is None
+
+
+def test_the_check_stage_resolves_the_path_against_the_workspace(tmp_path: Path) -> None:
+    from core.check import run_check
+
+    (tmp_path / "models").mkdir()
+    cfg = Config(datasets=[DatasetConfig(id="a", images="data/a", vae_cache="cache/a")])
+    cfg.model.path = "models/tiny-sd51"
+    report = run_check(cfg, tmp_path, estimate=False)
+    [p] = [p for p in report.problems if p.where == "model.path"]
+    assert "does not exist" in p.message and "HF cache" not in p.message

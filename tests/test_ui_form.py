@@ -1,0 +1,157 @@
+"""The form's handlers called directly (no server): the form kept across a page refresh,
+Export under the Save-as name, the upload box adding a dataset, a rename reaching the
+dataset list, the editor disabled without a dataset, the cache table's legend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from conftest import write_shapes
+
+from core.config import Config, DatasetConfig, load_config
+from core.presets import preset_path
+from ui.context import AppContext
+
+
+@pytest.fixture
+def ctx(tmp_path: Path):
+    context = AppContext(tmp_path / "ws")
+    context.workspace.mkdir(parents=True, exist_ok=True)
+    yield context
+    context.close()
+
+
+@pytest.fixture(scope="module")
+def page():
+    """The Dataset tab's components in a Blocks that is never served."""
+    import gradio as gr
+
+    from ui import tab_dataset
+    from ui.form import Form
+
+    with gr.Blocks():
+        form = Form()
+        tab = tab_dataset.build(form)
+        form.section("model")
+    return form, tab
+
+
+def form_data(form, datasets, selected: int = 0, extra: dict | None = None) -> dict:
+    from ui.state import DatasetList, dataset_values
+
+    lst = DatasetList(list(datasets), selected)
+    values = dataset_values(lst.current())
+    data = {form.datasets: lst, form.selector: selected}
+    data.update({c: values[name] for name, c in form.editor.items()})
+    data.update({c: None for c in form.fields.values()})
+    data.update(extra or {})
+    return data
+
+
+def test_the_form_is_kept_on_every_edit_and_restored_when_the_page_opens(ctx):
+    from ui import presets
+
+    cfg = load_config(preset_path("demo"))
+    cfg.datasets[0].id = "renamed"
+    assert presets.remember(ctx, cfg) is True
+    assert presets.remember(ctx, cfg) is False, "unchanged: not rewritten"
+    back, notes, restored = presets.opening(ctx)
+    assert restored and back.datasets[0].id == "renamed"
+    assert ".ui-form.toml" in notes[0]
+    (ctx.workspace / presets.FORM_FILE).write_text("version = 1\n[nope]\n")
+    demo, notes, restored = presets.opening(ctx)
+    assert not restored and "could not be read" in notes[0]
+    assert demo.datasets and len(list((ctx.workspace / "demo/shapes").glob("*.png"))) == 72
+
+
+def test_without_a_kept_form_the_page_opens_on_the_demo_preset(ctx):
+    from ui import presets
+
+    cfg, notes, restored = presets.opening(ctx)
+    assert not restored and notes[0].startswith("loaded demo")
+    assert [d.id for d in cfg.datasets] == ["shapes"]
+
+
+def test_export_writes_the_save_as_name(ctx):
+    from ui import presets
+    from ui.actions import ActionError
+
+    path = presets.export(ctx, load_config(preset_path("demo")), "my-run")
+    assert path == ctx.workspace / "configs/exports/my-run.toml"
+    assert "[[datasets]]" in path.read_text()
+    with pytest.raises(ActionError, match="config name"):
+        presets.export(ctx, Config(), "../evil")
+
+
+def test_upload_adds_and_selects_a_dataset_with_its_cache_outside(ctx, page, tmp_path):
+    from core.check import run_check
+    from ui import tab_upload
+    from ui.state import build_config
+
+    form, tab = page
+    src = tmp_path / "dropped"
+    files = [str(p) for p in write_shapes(src, 4)]
+    files += [str(p.with_suffix(".txt")) for p in map(Path, files)]
+    (src / "readme.md").write_text("hi")
+    existing = DatasetConfig(id="cats", images="data/cats", vae_cache="cache/cats/vae")
+    box = tab.upload
+    data = form_data(form, [existing], extra={box.name: "cats", box.files: [
+        *files, str(src / "readme.md")]})
+    out = tab_upload.on_upload(ctx, form, box, data)
+    datasets = out[form.datasets]
+    assert datasets.selected == 1
+    new = datasets.items[1]
+    # the id "cats" is taken: the new one and its latent cache get their own names
+    assert (new.id, new.images, new.vae_cache) == ("cats-2", "datasets/cats",
+                                                    "cache/cats-2/vae")
+    assert len(list((ctx.workspace / "datasets/cats").glob("*.png"))) == 4
+    message = out[box.message]
+    assert "copied 4 image(s) and 4 caption(s)" in message and "readme.md" in message
+    editor = {name: out[c]["value"] for name, c in form.editor.items()}  # as shown
+    assert editor["images"] == "datasets/cats"
+    cfg, _ = build_config(datasets, editor, {})
+    report = run_check(cfg, ctx.workspace, estimate=False)
+    assert not [p for p in report.problems
+                if p.level == "error" and p.where.startswith("datasets.1")], report
+
+
+def test_upload_of_no_image_is_refused_and_says_what_was_skipped(ctx, page, tmp_path):
+    from ui import tab_upload
+    from ui.actions import ActionError
+
+    form, tab = page
+    (tmp_path / "a.pdf").write_bytes(b"%PDF")
+    data = form_data(form, [], extra={tab.upload.name: "x",
+                                      tab.upload.files: [str(tmp_path / "a.pdf")]})
+    with pytest.raises(ActionError, match="a.pdf"):
+        tab_upload.on_upload(ctx, form, tab.upload, data)
+    assert not (ctx.workspace / "datasets/x").exists()
+
+
+def test_renaming_updates_the_list_and_no_dataset_disables_the_editor(page):
+    from ui import tab_dataset
+    from ui.state import DatasetList
+
+    form, _ = page
+    data = form_data(form, [DatasetConfig(id="shapes", images="a", vae_cache="b")])
+    data[form.editor["id"]] = "triangles"
+    radio = tab_dataset.on_rename(form, data)[form.selector]
+    assert radio.choices == [("1. triangles", 0)]
+    empty = form.editor_updates(DatasetList())
+    assert all(empty[c]["interactive"] is False for c in form.editor.values())
+    full = form.editor_updates(DatasetList([DatasetConfig(id="a")], 0))
+    assert all(full[c]["interactive"] is True for c in form.editor.values())
+
+
+def test_the_cache_table_says_what_its_text_columns_count(ctx):
+    from ui import tab_cache
+
+    cfg = Config(datasets=[DatasetConfig(id="a", images="data/a", vae_cache="cache/a")])
+    cfg.model.path = "tiny:sd15"
+    write_shapes(ctx.workspace / "data/a", 4, captions=["same caption"])
+    tab = SimpleNamespace(table="table", note="note")
+    out = tab_cache.status_view(ctx, tab, cfg)
+    assert out["table"][0][1] == 4 and out["table"][0][7] == 1  # 4 images, 1 caption
+    assert "distinct captions" in out["note"]

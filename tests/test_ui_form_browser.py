@@ -1,0 +1,73 @@
+"""What a person sees, in headless Chromium: the page opens on the demo preset (no Load
+click), a rename reaches the dataset list, the histogram's bars and the preview note, a
+mistyped model folder is named on the Training tab as it is typed, and a refresh
+restores the form (the Config tab's TOML included); Export writes the Save-as name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_ui_browser import field, set_field
+from test_ui_support import CHROMIUM_ARGS, chromium, running_app
+
+pytestmark = pytest.mark.slow
+
+BARS = ("Array.from(document.querySelectorAll('#bucket-histogram g.mark-rect path'))"
+        ".some(p => p.getBBox().height > 1)")
+
+
+def test_the_form_opens_filled_follows_a_rename_and_survives_a_refresh(tmp_path: Path):
+    from playwright.sync_api import sync_playwright
+
+    executable = chromium()
+    shots = tmp_path / "shots"
+    shots.mkdir()
+    # where the demo builds its tiny model (the mistyped path's parent exists)
+    (tmp_path / "ws/models/tiny-sd15-shapes").mkdir(parents=True)
+    with running_app(tmp_path / "ws") as (ctx, url), sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page.set_default_timeout(60_000)
+        try:
+            page.goto(url)
+            page.wait_for_selector("#check-panel .dt-ok")  # the demo, without a click
+            assert field(page, "ds-id").input_value() == "shapes"
+            page.wait_for_function(BARS)
+            set_field(page, "ds-id", "triangles")
+            page.wait_for_function("document.querySelector('#ds-selector').innerText"
+                                   ".includes('1. triangles')")
+            page.wait_for_function("document.querySelector('#preview-note').innerText"
+                                   ".includes('triangles')")
+            page.wait_for_function("document.querySelector('#check-panel').innerText"
+                                   ".includes('triangles: 72 image(s)')")
+            page.wait_for_timeout(1000)
+            assert page.evaluate(BARS), "the histogram draws the renamed dataset's bars"
+            page.screenshot(path=str(shots / "renamed.png"), full_page=True)
+            page.get_by_role("tab", name="Training").click()
+            set_field(page, "f-model-path", "models/tiny-sd51")
+            page.wait_for_function("document.querySelector('#model-path-check').innerText"
+                                   ".includes('does not exist')")
+            text = page.inner_text("#model-path-check")
+            assert "models/tiny-sd51 does not exist" in text and "HF cache" not in text
+            assert "did you mean" in text and "tiny-sd15-shapes" in text
+            page.screenshot(path=str(shots / "model-path.png"), full_page=True)
+            page.wait_for_timeout(1500)  # the kept form catches up with the last edit
+            page.reload()
+            page.wait_for_function("document.querySelector('#preset-message').innerText"
+                                   ".includes('restored')")
+            assert field(page, "ds-id").input_value() == "triangles"
+            assert "1. triangles" in page.inner_text("#ds-selector")
+            page.get_by_role("tab", name="Config").click()
+            page.wait_for_function("document.querySelector('#config-toml').innerText"
+                                   ".includes('id = \"triangles\"')")
+            assert 'path = "models/tiny-sd51"' in page.inner_text("#config-toml")
+            set_field(page, "config-name", "after-refresh")
+            page.click("#config-export")
+            page.wait_for_selector("#config-file a")
+            exported = ctx.workspace / "configs/exports/after-refresh.toml"
+            assert 'id = "triangles"' in exported.read_text()
+            page.screenshot(path=str(shots / "restored-config.png"), full_page=True)
+        finally:
+            print(f"screenshots: {shots}")
+            browser.close()

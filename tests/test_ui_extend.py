@@ -1,0 +1,68 @@
+"""The web UI's side of Extend and Open: Resume on a finished run says to Extend,
+Extend trains on to the form's Max steps, Open and follow puts the run's settings in the
+form; a bad imported config is named as the user's file, not Gradio's temp copy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core import ops
+from core.runs.folder import LORA_WEIGHTS_NAME, RunFolder
+from tests.test_ops import fake_trainer, workspace_config  # noqa: F401 (a fixture)
+
+
+def test_open_fills_the_form_and_resume_of_a_done_run_offers_extend(
+        tmp_path: Path, fake_trainer):  # noqa: F811
+    import gradio as gr
+
+    from ui import actions, tab_runs, tab_train
+    from ui.context import AppContext
+    from ui.form import Form
+
+    workspace = tmp_path / "ws"
+    cfg = workspace_config(workspace, processes=1)
+    cfg.train.max_steps, cfg.train.lora_rank = 40, 8  # the stand-in trains 40 steps
+    ctx = AppContext(workspace, monitor=False)
+    try:
+        first = ops.launch(cfg, workspace)
+        assert first.handle.wait(timeout=120) == "done"
+        run_dir = first.run_dir
+        (run_dir / "fake_checkpoint.txt").write_text("40")  # the stand-in resumes here
+        (RunFolder(run_dir).lora).mkdir(exist_ok=True)
+        (RunFolder(run_dir).lora_weights).write_bytes(b"final of step 40")
+        with gr.Blocks():
+            form = Form()
+            train = tab_train.build(form)
+            runs = tab_runs.build()
+        out = tab_runs.open_view(ctx, runs, train, form, str(run_dir))
+        assert out[form.fields["train.max_steps"]] == 40
+        assert out[form.fields["train.lora_rank"]] == 8
+        assert out[form.fields["output.dir"]] == "runs/r"
+        assert out[train.following].run_dir == run_dir
+
+        with pytest.raises(actions.ActionError) as refused:
+            actions.resume(ctx, run_dir)
+        assert "Extend" in refused.value.message and "Max steps" in refused.value.message
+        launched = actions.extend(ctx, run_dir, 80)
+        assert launched.handle.wait(timeout=120) == "done"
+        assert (RunFolder(run_dir).lora_step(40) / LORA_WEIGHTS_NAME).read_bytes() == \
+            b"final of step 40"
+    finally:
+        ctx.close()
+
+
+def test_a_bad_imported_config_is_named_by_its_file_name_not_gradios_temp_path(
+        tmp_path: Path):
+    from ui import presets
+    from ui.actions import ActionError
+
+    upload = tmp_path / ".gradio" / "3f2a9c" / "my-run.toml"  # where Gradio keeps uploads
+    upload.parent.mkdir(parents=True)
+    upload.write_text("version = 1\n[train\n", encoding="utf-8")
+    with pytest.raises(ActionError) as refused:
+        presets.read_config_file(upload, shown_as=presets.uploaded_name(upload))
+    shown = refused.value.message + "".join(str(p) for p in refused.value.problems)
+    assert "my-run.toml" in shown and "not valid TOML" in shown
+    assert "3f2a9c" not in shown and ".gradio" not in shown

@@ -66,3 +66,36 @@ def test_a_bad_imported_config_is_named_by_its_file_name_not_gradios_temp_path(
     shown = refused.value.message + "".join(str(p) for p in refused.value.problems)
     assert "my-run.toml" in shown and "not valid TOML" in shown
     assert "3f2a9c" not in shown and ".gradio" not in shown
+
+
+def test_the_dataset_preview_pages_through_72_images_and_shows_full_captions(
+        tmp_path: Path):
+    import gradio as gr
+
+    from core.config import Config, DatasetConfig
+    from tests.conftest import write_shapes
+    from ui import tab_dataset
+    from ui.context import AppContext
+    from ui.form import Form
+
+    write_shapes(tmp_path / "data/a", 72, size=(16, 16))
+    long_caption = "a red circle " + "on a very long and detailed background, " * 8 + "END"
+    last = sorted((tmp_path / "data/a").glob("*.png"))[-1]
+    last.with_suffix(".txt").write_text(long_caption, encoding="utf-8")
+    cfg = Config(datasets=[DatasetConfig(id="a", images="data/a", vae_cache="cache/a")])
+    with gr.Blocks():
+        tab = tab_dataset.build(Form())
+    ctx = AppContext(tmp_path, monitor=False)
+    try:
+        first = tab_dataset.preview_view(ctx, tab, cfg, 0)
+        assert first[tab.preview_note].startswith("Images 1-48 of 72")
+        assert len(first[tab.preview]) == 48 and first[tab.page] == 0
+        second = tab_dataset.preview_view(ctx, tab, cfg, 0, first[tab.page] + 1)
+        assert second[tab.preview_note].startswith("Images 49-72 of 72")
+        assert len(second[tab.preview_paths]) == 24 and second[tab.page] == 1
+        assert second[tab.preview_paths][-1] == str(last)
+        assert [last.name, long_caption] in second[tab.captions]  # whole, not cut
+        beyond = tab_dataset.preview_view(ctx, tab, cfg, 0, 5)  # clamped to the last page
+        assert beyond[tab.page] == 1
+    finally:
+        ctx.close()

@@ -99,3 +99,36 @@ def test_the_dataset_preview_pages_through_72_images_and_shows_full_captions(
         assert beyond[tab.page] == 1
     finally:
         ctx.close()
+
+
+def test_the_cache_tab_says_when_the_last_build_was_for_other_cache_folders(
+        tmp_path: Path):
+    from types import SimpleNamespace
+
+    import gradio as gr
+
+    from core.config import Config, DatasetConfig, save_config
+    from tests.conftest import write_shapes
+    from ui import tab_cache
+    from ui.context import AppContext
+    from ui.form import Form
+
+    write_shapes(tmp_path / "data/a", 2)
+    built = Config(datasets=[DatasetConfig(id="a", images="data/a", vae_cache="cache/a")])
+    job_dir = tmp_path / ".cache-jobs/20250101-000000-abc123"
+    save_config(built, job_dir / "config.toml")
+    job = SimpleNamespace(job_dir=job_dir, folder=RunFolder(job_dir, kind="cache"),
+                          progress=SimpleNamespace(kinds={}), poll=lambda: "done")
+    with gr.Blocks():
+        tab = tab_cache.build(Form())
+    ctx = AppContext(tmp_path, monitor=False)
+    ctx.cache_job = job  # the app's last build: done, for cache/a
+    try:
+        other = Config(datasets=[DatasetConfig(id="b", images="data/a", vae_cache="cache/b")])
+        shown = tab_cache.refresh_view(ctx, tab, other)[tab.progress]
+        assert "done" in shown and "cache/a" in shown
+        assert "did not build the form" in shown and "cache/b" in shown
+        same = tab_cache.refresh_view(ctx, tab, built)[tab.progress]
+        assert "done" in same and "did not build" not in same
+    finally:
+        ctx.close()

@@ -84,3 +84,23 @@ def test_headless_resume_with_a_larger_max_steps_extends_a_done_run(
     assert headless("train.max_steps=60") == 0
     assert load_config(RunFolder(run_dir).config).train.max_steps == 60
     assert (RunFolder(run_dir).lora_step(40) / LORA_WEIGHTS_NAME).exists()
+
+
+@pytest.mark.slow
+def test_a_real_done_run_extends_from_its_final_step_and_keeps_its_lora(
+        tmp_path: Path, tiny_workspace: Path):
+    from tests.test_train import _config, _start, app, step_losses
+
+    cfg, run_dir = _config(tmp_path, tiny_workspace, 4)
+    assert _start(cfg, tiny_workspace).wait(timeout=600) == "done"
+    final = RunFolder(run_dir).lora_weights.read_bytes()
+    again = app("--config", str(run_dir / "config.toml"), "--resume",
+                workspace=tiny_workspace)
+    assert again.returncode == 2 and "train.max_steps" in again.stderr
+    extended = app("--config", str(run_dir / "config.toml"), "--resume",
+                   "--set", "train.max_steps=7", workspace=tiny_workspace)
+    assert extended.returncode == 0, extended.stdout[-3000:] + extended.stderr[-3000:]
+    assert sorted(step_losses(run_dir)) == [1, 2, 3, 4, 5, 6, 7]  # 5-7 are new
+    assert (RunFolder(run_dir).lora_step(4) / LORA_WEIGHTS_NAME).read_bytes() == final
+    assert RunFolder(run_dir).lora_weights.read_bytes() != final
+    assert read_status(run_dir).state == "done" and read_status(run_dir).step == 7

@@ -112,6 +112,21 @@ def logging_problems(cfg: Config) -> list[Problem]:
     return problems
 
 
+ADAMW8BIT_MISSING = ("\"adamw8bit\" needs the bitsandbytes package, which is not "
+                     "installed: pip install bitsandbytes (CUDA only), or use "
+                     "optimizer \"adamw\"")
+
+
+def optimizer_problems(cfg: Config) -> list[Problem]:
+    """The optimizer's package, found here rather than seconds into a run (the trainer
+    imports it only after loading the model)."""
+    from importlib.util import find_spec
+
+    if cfg.train.optimizer == "adamw8bit" and find_spec("bitsandbytes") is None:
+        return [error("train.optimizer", ADAMW8BIT_MISSING)]
+    return []
+
+
 def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> CheckReport:
     """Every problem and the summary; `estimate`: with the memory estimate (it reads the
     model's configs, a second or more: views that re-check on each edit leave it out)."""
@@ -133,6 +148,7 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
         problems += quantize_problems(cfg.model.quantize)
     problems += check_directory_conflicts(full)
     problems += logging_problems(cfg)
+    problems += optimizer_problems(cfg)
     datasets, steps = _summarise(full, problems)
     memory = None
     if estimate and not any(p.where.startswith("model.") for p in errors(problems)):

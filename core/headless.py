@@ -54,10 +54,13 @@ def summarize_run(run_dir: Path, state: str, workspace: Path,
         say(f"validation images: {rounds[-1]}")
     if folder.validation_grid.exists():
         say(f"before/after grid: {folder.validation_grid}")
+    # The saved config's relative paths resolve against this run's workspace.
+    command = (f"python app.py --no-ui --workspace {workspace} --config {folder.config} "
+               "--resume")
+    if state == "done" and not several:
+        say(f"train it further with: {command} --set train.max_steps=N (N above the last "
+            "step)")
     if state in ("stopped", "failed"):
-        # The saved config's relative paths resolve against this run's workspace.
-        command = (f"python app.py --no-ui --workspace {workspace} --config {folder.config} "
-                   "--resume")
         if several:  # the saved config says machine 0: each machine gives its own rank
             say(f"resume on every machine with: {command} --set launch.machine_rank=N "
                 f"(this is machine {launch.machine_rank})")

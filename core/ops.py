@@ -241,6 +241,10 @@ def launch(cfg: Config, workspace: Path, *, resume: str | None = None,
     `queue` (the web UI): while a run of the workspace is live or others wait, the
     prepared run is queued instead (`Launched.queued`), and `start_next_queued` starts
     it later. A multi-machine run is never queued: its machines must start together.
+
+    A resume of a `done` run is an extension (core/runs/extend.py): refused unless
+    cfg.train.max_steps is larger than its final step (ops.resume, which keeps the
+    saved max_steps, is always refused), else trained on to it.
     """
     from core.runs.queue import queue_lock
 
@@ -293,6 +297,7 @@ def _waiting_for(workspace: Path) -> str:
 def _prepare_folder(cfg: Config, run_dir: Path, resume: str | None
                     ) -> tuple[Config, RunFolder, list[Problem]]:
     """(the config to launch, the folder the launch writes to, notes) or an OpError."""
+    from core.runs.extend import extend_if_done
     from core.runs.prepare import (
         joins_a_run,
         prepare_machine_dir,
@@ -304,7 +309,8 @@ def _prepare_folder(cfg: Config, run_dir: Path, resume: str | None
         if joins_a_run(cfg):
             launch_cfg, folder, notes = prepare_machine_dir(cfg, run_dir, bool(resume))
         else:
-            notes = prepare_run_dir(cfg, run_dir, resume=bool(resume))
+            extended = extend_if_done(cfg, run_dir) if resume else []
+            notes = extended + prepare_run_dir(cfg, run_dir, resume=bool(resume))
             folder = RunFolder(run_dir)
             launch_cfg = with_machine_keys(saved_config(run_dir), cfg) if resume else cfg
     except ConfigError as exc:
@@ -321,6 +327,30 @@ def resume(run_dir: Path, workspace: Path, checkpoint: str = "latest", *,
     cfg = saved_config(run_dir)
     cfg.output.dir = str(run_dir)
     return launch(cfg, workspace, resume=checkpoint, queue=queue)
+
+
+def extend(run_dir: Path, workspace: Path, max_steps: int, *,
+           queue: bool = False) -> Launched:
+    """Train a `done` run on from its final step to `max_steps` (larger than that step,
+    else refused naming train.max_steps), keeping its final LoRA in lora/step_NNNNNN/.
+    A run that is not done is refused: Resume continues it."""
+    status = run_status_or_none(run_dir)
+    if status != "done":
+        raise OpError(f"{run_dir}: only a finished run (done) can be extended; it is "
+                      f"{status or 'not started'}" + ("; use Resume" if status else ""),
+                      [error("train.max_steps", "Extend needs a run whose state is done")])
+    cfg = saved_config(run_dir)
+    cfg.output.dir = str(run_dir)
+    cfg.train.max_steps = int(max_steps)
+    return launch(cfg, workspace, resume="latest", queue=queue)
+
+
+def run_status_or_none(run_dir: Path) -> str | None:
+    """A run folder's state from its status.json, None without one. Reads only."""
+    from core.runs.status import read_status
+
+    status = read_status(run_dir)
+    return status.state if status is not None else None
 
 
 def stop(run_dir: Path, grace_s: float, handle: RunHandle | None = None,

@@ -6,6 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 from conftest import PYTHON, REPO, write_shapes
 
 from core.config import Config, DatasetConfig, save_config
@@ -138,3 +139,20 @@ def test_resume_hint_on_several_machines_asks_for_each_machines_rank(tmp_path: P
     assert lines[-1].startswith("resume on every machine with: ")
     assert lines[-1].endswith(f"--config {tmp_path / 'runs/r/config.toml'} --resume --set "
                               "launch.machine_rank=N (this is machine 1)")
+
+
+def test_adamw8bit_without_bitsandbytes_is_an_error_at_check(tmp_path: Path):
+    from importlib.util import find_spec
+
+    if find_spec("bitsandbytes") is not None:
+        pytest.skip("bitsandbytes is installed here: adamw8bit is usable")
+    write_shapes(tmp_path / "data/a", 2)
+    cfg = Config(datasets=[DatasetConfig(id="a", images="data/a", vae_cache="cache/a",
+                                         resolution=64)])
+    save_config(cfg, tmp_path / "run.toml")
+    done = app("--no-ui", "--config", str(tmp_path / "run.toml"), "--workspace", str(tmp_path),
+               "--stage", "check", "--set", "train.optimizer=adamw8bit")
+    assert done.returncode == 2, done.stdout + done.stderr
+    out = done.stdout + done.stderr
+    assert "error: train.optimizer:" in out
+    assert "pip install bitsandbytes" in out and '"adamw"' in out

@@ -33,6 +33,7 @@ def _for_the_browser(message: str) -> str:
     """CLI wording in core's messages, said as the UI's controls are named."""
     message = message.replace("--set output.dir=", "Output folder = ")
     message = message.replace("with --resume", "with Resume")
+    message = message.replace("(--set train.max_steps=", "(set Max steps, e.g. to ")
     return message.replace("; fix them first", "; fix them first (the check panel on the "
                                                 "Dataset tab lists them)")
 
@@ -78,6 +79,20 @@ def resume(ctx: AppContext, run_dir: str | Path) -> ops.Launched:
     (queued while another run is live)."""
     with refusals():
         launched = ops.resume(Path(run_dir), ctx.workspace, queue=True)
+    if launched.handle is not None:
+        ctx.track(launched.handle)
+    return launched
+
+
+def extend(ctx: AppContext, run_dir: str | Path, max_steps: int | None,
+           form_problems: list[Problem] | None = None) -> ops.Launched:
+    """Train a finished run on to `max_steps` (the form's), keeping its final LoRA
+    (queued while another run is live)."""
+    bad = [p for p in form_problems or [] if p.where == "train.max_steps"]
+    if bad or not max_steps:
+        raise ActionError("set Max steps to the step to extend the run to", bad)
+    with refusals():
+        launched = ops.extend(Path(run_dir), ctx.workspace, int(max_steps), queue=True)
     if launched.handle is not None:
         ctx.track(launched.handle)
     return launched

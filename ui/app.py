@@ -91,9 +91,9 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: gr.Time
                     "outputs": runs.listed(),
                     "api_visibility": "private"}
     memory_estimate = tab_train.wire(ctx, form, train, timer, on_launched=[runs_refresh])
-    tab_runs.wire(ctx, runs, train, tabs)
-    runs_tab.select(**runs_refresh)
     preview = tab_dataset.preview_event(ctx, form, dataset)
+    tab_runs.wire(ctx, runs, train, tabs, form, after_fill=(live, preview))
+    runs_tab.select(**runs_refresh)
     tab_config.wire(ctx, form, bar, config, after_fill=[live, preview])
     tab_config.wire_opening(demo, ctx, form, bar, after_fill=[live, preview])
     demo.load(guarded("Open the page")(lambda f: tab_runs.on_load(ctx, runs, train, f)),

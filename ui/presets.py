@@ -12,7 +12,7 @@ from pathlib import Path
 
 from core.config import Config, dumps_config, load_config, save_config
 from core.presets import PRESETS_DIR, is_demo, list_presets
-from core.problems import ConfigError
+from core.problems import ConfigError, Problem
 from ui import actions
 from ui.actions import ActionError
 from ui.context import AppContext
@@ -57,11 +57,25 @@ def load_source(ctx: AppContext, source: str) -> tuple[Config, list[str]]:
     return cfg, notes
 
 
-def read_config_file(path: str | Path) -> Config:
+def read_config_file(path: str | Path, shown_as: str | None = None) -> Config:
+    """The config in `path`; a refusal names it `shown_as` (an upload's original file
+    name) instead of the path, which for an upload is Gradio's temp copy
+    (`.../gradio/<hash>/name.toml`), a folder the user never chose."""
     try:
         return load_config(path)
     except ConfigError as exc:
-        raise ActionError(f"{Path(path).name} is not a valid config", exc.problems) from None
+        name = shown_as or Path(path).name
+        problems = exc.problems
+        if shown_as:
+            problems = [Problem(p.level, p.where.replace(str(Path(path)), shown_as),
+                                p.message.replace(str(Path(path)), shown_as))
+                        for p in problems]
+        raise ActionError(f"{name} is not a valid config", problems) from None
+
+
+def uploaded_name(path: str | Path) -> str:
+    """The name the user's file had: Gradio keeps it as the temp copy's file name."""
+    return Path(path).name
 
 
 def save_named(ctx: AppContext, cfg: Config, name: str) -> Path:

@@ -5,11 +5,12 @@ clear one dataset's latent cache after a confirmation (images are never touched)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
-from core.config import load_config
+from core.config import Config, load_config, resolved
 from ui import actions, render
 from ui.actions import ActionError
 from ui.context import AppContext
@@ -76,6 +77,47 @@ def status_view(ctx: AppContext, tab: CacheTab, cfg: Any) -> dict[Any, Any]:
     return {tab.table: render.cache_rows(status), tab.note: note}
 
 
+def cache_folders(ctx: AppContext, cfg: Config) -> list[Path]:
+    """The cache folders `cfg` uses: each dataset's VAE cache, then the text cache."""
+    full = resolved(cfg, ctx.workspace)
+    return [Path(p).resolve()
+            for p in [*(ds.vae_cache for ds in full.datasets), full.text_cache.dir]]
+
+
+def progress_view(ctx: AppContext, job: Any, state: str | None,
+                  form_cfg: Config | None = None) -> str:
+    """The last build's progress, the folders it built and, given the form's config,
+    whether those are the form's: a "done" for other folders must not read as the
+    form's caches being built."""
+    html = render.cache_progress_html(job, state)
+    if job is None:
+        return html
+    try:
+        built = cache_folders(ctx, load_config(job.folder.config))
+    except Exception:  # a job folder pruned or unreadable: say less
+        return html
+    names = ", ".join(ctx.relative(p) for p in built)
+    html += f"<div>this build is for: {render.esc(names)}</div>"
+    if form_cfg is not None:
+        other = [p for p in cache_folders(ctx, form_cfg) if p not in built]
+        if other:
+            text = ("The last build was for other cache folders; it did not build the "
+                    "form's " + ", ".join(ctx.relative(p) for p in other)
+                    + ". The table shows the form's caches.")
+            html += render.message_html(text, "info")
+    return html
+
+
+def refresh_view(ctx: AppContext, tab: CacheTab, cfg: Config) -> dict[Any, Any]:
+    """The table for the form's caches, the dataset chooser, and the last build's panel
+    saying whether it built them."""
+    ids = [ds.id for ds in cfg.datasets]
+    job = ctx.cache_job
+    return {**status_view(ctx, tab, cfg),
+            tab.clear_id: gr.Dropdown(choices=ids, value=ids[0] if ids else None),
+            tab.progress: progress_view(ctx, job, job.poll() if job else None, cfg)}
+
+
 def job_view(ctx: AppContext, tab: CacheTab, seen: Any) -> tuple[dict[Any, Any], bool]:
     """(progress, log and seen updates, job-finished-since-last-look) for the timer."""
     job = ctx.cache_job
@@ -86,7 +128,7 @@ def job_view(ctx: AppContext, tab: CacheTab, seen: Any) -> tuple[dict[Any, Any],
     if seen == key and state is not None:
         return {}, False  # finished and already shown
     text = ctx.redact("\n".join(job.log_lines(60)))
-    out = {tab.progress: render.cache_progress_html(job, state), tab.log: text, tab.seen: key}
+    out = {tab.progress: progress_view(ctx, job, state), tab.log: text, tab.seen: key}
     return out, state is not None
 
 
@@ -97,10 +139,7 @@ def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: gr.Timer, page: gr.T
 
     @guarded("Cache status")
     def refresh(data: dict[Any, Any]) -> dict[Any, Any]:
-        cfg, _ = form.read(data)
-        ids = [ds.id for ds in cfg.datasets]
-        return {**status_view(ctx, tab, cfg),
-                tab.clear_id: gr.Dropdown(choices=ids, value=ids[0] if ids else None)}
+        return refresh_view(ctx, tab, form.read(data)[0])
 
     @guarded("Build caches")
     def start(data: dict[Any, Any]) -> str:
@@ -125,12 +164,15 @@ def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: gr.Timer, page: gr.T
         if finished:
             try:  # the status of what the job built, from the config it ran
                 out.update(status_view(ctx, tab, load_config(ctx.cache_job.folder.config)))
+                out[tab.note] += (" The table shows the caches this build made; Refresh "
+                                  "status shows the form's.")
             except Exception as exc:  # the table is a convenience; the bar already says it
                 out[tab.note] = f"cache status unavailable: {exc}"
         return out or gr.skip()
 
     for trigger in (tab.refresh.click, page.select):
-        trigger(refresh, ins, [*status_outs, tab.clear_id], api_visibility="private")
+        trigger(refresh, ins, [*status_outs, tab.clear_id, tab.progress],
+                api_visibility="private")
     tab.build.click(start, ins, [tab.message], api_visibility="private")
     tab.stop.click(stop, None, [tab.message], api_visibility="private")
     tab.log.change(None, js=render.scroll_to_end("cache-log"))
@@ -177,4 +219,5 @@ def _wire_clear(ctx: AppContext, form: Form, tab: CacheTab, refresh: Any) -> Non
                          api_visibility="private")
     tab.confirm_yes.click(do_clear, ins, [tab.confirm_box, tab.message],
                           api_visibility="private").then(
-        refresh, form.inputs(), [tab.table, tab.note, tab.clear_id], api_visibility="private")
+        refresh, form.inputs(), [tab.table, tab.note, tab.clear_id, tab.progress],
+        api_visibility="private")

@@ -83,8 +83,9 @@ def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
     def imported(path: str | None) -> dict[Any, Any]:
         if not path:
             return {bar.message: gr.skip()}
-        cfg = presets.read_config_file(path)
-        return filled(cfg, [f"imported {path.rsplit('/', 1)[-1]}"])
+        name = presets.uploaded_name(path)
+        cfg = presets.read_config_file(path, shown_as=name)
+        return filled(cfg, [f"imported {name}"])
 
     def valid(data: dict[Any, Any]) -> Any:
         """The form's config; refused when a field does not convert."""

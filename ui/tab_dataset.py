@@ -23,7 +23,8 @@ from ui.errors import guarded
 from ui.form import Form
 from ui.state import DatasetList, new_dataset, with_editor
 
-PREVIEW_LIMIT = 48
+PREVIEW_LIMIT = 48  # images a page of the preview shows
+CAPTION_HEADERS = ["image", "caption"]
 THUMB = 192
 EDITOR_FIELDS = ("id", "images", "vae_cache", "caption", "instance_prompt", "resolution",
                  "bucketing", "crop", "repeats", "probability")
@@ -45,6 +46,10 @@ class DatasetTab:
     caption_text: gr.Textbox
     caption_save: gr.Button
     upload: tab_upload.UploadBox
+    page: gr.State  # the preview's page, from 0
+    prev: gr.Button
+    next: gr.Button
+    captions: gr.Dataframe  # the shown images' full captions (a thumbnail's is cut)
 
 
 def build(form: Form) -> DatasetTab:
@@ -76,15 +81,24 @@ def build(form: Form) -> DatasetTab:
     with gr.Row():
         preview_note = gr.Markdown("", elem_id="preview-note")
         refresh = gr.Button("Refresh preview", size="sm", scale=0)
-    preview = gr.Gallery(label="Images and captions (click one to edit its caption)",
-                         columns=8, height=360, elem_id="preview", allow_preview=False)
+    with gr.Row():
+        prev = gr.Button("Previous images", size="sm", scale=0, elem_id="preview-prev")
+        next_ = gr.Button("Next images", size="sm", scale=0, elem_id="preview-next")
+    with gr.Row():
+        preview = gr.Gallery(label="Images and captions (click one to edit its caption)",
+                             columns=6, height=360, elem_id="preview", allow_preview=False,
+                             scale=3)
+        captions = gr.Dataframe(headers=CAPTION_HEADERS, label="Captions (in full)",
+                                interactive=False, wrap=True, max_height=360, scale=2,
+                                elem_id="preview-captions")
     with gr.Row():
         caption_path = gr.Textbox(label="Image", interactive=False, scale=2)
         caption_text = gr.Textbox(label="Caption (saved to the image's .txt file)", scale=4,
                                   elem_id="caption-edit")
         caption_save = gr.Button("Save caption", scale=0, elem_id="caption-save")
     return DatasetTab(add, remove, up, down, check_html, histogram, preview, preview_note,
-                      gr.State([]), refresh, caption_path, caption_text, caption_save, upload)
+                      gr.State([]), refresh, caption_path, caption_text, caption_save,
+                      upload, gr.State(0), prev, next_, captions)
 
 
 # ---------------------------------------------------------------- list operations
@@ -180,9 +194,11 @@ def thumbnail(path: Path) -> Any:
         return im.copy()
 
 
-def preview_view(ctx: AppContext, tab: DatasetTab, cfg: Config, index: int) -> dict[Any, Any]:
-    """The preview of dataset `index` of the form's config: thumbnails with captions, their
-    image paths (the only ones whose captions can be edited) and a note."""
+def preview_view(ctx: AppContext, tab: DatasetTab, cfg: Config, index: int,
+                 page: int = 0) -> dict[Any, Any]:
+    """Page `page` (clamped) of the preview of dataset `index` of the form's config:
+    thumbnails with captions, their full captions beside them, their image paths (the
+    only ones whose captions can be edited) and a note saying which images show."""
     from core.data.index import index_dataset
 
     if not 0 <= index < len(cfg.datasets):
@@ -191,21 +207,30 @@ def preview_view(ctx: AppContext, tab: DatasetTab, cfg: Config, index: int) -> d
     found = index_dataset(ds, f"datasets.{index}")
     if not found.items:
         return _preview(tab, [], [], f"No usable images in `{ds.images or '(not set)'}` yet.")
-    shown, items = found.items[:PREVIEW_LIMIT], []
+    total = len(found.items)
+    page = min(max(page, 0), (total - 1) // PREVIEW_LIMIT)
+    first = page * PREVIEW_LIMIT
+    shown, items = found.items[first:first + PREVIEW_LIMIT], []
     for item in shown:
         try:
             items.append((thumbnail(item.path), item.caption or "(no caption)"))
         except OSError:
             continue
-    note = f"Showing {len(shown)} of {len(found.items)} image(s) of `{ds.id}` ({ds.caption})."
+    note = (f"Images {first + 1}-{first + len(shown)} of {total} of `{ds.id}` "
+            f"({ds.caption}).")
+    if total > PREVIEW_LIMIT:
+        note += " Previous/Next images page through them."
     if ds.caption != "textfile":
         note += (" Captions come from the " + ds.caption + " strategy; edits here are saved "
                  "to .txt files, which only the textfile strategy reads.")
-    return _preview(tab, items, [str(i.path) for i in shown], note)
+    rows = [[i.path.name, i.caption or "(no caption)"] for i in shown]
+    return _preview(tab, items, [str(i.path) for i in shown], note, page, rows)
 
 
-def _preview(tab: DatasetTab, items: list, paths: list[str], note: str) -> dict[Any, Any]:
-    return {tab.preview: items, tab.preview_paths: paths, tab.preview_note: note}
+def _preview(tab: DatasetTab, items: list, paths: list[str], note: str, page: int = 0,
+             rows: list[list[str]] | None = None) -> dict[Any, Any]:
+    return {tab.preview: items, tab.preview_paths: paths, tab.preview_note: note,
+            tab.page: page, tab.captions: rows or []}
 
 
 def save_caption(path: str, text: str, allowed: list[str]) -> Path:
@@ -225,11 +250,27 @@ def preview_event(ctx: AppContext, form: Form, tab: DatasetTab) -> dict[str, Any
     @guarded("Preview")
     def refresh_preview(data: dict[Any, Any]) -> dict[Any, Any]:
         cfg, _ = form.read(data)
-        return preview_view(ctx, tab, cfg, data[form.datasets].selected)
+        return preview_view(ctx, tab, cfg, data[form.datasets].selected, data[tab.page])
 
-    return {"fn": refresh_preview, "inputs": form.inputs(),
-            "outputs": [tab.preview, tab.preview_paths, tab.preview_note],
-            "api_visibility": "private"}
+    return {"fn": refresh_preview, "inputs": form.inputs() | {tab.page},
+            "outputs": preview_outputs(tab), "api_visibility": "private"}
+
+
+def preview_outputs(tab: DatasetTab) -> list[Any]:
+    return [tab.preview, tab.preview_paths, tab.preview_note, tab.page, tab.captions]
+
+
+def page_event(ctx: AppContext, form: Form, tab: DatasetTab, delta: int) -> dict[str, Any]:
+    """Previous (-1) or next (+1) page of the preview, as event arguments."""
+
+    @guarded("Preview")
+    def turn(data: dict[Any, Any]) -> dict[Any, Any]:
+        cfg, _ = form.read(data)
+        return preview_view(ctx, tab, cfg, data[form.datasets].selected,
+                            data[tab.page] + delta)
+
+    return {"fn": turn, "inputs": form.inputs() | {tab.page},
+            "outputs": preview_outputs(tab), "api_visibility": "private"}
 
 
 def wire(ctx: AppContext, form: Form, tab: DatasetTab, live: dict[str, Any]) -> None:
@@ -254,6 +295,8 @@ def wire(ctx: AppContext, form: Form, tab: DatasetTab, live: dict[str, Any]) -> 
             component.input]
         gr.on(triggers, trigger_mode="always_last", **preview)
     tab.refresh.click(**preview)
+    tab.prev.click(**page_event(ctx, form, tab, -1))
+    tab.next.click(**page_event(ctx, form, tab, 1))
     _wire_captions(tab, preview)
 
 

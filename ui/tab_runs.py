@@ -17,9 +17,13 @@ from typing import Any
 import gradio as gr
 
 from core import ops
+from core.config import load_config
+from core.problems import ConfigError
+from core.runs.folder import RunFolder
 from ui import actions, render, run_views
 from ui.context import AppContext
 from ui.errors import guarded
+from ui.form import Form
 from ui.run_views import RunView
 
 
@@ -147,8 +151,31 @@ def newest_live(ctx: AppContext) -> Path | None:
     return live[0].run_dir if live else None
 
 
-def wire(ctx: AppContext, tab: RunsTab, view: RunView, tabs: gr.Tabs) -> None:
-    """Events of the tab; an opened run is shown in `view` and `tabs` switch to it."""
+def open_view(ctx: AppContext, tab: RunsTab, view: RunView, form: Form | None,
+              run_dir: str | None) -> dict[Any, Any]:
+    """Follow a run of the workspace in `view` and show its settings (its config.toml)
+    in `form`, so Resume, Extend and Launch then act on what the form shows."""
+    if not run_dir:
+        raise gr.Error("choose a run first")
+    if not known_run(ctx, run_dir):  # only runs of this workspace's registry
+        raise gr.Error(f"{run_dir} is not a run of this workspace")
+    out = {**run_views.opened(ctx, view, run_dir), tab.message: ""}
+    config = RunFolder(Path(run_dir)).config
+    if form is None or not config.exists():
+        return out
+    try:
+        out.update(form.fill(load_config(config)))
+    except ConfigError as exc:  # still follow it; say why the form kept its settings
+        out[tab.message] = render.message_html(
+            f"{ctx.relative(config)} does not load; the form keeps its settings", "error",
+            exc.problems)
+    return out
+
+
+def wire(ctx: AppContext, tab: RunsTab, view: RunView, tabs: gr.Tabs,
+         form: Form | None = None, after_fill: tuple[Any, ...] = ()) -> None:
+    """Events of the tab; an opened run is shown in `view` (its settings in `form`, then
+    `after_fill` runs) and `tabs` switch to it."""
 
     @guarded("List runs")
     def refresh(chosen: str | None) -> dict[Any, Any]:
@@ -156,21 +183,19 @@ def wire(ctx: AppContext, tab: RunsTab, view: RunView, tabs: gr.Tabs) -> None:
 
     @guarded("Open run")
     def open_run(run_dir: str | None) -> dict[Any, Any]:
-        if not run_dir:
-            raise gr.Error("choose a run first")
-        known = {str(i.run_dir) for i in ops.list_runs(ctx.workspace)}
-        if run_dir not in known:  # only runs of this workspace's registry
-            raise gr.Error(f"{run_dir} is not a run of this workspace")
-        return {**run_views.opened(ctx, view, run_dir), tabs: gr.Tabs(selected="train"),
-                tab.message: ""}
+        return {**open_view(ctx, tab, view, form, run_dir), tabs: gr.Tabs(selected="train")}
 
     tab.refresh.click(refresh, [tab.choice], tab.listed(), api_visibility="private")
     tab.choice.input(guarded("Chosen run")(lambda d: chosen_view(ctx, tab, d)), [tab.choice],
                      tab.chosen(), api_visibility="private")
     tab.file.input(guarded("Download")(lambda d, p: download_view(ctx, d, p)),
                    [tab.choice, tab.file], [tab.download], api_visibility="private")
-    tab.open.click(open_run, [tab.choice], [*view.components(), tabs, tab.message],
-                   api_visibility="private")
+    opened = tab.open.click(open_run, [tab.choice],
+                            [*view.components(), tabs, tab.message,
+                             *(form.outputs() if form is not None else [])],
+                            api_visibility="private")
+    for then in after_fill:
+        opened.then(**then)
     wire_changes(ctx, tab, view)
 
 

@@ -35,6 +35,7 @@ class TrainTab(RunView):
     launch: gr.Button
     stop: gr.Button
     resume: gr.Button
+    extend: gr.Button
     message: gr.HTML
     memory: gr.Markdown
     model_check: gr.HTML  # model.path checked as it is typed, not only at Launch
@@ -63,6 +64,8 @@ def build(form: Form) -> TrainTab:
         launch = gr.Button("Launch", variant="primary", elem_id="launch")
         stop = gr.Button("Stop", variant="stop", elem_id="stop")
         resume = gr.Button("Resume", elem_id="resume")
+        # A finished run refuses Resume: Extend trains it on to the form's Max steps.
+        extend = gr.Button("Extend to Max steps", elem_id="extend")
     memory = gr.Markdown("", elem_id="train-memory-estimate")
     message = gr.HTML("", elem_id="train-message")
     progress = gr.HTML("<div>No run followed yet.</div>", elem_id="train-progress")
@@ -77,7 +80,7 @@ def build(form: Form) -> TrainTab:
     tensorboard = gr.Markdown("", elem_id="train-tensorboard")
     return TrainTab(following=gr.State(None), progress=progress, log=log, plot=plot,
                     gallery=gallery, command=command, tensorboard=tensorboard, launch=launch,
-                    stop=stop, resume=resume, message=message, memory=memory,
+                    stop=stop, resume=resume, extend=extend, message=message, memory=memory,
                     model_check=model_check)
 
 
@@ -137,19 +140,22 @@ def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: gr.Timer,
          on_launched: list[Any]) -> dict[str, Any]:
     """Wire the tab's events; returns the memory estimate's event, which the app also
     runs when the page opens (the form is filled then without a change event)."""
-    def start(data: dict[Any, Any], resume: bool) -> dict[Any, Any]:
+    def start(data: dict[Any, Any], mode: str) -> dict[Any, Any]:
         cfg, problems = form.read(data)
+        f = data[tab.following]
+        # Resume and Extend act on the run in view, else the form's output folder.
+        target = f.run_dir if f is not None else actions.output_dir(ctx, cfg)
         try:
-            if resume:  # the run in view, else the form's output folder, with its own config
-                f = data[tab.following]
-                target = f.run_dir if f is not None else actions.output_dir(ctx, cfg)
+            if mode == "resume":  # with the run's own config
                 launched = actions.resume(ctx, target)
+            elif mode == "extend":  # to the form's max steps
+                launched = actions.extend(ctx, target, cfg.train.max_steps, problems)
             else:
                 launched = actions.launch(ctx, cfg, form_problems=problems)
         except ActionError as exc:
             gr.Warning(exc.message)
             return {tab.message: render.message_html(exc.message, "error", exc.problems)}
-        verb = "resumed" if resume else "launched"
+        verb = {"resume": "resumed", "extend": "extended"}.get(mode, "launched")
         if launched.queued:  # a run is live: this one starts when the queue reaches it
             verb = f"queued (number {launched.queued}, after {launched.queued_behind})"
         text = render.message_html(f"{verb}: {ctx.relative(launched.run_dir)}", "ok",
@@ -179,11 +185,12 @@ def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: gr.Timer,
         trigger_mode="always_last", show_progress="hidden", api_visibility="private")
     outs = [tab.message, *tab.components()]
     ins = form.inputs() | {tab.following}
-    launch_event = tab.launch.click(guarded("Launch")(lambda d: start(d, False)), ins, outs,
-                                    api_visibility="private")
-    resume_event = tab.resume.click(guarded("Resume")(lambda d: start(d, True)), ins, outs,
-                                    api_visibility="private")
-    for event in (launch_event, resume_event):
+    events = [button.click(guarded(name)(lambda d, m=mode: start(d, m)), ins, outs,
+                           api_visibility="private")
+              for button, name, mode in ((tab.launch, "Launch", "launch"),
+                                         (tab.resume, "Resume", "resume"),
+                                         (tab.extend, "Extend", "extend"))]
+    for event in events:
         for then in on_launched:
             event.then(**then)
     tab.stop.click(stop, [tab.following], [tab.message], api_visibility="private",

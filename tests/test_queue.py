@@ -154,6 +154,9 @@ def test_a_ui_launch_queues_behind_a_live_run_and_starts_after_a_restart(
         assert ops.queued_runs(ws) == [] and load_queue(ws) == []
         assert read_status(b.run_dir).state == "cancelled"
         assert not RunFolder(b.run_dir).log.exists(), "the cancelled run never started"
+        # c wrote "done" moments before its processes exit; until they have, a launch
+        # rightly waits behind it (a GPU is free only once they are gone).
+        wait_for(lambda: not any(i.alive for i in list_runs(ws)), 60, "c's processes to exit")
         d = actions.launch(restarted, workspace_config(ws, "runs/d"))
         assert d.handle is not None and d.queued is None, "nothing live: it starts at once"
         assert d.handle.wait(timeout=120) == "done"

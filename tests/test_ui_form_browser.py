@@ -35,18 +35,18 @@ def test_the_form_opens_filled_follows_a_rename_and_survives_a_refresh(tmp_path:
             assert field(page, "ds-id").input_value() == "shapes"
             page.wait_for_function(BARS)
             set_field(page, "ds-id", "triangles")
-            page.wait_for_function("document.querySelector('#ds-selector').innerText"
+            page.wait_for_function("document.querySelector('#ds-selector')?.innerText"
                                    ".includes('1. triangles')")
-            page.wait_for_function("document.querySelector('#preview-note').innerText"
+            page.wait_for_function("document.querySelector('#preview-note')?.innerText"
                                    ".includes('triangles')")
-            page.wait_for_function("document.querySelector('#check-panel').innerText"
+            page.wait_for_function("document.querySelector('#check-panel')?.innerText"
                                    ".includes('triangles: 72 image(s)')")
             page.wait_for_timeout(1000)
             assert page.evaluate(BARS), "the histogram draws the renamed dataset's bars"
             page.screenshot(path=str(shots / "renamed.png"), full_page=True)
             page.get_by_role("tab", name="Training").click()
             set_field(page, "f-model-path", "models/tiny-sd51")
-            page.wait_for_function("document.querySelector('#model-path-check').innerText"
+            page.wait_for_function("document.querySelector('#model-path-check')?.innerText"
                                    ".includes('does not exist')")
             text = page.inner_text("#model-path-check")
             assert "models/tiny-sd51 does not exist" in text and "HF cache" not in text
@@ -54,12 +54,12 @@ def test_the_form_opens_filled_follows_a_rename_and_survives_a_refresh(tmp_path:
             page.screenshot(path=str(shots / "model-path.png"), full_page=True)
             page.wait_for_timeout(1500)  # the kept form catches up with the last edit
             page.reload()
-            page.wait_for_function("document.querySelector('#preset-message').innerText"
+            page.wait_for_function("document.querySelector('#preset-message')?.innerText"
                                    ".includes('restored')")
             assert field(page, "ds-id").input_value() == "triangles"
             assert "1. triangles" in page.inner_text("#ds-selector")
             page.get_by_role("tab", name="Config").click()
-            page.wait_for_function("document.querySelector('#config-toml').innerText"
+            page.wait_for_function("document.querySelector('#config-toml')?.innerText"
                                    ".includes('id = \"triangles\"')")
             assert 'path = "models/tiny-sd51"' in page.inner_text("#config-toml")
             set_field(page, "config-name", "after-refresh")

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from core.models.empty import MODEL_BUILD_LOCK
+
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[DEC]"]
 WORDS = ["a", "photo", "of", "dog", "cat", "red", "blue", "circle", "square", "on",
          "the", "grass", "small", "big", "green", "picture"]
@@ -50,9 +52,10 @@ def build_tiny_blip(out_dir: Path, seed: int = 0) -> Path:
               "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": IMAGE_SIZE,
               "patch_size": 8}
     torch.manual_seed(seed)
-    model = BlipForConditionalGeneration(BlipConfig(text_config=text, vision_config=vision,
-                                                    projection_dim=32,
-                                                    image_text_hidden_size=32))
+    with MODEL_BUILD_LOCK:  # not while another thread builds on the meta device
+        model = BlipForConditionalGeneration(BlipConfig(text_config=text, vision_config=vision,
+                                                        projection_dim=32,
+                                                        image_text_hidden_size=32))
     with torch.no_grad():  # words only (see the module docstring)
         bias = model.text_decoder.cls.predictions.bias
         bias[: len(SPECIALS)] = -1e4

@@ -193,7 +193,7 @@ def _full_config(module: Any) -> dict[str, Any]:
 
 def _meta_module(folder: Path, name: str, entry: list[str]) -> Any:
     """The component built from its config.json on the meta device (no memory)."""
-    from accelerate import init_empty_weights
+    from core.models.empty import empty_weights
 
     library, class_name = entry[0], entry[1]
     config = _config(folder, name)
@@ -203,7 +203,7 @@ def _meta_module(folder: Path, name: str, entry: list[str]) -> Any:
     cls = getattr(importlib.import_module(library), class_name, None)
     if cls is None:
         raise UnknownModel(f"{name}: {library} has no class {class_name}")
-    with init_empty_weights(include_buffers=True):
+    with empty_weights(include_buffers=True):
         if library == "diffusers":
             return cls.from_config(config)
         module = cls(cls.config_class.from_dict(config))
@@ -243,13 +243,13 @@ def _denoiser_size(source: ModelSource, name: str, entry: list[str], lora_rank: 
 
 def lora_parameters(denoiser: Any, family: str, rank: int, scope: str) -> int:
     """What peft adds to `denoiser` (meta or real) for the family's LoRA targets."""
-    from accelerate import init_empty_weights
     from peft import LoraConfig
 
+    from core.models.empty import empty_weights
     from core.models.registry import get_family
 
     targets = get_family(family).lora_target_modules(scope)
-    with init_empty_weights():
+    with empty_weights():
         denoiser.add_adapter(LoraConfig(r=rank, lora_alpha=rank, target_modules=targets))
     return sum(p.numel() for n, p in denoiser.named_parameters() if "lora_" in n)
 

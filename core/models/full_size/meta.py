@@ -32,14 +32,15 @@ def instantiate(family: str, name: str, device: Any = None,
     parameter count does not need, and little time on a GPU.
     """
     import torch
-    from accelerate import init_empty_weights
+
+    from core.models.empty import empty_weights
 
     library, class_name = model_components(family)[name]
     cls = component_class(library, class_name)
     folder = full_size_dir(family) / name
     place = torch.device("meta") if meta_buffers else (
         torch.device(device) if device is not None else contextlib.nullcontext())
-    with place, init_empty_weights(include_buffers=meta_buffers):
+    with place, empty_weights(include_buffers=meta_buffers):
         if library == "diffusers":
             module = cls.from_config(cls.load_config(str(folder)))
         else:

@@ -117,7 +117,10 @@ def tiny_is_built(name: str, workspace: Path) -> bool:
 
 def build_tiny_folder(name: str, out_dir: Path, seed: int = TINY_SEED) -> None:
     """Build a tiny model straight into `out_dir` (no marker, no atomicity): for tests."""
-    tiny_builder(name)(Path(out_dir), seed)
+    from core.models.empty import MODEL_BUILD_LOCK
+
+    with MODEL_BUILD_LOCK:
+        tiny_builder(name)(Path(out_dir), seed)
 
 
 def _build_keeping_rng(name: str, out_dir: Path) -> None:
@@ -125,7 +128,9 @@ def _build_keeping_rng(name: str, out_dir: Path) -> None:
     to build the model must draw the same noise as one that found it built."""
     import torch
 
-    with torch.random.fork_rng(devices=[]):
+    from core.models.empty import MODEL_BUILD_LOCK
+
+    with MODEL_BUILD_LOCK, torch.random.fork_rng(devices=[]):
         tiny_builder(name)(out_dir, TINY_SEED)
 
 

@@ -178,7 +178,8 @@ def test_live_loss_plot_draws_train_steps_that_arrive_after_the_first_eval(tmp_p
     following = run_views.follow(ctx, run, log_offset=0)
     with gr.Blocks() as demo:
         view = run_views.RunView(gr.State(None), gr.HTML(), gr.Textbox(),
-                                 run_views.loss_plot(), gr.Gallery(), gr.Textbox())
+                                 run_views.loss_plot(), gr.Gallery(), gr.Textbox(),
+                                 gr.Markdown())
         gr.Timer(0.3).tick(lambda: run_views.tick(ctx, view, following), None, view.polled())
     demo.launch(server_port=free_port(), prevent_thread_lock=True, quiet=True)
     with sync_playwright() as p:

@@ -4,6 +4,7 @@ event tails, status.json, and the final state decided from an exit code and the 
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +123,18 @@ def test_run_folder_lists_only_complete_checkpoints_and_names_the_cache_log(tmp_
     assert folder.holds_run()
     with pytest.raises(ValueError, match="unknown status.json field"):
         write_status(tmp_path, error="the trainer's old name for reason")
+
+
+def test_job_folders_keep_the_newest_few_and_hold_their_config(tmp_path: Path) -> None:
+    from core.config import Config, load_config
+    from core.runs.jobs import new_job_folder
+
+    jobs = tmp_path / ".cache-jobs"
+    for name in ("20260101-000000-a", "20260102-000000-b", "20260103-000000-c"):
+        (jobs / name).mkdir(parents=True)
+    cfg = Config()
+    cfg.train.max_steps = 7
+    folder = new_job_folder(cfg, tmp_path, ".cache-jobs", "cache", keep=3)
+    names = sorted(p.name for p in jobs.iterdir())
+    assert names[:2] == ["20260102-000000-b", "20260103-000000-c"] and len(names) == 3
+    assert folder.log.name == "cache.log" and load_config(folder.config).train.max_steps == 7

@@ -11,17 +11,16 @@ stay out of the run registry.
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.config import Config, save_config
+from core.config import Config
 from core.runs.command import build_accelerate_command
 from core.runs.folder import RunFolder
+from core.runs.jobs import new_job_folder
 from core.runs.manager import RunHandle, start_run
 from core.runs.tail import EventTail, last_lines
 
@@ -109,22 +108,10 @@ class CacheJob:
             return self.handle.stop(grace_s=grace_s).state
 
 
-def _prune(jobs: Path, keep: int) -> None:
-    old = sorted((p for p in jobs.iterdir() if p.is_dir()), key=lambda p: p.name)[:-keep]
-    for folder in old:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def start_cache_job(cfg: Config, workspace: str | Path) -> CacheJob:
     """Start building the caches of `cfg` (paths as the user wrote them); returns at once."""
     workspace = Path(workspace).expanduser().absolute()
-    jobs = workspace / JOBS_DIR
-    jobs.mkdir(parents=True, exist_ok=True)
-    _prune(jobs, KEEP_JOBS - 1)
-    folder = RunFolder(jobs / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}",
-                       kind="cache")
-    folder.root.mkdir()
-    save_config(cfg, folder.config)
+    folder = new_job_folder(cfg, workspace, JOBS_DIR, "cache", KEEP_JOBS)
     spec = build_accelerate_command(
         cfg, folder.root, workspace, resume=None,
         script=["--module", CACHE_MODULE, "--events", str(folder.events)])

@@ -11,17 +11,15 @@ kept. Jobs are not training runs, so they stay out of the run registry.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import threading
-import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.config import Config, save_config
+from core.config import Config
 from core.runs.command import PROJECT_ROOT, LaunchSpec
 from core.runs.folder import RunFolder
+from core.runs.jobs import new_job_folder
 from core.runs.manager import RunHandle, start_run
 from core.runs.tail import EventTail, last_lines
 
@@ -68,22 +66,10 @@ class CaptionJob:
             return self.handle.stop(grace_s=grace_s).state
 
 
-def _prune(jobs: Path, keep: int) -> None:
-    old = sorted((p for p in jobs.iterdir() if p.is_dir()), key=lambda p: p.name)[:-keep]
-    for folder in old:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def start_caption_job(cfg: Config, workspace: str | Path) -> CaptionJob:
     """Start captioning `cfg`'s datasets (paths as the user wrote them); returns at once."""
     workspace = Path(workspace).expanduser().absolute()
-    jobs = workspace / JOBS_DIR
-    jobs.mkdir(parents=True, exist_ok=True)
-    _prune(jobs, KEEP_JOBS - 1)
-    folder = RunFolder(jobs / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}",
-                       kind="caption")
-    folder.root.mkdir()
-    save_config(cfg, folder.config)
+    folder = new_job_folder(cfg, workspace, JOBS_DIR, "caption", KEEP_JOBS)
     argv = [sys.executable, "-m", CAPTION_MODULE, "--config", str(folder.config),
             "--workspace", str(workspace), "--events", str(folder.events)]
     # The module is found by import from any working folder.

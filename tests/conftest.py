@@ -64,16 +64,22 @@ def small_config(tmp: Path, datasets: int = 1, images: int = 6, family: str = "s
     return cfg
 
 
-def train_in_process(cfg_path: Path, workspace: Path) -> int:
+def train_in_process(cfg_path: Path, workspace: Path, *extra: str) -> int:
     """core.train.main in this process (no `accelerate launch`: seconds, not tens of
     seconds), accelerate's state reset before and after. tests/test_train.py covers the
     real launch."""
+    import signal
+
     from accelerate.state import AcceleratorState
 
     from core.train.main import main
 
+    # The trainer installs its stop handlers for its process; here that is pytest's.
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     AcceleratorState._reset_state(reset_partial_state=True)
     try:
-        return main(["--config", str(cfg_path), "--workspace", str(workspace)])
+        return main(["--config", str(cfg_path), "--workspace", str(workspace), *extra])
     finally:
         AcceleratorState._reset_state(reset_partial_state=True)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)

@@ -14,24 +14,17 @@ import pytest
 from conftest import small_config, write_shapes
 
 from core.config import Config, save_config
+from tests.conftest import train_in_process
 
 pytestmark = pytest.mark.slow
 
 
 def _train(cfg: Config, workspace: Path, *extra: str) -> dict[int, float]:
     """Run the trainer; returns its step losses."""
-    from accelerate.state import AcceleratorState
-
-    from core.train.main import main
-
     config = Path(cfg.output.dir).parent / f"{Path(cfg.output.dir).name}.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
     save_config(cfg, config)
-    AcceleratorState._reset_state(reset_partial_state=True)
-    try:
-        assert main(["--config", str(config), "--workspace", str(workspace), *extra]) == 0
-    finally:
-        AcceleratorState._reset_state(reset_partial_state=True)
+    assert train_in_process(config, workspace, *extra) == 0
     lines = (Path(cfg.output.dir) / "events.jsonl").read_text().splitlines()
     return {e["step"]: e["loss"] for e in map(json.loads, lines) if e["type"] == "step"}
 

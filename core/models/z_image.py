@@ -31,9 +31,9 @@ Guidance: the transformer has no guidance input. Z-Image base samples with class
 guidance (the model card: guidance 3-5, 28-50 steps); Turbo is distilled (Decoupled-DMD)
 to sample in 8-9 steps with guidance_scale 0. Training treats both alike, with the plain
 flow-matching loss, as the diffusers script does for either checkpoint; only validation
-differs (validation.guidance_scale = 0 and about 8 steps for Turbo). Fine-tuning Turbo so
-slowly pulls it away from its few-step distillation: keep Turbo runs short, or train on
-the base model (the preset does) and apply the LoRA to either.
+differs (validation.guidance_scale = 0 and 9 steps for Turbo, as its model card has it).
+Fine-tuning Turbo so slowly pulls it away from its few-step distillation: keep Turbo runs
+short, or train on the base model (the preset does) and apply the LoRA to either.
 
 LoRA: diffusers' script targets the attention projections (to_q/to_k/to_v/to_out.0) of
 every block (main layers and both refiners); "all" adds the SwiGLU feed-forwards. The
@@ -46,9 +46,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.models import loading
 from core.models.base import Components, NoiseSample
 from core.models.flow import FlowFamily
-from core.models.modules import unwrap
+from core.models.modules import freeze, unwrap
 
 # diffusers' train_dreambooth_lora_z_image.py default (its --lora_layers).
 LORA_TARGETS = ["attention.to_q", "attention.to_k", "attention.to_v", "attention.to_out.0"]
@@ -66,6 +67,43 @@ class ZImageFamily(FlowFamily):
     list_prompt_embeds = True
 
     # ------------------------------------------------------------ loading
+
+    def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",
+             config: str | None = None) -> Components:
+        """A diffusers folder or hub id as FlowFamily loads them; a single .safetensors
+        file (ComfyUI's z_image_*.safetensors hold only the diffusion model, in the
+        original layout with fused qkv) gives the transformer, through diffusers'
+        `ZImageTransformer2DModel.from_single_file`, and `config` (model.config: a
+        diffusers folder or hub id) everything else."""
+        if loading.checked_source(path, self.name) != "file":
+            return super().load(path, dtype=dtype, device=device, config=config)
+        dtype = loading.resolve_dtype(dtype)
+        pipe = self._load_single_file(path, dtype, config or "")
+        c = self._components_from_pipeline(pipe, path, loading.fingerprint(path, "file"))
+        freeze((c.vae, c.denoiser, *c.text_encoders), device)
+        return c
+
+    def _load_single_file(self, path: str, dtype: Any, config: str) -> Any:
+        from diffusers import ZImagePipeline, ZImageTransformer2DModel
+
+        problem = loading.single_file_config_problem(path, config, self.name)
+        if problem is not None:
+            raise loading.ModelLoadError(problem.where, problem.message)
+        config = config or loading.default_config_repo(path) or "Tongyi-MAI/Z-Image-Turbo"
+        kind = loading.classify_source(config)
+        extra = {} if dtype is None else {"torch_dtype": dtype}
+        try:
+            transformer = ZImageTransformer2DModel.from_single_file(
+                path, config=config, subfolder="transformer",
+                local_files_only=kind == "folder" or not loading.hub_reachable(), **extra)
+        except Exception as exc:  # noqa: BLE001 - every loader failure becomes one message
+            raise loading.ModelLoadError(path, f"cannot load this z_image single-file "
+                                         f"transformer with model.config = {config!r}: "
+                                         f"{type(exc).__name__}: {str(exc)[:300]}. "
+                                         f"{loading.CONFIG_HINT}") from exc
+        kwargs = {"transformer": transformer} | ({} if dtype is None else {"dtype": dtype})
+        return loading.from_pretrained(ZImagePipeline, config, kind, "the z_image text "
+                                       "encoder, VAE and tokenizer", "model.config", **kwargs)
 
     def _components_from_pipeline(self, pipe: Any, source: str, fp: str) -> Components:
         return Components(

@@ -252,3 +252,17 @@ def test_preset_check_passes_and_prints_the_memory_estimate(tmp_path: Path) -> N
     # 1024 px fit a 24 GB card.
     assert 12 < gib < 22, line
     assert "frozen weights 11.5 GiB" in line
+
+
+def test_random_full_size_tokenizer_fits_qwen3_and_has_the_chat_template() -> None:
+    from core.models.full_size.build import _tokenizers
+    from core.models.full_size.spec import component_config
+
+    (tok,) = _tokenizers("z_image")
+    vocab = component_config("z_image", "text_encoder")["vocab_size"]
+    text = tok.apply_chat_template([{"role": "user", "content": "A café at 9:30, ✓"}],
+                                   tokenize=False, add_generation_prompt=True,
+                                   enable_thinking=True)
+    ids = tok([text], padding="max_length", max_length=512, truncation=True).input_ids[0]
+    assert 0 <= min(ids) and max(ids) < vocab
+    assert text.endswith("<|im_end|>\n<|im_start|>assistant\n")

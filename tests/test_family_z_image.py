@@ -266,3 +266,17 @@ def test_random_full_size_tokenizer_fits_qwen3_and_has_the_chat_template() -> No
     ids = tok([text], padding="max_length", max_length=512, truncation=True).input_ids[0]
     assert 0 <= min(ids) and max(ids) < vocab
     assert text.endswith("<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_turbo_with_validation_guidance_is_warned_about() -> None:
+    from core.config import load_config, validate_config
+    from core.presets import preset_path
+
+    cfg = load_config(preset_path("z-image-lora"))
+    assert validate_config(cfg) == []  # the base model samples with guidance 4
+    cfg.model.path = "Tongyi-MAI/Z-Image-Turbo"
+    (problem,) = validate_config(cfg)
+    assert problem.level == "warning" and problem.where == "validation.guidance_scale"
+    assert "set it to 0" in problem.message
+    cfg.validation.guidance_scale = 0.0
+    assert validate_config(cfg) == []

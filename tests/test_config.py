@@ -37,7 +37,7 @@ def test_every_preset_round_trips_exactly_and_is_valid():
 
 def test_preset_families_match_their_names():
     for name, family in [("sd15-lora", "sd15"), ("sdxl-lora", "sdxl"), ("sd3-lora", "sd3"),
-                         ("flux-lora", "flux"), ("demo", "sd15")]:
+                         ("flux-lora", "flux"), ("z-image-lora", "z_image"), ("demo", "sd15")]:
         assert load_config(PRESETS_DIR / f"{name}.toml").model.family == family
 
 

@@ -27,13 +27,17 @@ EXPECTED = {
              "text_encoder_2": 694_659_840},
     "flux": {"transformer": 11_901_408_320, "text_encoder": CLIP_L,
              "text_encoder_2": T5_XXL},
+    # Z-Image: the "6B" S3-DiT (12.3 GB of bf16 shards), Qwen3-4B as Qwen3Model (no LM
+    # head; its 8.05 GB of bf16 shards) and FLUX.1's VAE (no quant convs).
+    "z_image": {"transformer": 6_154_908_736, "text_encoder": 4_022_468_096,
+                "vae": 83_819_683},
 }
 
 
 # ---------------------------------------------------------------- configs (no weights)
 
 
-@pytest.mark.parametrize("family", ["sd15", "sd2", "sdxl", "flux"])
+@pytest.mark.parametrize("family", ["sd15", "sd2", "sdxl", "flux", "z_image"])
 def test_parameter_counts_are_the_real_models(family):
     from core.models.full_size.meta import parameter_counts
 

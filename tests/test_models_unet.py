@@ -70,7 +70,7 @@ def test_registry_lists_families_without_importing_torch() -> None:
             "print(list_families(), 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout.strip()
-    assert out == "['sd15', 'sd2', 'sdxl', 'sd3', 'flux'] False"
+    assert out == "['sd15', 'sd2', 'sdxl', 'sd3', 'flux', 'z_image'] False"
     assert list_families() == list(FAMILY_NAMES)
 
 

@@ -142,3 +142,19 @@ def test_restarted_app_reattaches_a_live_run_and_marks_a_dead_one_failed(app):
     finally:
         third.close()
         ours.popen.wait(timeout=10)  # reap the launcher this process started
+
+
+def test_a_z_image_run_launches_through_the_api_and_finishes(app):
+    """Another family through the same endpoints: tiny Z-Image (variable-length Qwen3
+    text, list-valued pipeline inputs for validation) trains, validates and saves."""
+    _, client, workspace = app
+    config = demo_config(workspace, {
+        "model.family": "z_image", "model.path": "tiny:z_image", "train.max_steps": "2",
+        "train.eval_every": "2", "validation.every": "2", "output.dir": "runs/api-z-image",
+        "datasets.0.vae_cache": "cache/z-image/vae", "text_cache.dir": "cache/z-image/text"})
+    run_dir = Path(client.predict(config, False, api_name="/launch")["run_dir"])
+    status = wait_until(lambda: (s := client.predict(str(run_dir), api_name="/status"))
+                        ["state"] in ("done", "failed") and s, 420, "the z_image run to end")
+    assert status["state"] == "done", status["log"][-20:]
+    assert (run_dir / "lora/pytorch_lora_weights.safetensors").is_file()
+    assert (run_dir / "validation/step_000002/00.png").is_file()

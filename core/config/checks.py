@@ -137,6 +137,7 @@ def _check_cross(cfg: Config) -> list[Problem]:
     if cfg.launch.cpu and cfg.train.mixed_precision == "fp16":
         out.append(error("train.mixed_precision", "fp16 does not run on the CPU; use bf16 or no"))
     out += _check_flow_family(cfg)
+    out += _check_turbo_validation(cfg)
     out += _check_text_options(cfg)
     if cfg.model.quantize != "none" and cfg.train.method == "full":
         out.append(error("model.quantize", f"{cfg.model.quantize} with train.method = \"full\": "
@@ -158,6 +159,19 @@ def _check_flow_family(cfg: Config) -> list[Problem]:
         out.append(error("train.noise_offset", f"{flows} (its noise is not a DDPM "
                                                "schedule's); set it to 0"))
     return out
+
+
+def _check_turbo_validation(cfg: Config) -> list[Problem]:
+    """Z-Image-Turbo is distilled to sample in 8-9 steps without classifier-free
+    guidance (its model card: guidance_scale 0); the validation default of 5 would
+    sample it with guidance, and its images would not show what the LoRA does."""
+    if (cfg.model.family != "z_image" or "turbo" not in cfg.model.path.lower()
+            or cfg.validation.guidance_scale == 0):
+        return []
+    return [Problem("warning", "validation.guidance_scale",
+                    f"is {cfg.validation.guidance_scale:g} for {cfg.model.path}, a Turbo "
+                    "model distilled to sample without guidance: set it to 0 (and "
+                    "validation.steps to 9)")]
 
 
 def _check_text_options(cfg: Config) -> list[Problem]:

@@ -10,12 +10,14 @@ The batch: "latents" [B, C, H, W]; "prompt_embeds" [B, Lmax, D] right-padded wit
 "prompt_mask" [B, Lmax] False in the padding; "pooled_prompt_embeds" [B, P] when every item
 has it; the size ids as LongTensor [B, 2]; "paths" and "captions" as lists.
 
-No family gives the mask to its denoiser: each encodes at one fixed length, padded as its
-pipeline pads at inference (sd15/sd2/sdxl: CLIP's 77; sd3: 77 + T5's 256; flux: T5's 512),
-so one model's items never need padding here and the denoiser sees the padding tokens it
-sees at inference. (The UNet accepts an encoder_attention_mask, but masking what the
-pipelines leave unmasked would change what training fits; SD3's and Flux's transformers
-take no text mask.) The mask marks the real tokens for whoever needs them.
+sd15 to flux encode at one fixed length, padded as their pipelines pad at inference
+(sd15/sd2/sdxl: CLIP's 77; sd3: 77 + T5's 256; flux: T5's 512), so their items never
+need padding here and the denoiser sees the padding tokens it sees at inference. Z-Image
+encodes each prompt at its own length: collate pads, and its `predict` gives the
+transformer only the rows the mask marks, as ZImagePipeline passes them. (The UNet
+accepts an encoder_attention_mask, but masking what the pipelines leave unmasked would
+change what training fits; SD3's and Flux's transformers take no text mask.) The mask
+marks the real tokens for whoever needs them.
 
 A batch holds one bucket (the sampler guarantees it), so differing latent shapes mean a
 stale or foreign cache: CollateError names the files and shapes instead of torch.stack's

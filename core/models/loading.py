@@ -34,6 +34,9 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _FAMILY_KEY_MARKERS: tuple[tuple[str, str], ...] = (
     ("double_blocks.", "flux"),
     ("joint_blocks.", "sd3"),
+    # Z-Image's main blocks modulate with adaLN_modulation.0 (Lumina2's, alike otherwise,
+    # with .1), in both its original and diffusers layouts.
+    ("layers.0.adaLN_modulation.0.weight", "z_image"),
     ("conditioner.embedders.1", "sdxl"),
     ("cond_stage_model.model.", "sd2"),
     ("cond_stage_model.transformer.", "sd15"),
@@ -44,6 +47,7 @@ _PIPELINE_FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("StableDiffusionXL", ("sdxl",)),
     ("StableDiffusion3", ("sd3",)),
     ("Flux", ("flux",)),
+    ("ZImage", ("z_image",)),
     ("StableDiffusion", ("sd15", "sd2")),
 )
 

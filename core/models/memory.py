@@ -40,6 +40,7 @@ CUDA_CONTEXT_BYTES = GIB // 2
 CACHE_VAE_BATCH = 4
 CACHE_TEXT_BATCH = 16
 CLIP_TOKENS = 77
+SEQUENCE_LM_ENCODERS = ("qwen3",)
 FP32 = 4
 OPTIMIZER_BYTES_PER_PARAM = {"adamw": 8, "adamw8bit": 2}  # two states each
 SCALE_BYTES = {"int8": 2, "fp8": 2, "nf4": 4}  # bf16 per output row; fp32 per 64 weights
@@ -292,10 +293,16 @@ def text_tokens(family: str) -> int:
 
 def activation_bytes(sizes: ModelSizes, shape: StepShape) -> int:
     from core.models import memory_activations as act
+    from core.models.registry import get_family
 
     d = sizes.denoiser
     if d.kind == "unet":
         return act.unet_activation_bytes(d.config, shape)
+    # A family whose transformer config is not MMDiT-shaped (Z-Image) says how it counts.
+    layout = getattr(get_family(sizes.family), "activation_layout", None)
+    if layout is not None:
+        config, patch = layout(d.config)
+        return act.mmdit_activation_bytes(config, shape, text_tokens(sizes.family), patch)
     # Flux packs 2x2 latent patches itself (its config says patch_size 1).
     patch = int(d.config.get("patch_size", 1) or 1) * (2 if sizes.family == "flux" else 1)
     return act.mmdit_activation_bytes(d.config, shape, text_tokens(sizes.family), patch)
@@ -313,7 +320,10 @@ def caching_activation_bytes(cfg: Config, sizes: ModelSizes) -> int:
                                           CACHE_VAE_BATCH, _vae_bytes(cfg, sizes.vae, wbytes)))
     for encoder in sizes.text_encoders:
         t5 = encoder.config.get("model_type") == "t5"
-        tokens = text_tokens(sizes.family) if t5 else int(
+        # Decoder LMs used as encoders (Z-Image's Qwen3) read the family's text length,
+        # not their 40k-token context.
+        lm = encoder.config.get("model_type") in SEQUENCE_LM_ENCODERS
+        tokens = text_tokens(sizes.family) if t5 or lm else int(
             encoder.config.get("max_position_embeddings", CLIP_TOKENS))
         if t5 and sizes.family == "sd3":
             tokens -= CLIP_TOKENS

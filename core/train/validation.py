@@ -31,14 +31,18 @@ class ValidationTexts:
 
     prompts: list[dict[str, Any]]
     negative: dict[str, Any]
+    # Pipelines that take a list of per-prompt [L, D] embeddings (Z-Image's), the
+    # family's `list_prompt_embeds`, rather than a batch tensor.
+    as_list: bool = False
 
     def pipeline_inputs(self, index: int) -> dict[str, Any]:
         """Keyword arguments of a pipeline call for prompt `index` (a batch of one)."""
         out = {}
         for key in _TEXT_KEYS:
             if key in self.prompts[index]:
-                out[key] = self.prompts[index][key].unsqueeze(0)
-                out[f"negative_{key}"] = self.negative[key].unsqueeze(0)
+                wrap = (lambda t: [t]) if self.as_list else (lambda t: t.unsqueeze(0))
+                out[key] = wrap(self.prompts[index][key])
+                out[f"negative_{key}"] = wrap(self.negative[key])
         return out
 
 
@@ -49,7 +53,8 @@ def encode_validation_prompts(family: ModelFamily, components: Components,
         return None
     encoded = [{k: v.detach().cpu() for k, v in item.items()}
                for item in family.encode_prompts(components, [*prompts, ""])]
-    return ValidationTexts(prompts=encoded[:-1], negative=encoded[-1])
+    return ValidationTexts(prompts=encoded[:-1], negative=encoded[-1],
+                           as_list=bool(getattr(family, "list_prompt_embeds", False)))
 
 
 def generate_validation_images(family: ModelFamily, components: Components,

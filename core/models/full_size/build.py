@@ -59,6 +59,7 @@ def _tokenizers(family: str) -> list[Any]:
     live in a temporary folder only while they load."""
     from core.models.tiny.clip import EOS_TOKEN, clip_tokenizer
     from core.models.tiny.t5 import t5_tokenizer
+    from core.models.tiny.z_image_qwen3 import qwen_tokenizer
 
     names = sorted(n for n in component_specs(family) if n.startswith("tokenizer"))
     out = []
@@ -67,6 +68,8 @@ def _tokenizers(family: str) -> list[Any]:
             cls = component_specs(family)[name][1]
             if cls.startswith("T5"):
                 out.append(t5_tokenizer(Path(tmp) / name)[0])
+            elif cls.startswith("Qwen2"):  # Z-Image's Qwen3 tokenizer class
+                out.append(qwen_tokenizer(Path(tmp) / name))
             else:
                 pad = "!" if (family, name) in BANG_PADDED else EOS_TOKEN
                 out.append(clip_tokenizer(Path(tmp) / name, pad_token=pad))
@@ -86,7 +89,7 @@ def _family_settings(c: Components) -> None:
     from core.models.registry import get_family
 
     family = get_family(c.family)
-    if c.family in ("sd3", "flux"):
+    if c.family in ("sd3", "flux", "z_image"):
         c.max_sequence_length = getattr(family, "max_sequence_length", None)
     if c.family == "sd3":
         c.has_t5 = len(c.text_encoders) == 3

@@ -31,6 +31,9 @@ class ValidationTexts:
 
     prompts: list[dict[str, Any]]
     negative: dict[str, Any]
+    # The pipeline's argument for the text mask, for families whose denoiser takes one
+    # (the family's `pipeline_mask_kwarg`, e.g. Chroma's "prompt_attention_mask").
+    mask_kwarg: str | None = None
 
     def pipeline_inputs(self, index: int) -> dict[str, Any]:
         """Keyword arguments of a pipeline call for prompt `index` (a batch of one)."""
@@ -39,6 +42,9 @@ class ValidationTexts:
             if key in self.prompts[index]:
                 out[key] = self.prompts[index][key].unsqueeze(0)
                 out[f"negative_{key}"] = self.negative[key].unsqueeze(0)
+        if self.mask_kwarg:
+            out[self.mask_kwarg] = self.prompts[index]["prompt_mask"].unsqueeze(0)
+            out[f"negative_{self.mask_kwarg}"] = self.negative["prompt_mask"].unsqueeze(0)
         return out
 
 
@@ -49,7 +55,8 @@ def encode_validation_prompts(family: ModelFamily, components: Components,
         return None
     encoded = [{k: v.detach().cpu() for k, v in item.items()}
                for item in family.encode_prompts(components, [*prompts, ""])]
-    return ValidationTexts(prompts=encoded[:-1], negative=encoded[-1])
+    return ValidationTexts(prompts=encoded[:-1], negative=encoded[-1],
+                           mask_kwarg=getattr(family, "pipeline_mask_kwarg", None))
 
 
 def generate_validation_images(family: ModelFamily, components: Components,

@@ -158,7 +158,8 @@ def test_lora_backpropagates_saves_and_reloads_in_chroma_pipeline(folder, tmp_pa
 
     paths = CHROMA.save_lora(trained, tmp_path / "lora")
     texts = encode_validation_prompts(CHROMA, trained, ["a red circle"])
-    assert texts is not None and texts.pipeline_inputs(0)["prompt_attention_mask"].dtype == torch.bool
+    assert texts is not None
+    assert texts.pipeline_inputs(0)["prompt_attention_mask"].dtype == torch.bool
     with torch.no_grad():
         want = generate(CHROMA.validation_pipeline(trained), texts)
     fresh = CHROMA.load(str(folder))

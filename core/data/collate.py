@@ -10,8 +10,10 @@ The batch: "latents" [B, C, H, W]; "prompt_embeds" [B, Lmax, D] right-padded wit
 "prompt_mask" [B, Lmax] False in the padding; "pooled_prompt_embeds" [B, P] when every item
 has it; the size ids as LongTensor [B, 2]; "paths" and "captions" as lists.
 
-No family gives the mask to its denoiser: each encodes at one fixed length, padded as its
-pipeline pads at inference (sd15/sd2/sdxl: CLIP's 77; sd3: 77 + T5's 256; flux: T5's 512),
+No family but Chroma gives the mask to its denoiser (Chroma's marks the tokens its
+transformer attends to, see core/models/chroma.py): each encodes at one fixed length,
+padded as its pipeline pads at inference (sd15/sd2/sdxl: CLIP's 77; sd3: 77 + T5's 256;
+flux, chroma: T5's 512),
 so one model's items never need padding here and the denoiser sees the padding tokens it
 sees at inference. (The UNet accepts an encoder_attention_mask, but masking what the
 pipelines leave unmasked would change what training fits; SD3's and Flux's transformers

@@ -11,8 +11,10 @@ Tensor conventions:
   "prompt_embeds" [L, D], "prompt_mask" [L] (bool, True for real tokens) and, where the
   family has them, "pooled_prompt_embeds" [P]. L may differ between prompts; collate pads
   to the batch's longest. Every family here encodes at a fixed L, padded as its pipeline
-  pads at inference (CLIP 77; SD3 77 + T5 256; Flux T5 512), and gives its denoiser no
-  mask, as the pipelines do: the mask only marks the real tokens.
+  pads at inference (CLIP 77; SD3 77 + T5 256; Flux and Chroma T5 512). All but Chroma
+  give their denoiser no mask, as the pipelines do: the mask only marks the real tokens.
+  Chroma's mask is what its transformer attends to (the real tokens and one padding
+  token, see chroma.py), and its `predict` passes it.
 - extra conditioning per item (SDXL's size/crop ids): "original_size" (h, w),
   "crop_top_left" (top, left), "target_size" (h, w), in pixels; each a (h, w) pair for
   the whole batch or a [B, 2] tensor/list of pairs; or "time_ids" [B, 6] directly.

@@ -27,7 +27,8 @@ def messages(problems) -> list[str]:
 
 def test_every_preset_round_trips_exactly_and_is_valid():
     names = list_presets()
-    assert {"demo", "sd15-lora", "sdxl-lora", "sd3-lora", "flux-lora"} <= set(names)
+    assert {"demo", "sd15-lora", "sdxl-lora", "sd3-lora", "flux-lora",
+            "chroma-lora"} <= set(names)
     for name in names:
         text = (PRESETS_DIR / f"{name}.toml").read_text(encoding="utf-8")
         cfg = loads_config(text)
@@ -37,7 +38,8 @@ def test_every_preset_round_trips_exactly_and_is_valid():
 
 def test_preset_families_match_their_names():
     for name, family in [("sd15-lora", "sd15"), ("sdxl-lora", "sdxl"), ("sd3-lora", "sd3"),
-                         ("flux-lora", "flux"), ("z-image-lora", "z_image"), ("demo", "sd15")]:
+                          ("flux-lora", "flux"), ("chroma-lora", "chroma"),
+                          ("z-image-lora", "z_image"), ("demo", "sd15")]:
         assert load_config(PRESETS_DIR / f"{name}.toml").model.family == family
 
 
@@ -200,7 +202,7 @@ def test_prediction_type_applies_only_to_epsilon_and_v_families():
         cfg.model.family, cfg.model.path = family, f"tiny:{family}"
         cfg.model.prediction_type = "v_prediction"
         assert validate_config(cfg) == [], family
-    for family in ("sd3", "flux"):
+    for family in ("sd3", "flux", "chroma"):
         cfg.model.family, cfg.model.path = family, f"tiny:{family}"
         cfg.model.prediction_type = "epsilon"
         [problem] = validate_config(cfg)

@@ -31,6 +31,8 @@ EXPECTED = {
     # head; its 8.05 GB of bf16 shards) and FLUX.1's VAE (no quant convs).
     "z_image": {"transformer": 6_154_908_736, "text_encoder": 4_022_468_096,
                 "vae": 83_819_683},
+    # Chroma1-HD: "8.9B" (its model card); the FLUX.1 VAE; T5-XXL alone.
+    "chroma": {"transformer": 8_899_983_424, "vae": 83_819_683, "text_encoder": T5_XXL},
 }
 
 
@@ -38,6 +40,7 @@ EXPECTED = {
 
 
 @pytest.mark.parametrize("family", ["sd15", "sd2", "sdxl", "flux", "z_image"])
+@pytest.mark.parametrize("family", ["sd15", "sd2", "sdxl", "flux", "chroma"])
 def test_parameter_counts_are_the_real_models(family):
     from core.models.full_size.meta import parameter_counts
 
@@ -81,7 +84,7 @@ def test_tokenizer_ids_fit_the_real_vocabularies():
     from core.models.full_size.build import _tokenizers
     from core.models.full_size.spec import component_config
 
-    for family, t5_index in (("sd3", 2), ("flux", 1)):
+    for family, t5_index in (("sd3", 2), ("flux", 1), ("chroma", 0)):
         tokenizers = _tokenizers(family)
         for i, tok in enumerate(tokenizers):
             name = "text_encoder" + (f"_{i + 1}" if i else "")

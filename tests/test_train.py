@@ -200,10 +200,12 @@ FAMILY_OPTIONS = {
     "sd3": {"ema": True, "lr_scheduler": "cosine", "lr_warmup_steps": 1},
     "flux": {"method": "full", "lr_scheduler": "linear"},
     "z_image": {"lora_targets": "all", "gradient_checkpointing": True},
+    # checkpointing: its single blocks must still get the text mask (core/models/chroma.py)
+    "chroma": {"gradient_checkpointing": True, "mixed_precision": "bf16"},
 }
 
 
-@pytest.mark.parametrize("family", ["sd2", "sdxl", "sd3", "flux", "z_image"])
+@pytest.mark.parametrize("family", ["sd2", "sdxl", "sd3", "flux", "chroma", "z_image"])
 def test_each_family_trains_a_few_steps(tmp_path: Path, tiny_workspace: Path, family: str):
     cfg = small_config(tmp_path, images=4, family=family)
     for key, value in FAMILY_OPTIONS[family].items():

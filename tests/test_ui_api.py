@@ -156,5 +156,18 @@ def test_a_z_image_run_launches_through_the_api_and_finishes(app):
     status = wait_until(lambda: (s := client.predict(str(run_dir), api_name="/status"))
                         ["state"] in ("done", "failed") and s, 420, "the z_image run to end")
     assert status["state"] == "done", status["log"][-20:]
+def test_launch_trains_a_chroma_lora_to_done(app):
+    """Another family through the same API: tiny Chroma (its text mask reaches the
+    transformer and validation) trains a few steps to a LoRA and a validation image."""
+    _, client, workspace = app
+    config = demo_config(workspace, {
+        "model.family": "chroma", "model.path": "tiny:chroma", "train.max_steps": "2",
+        "train.eval_every": "2", "validation.every": "2", "train.checkpoint_every": "2",
+        "datasets.0.vae_cache": "cache/chroma/vae", "text_cache.dir": "cache/chroma/text",
+        "output.dir": "runs/api-chroma"})
+    run_dir = Path(client.predict(config, False, api_name="/launch")["run_dir"])
+    status = wait_until(lambda: (s := client.predict(str(run_dir), api_name="/status"))
+                        ["state"] in ("done", "failed") and s, 480, "the chroma run to end")
+    assert status["state"] == "done", "\n".join(status["log"][-30:])
     assert (run_dir / "lora/pytorch_lora_weights.safetensors").is_file()
     assert (run_dir / "validation/step_000002/00.png").is_file()

@@ -10,11 +10,12 @@ The batch: "latents" [B, C, H, W]; "prompt_embeds" [B, Lmax, D] right-padded wit
 "prompt_mask" [B, Lmax] False in the padding; "pooled_prompt_embeds" [B, P] when every item
 has it; the size ids as LongTensor [B, 2]; "paths" and "captions" as lists.
 
-sd15 to flux encode at one fixed length, padded as their pipelines pad at inference
-(sd15/sd2/sdxl: CLIP's 77; sd3: 77 + T5's 256; flux: T5's 512), so their items never
-need padding here and the denoiser sees the padding tokens it sees at inference. Z-Image
-encodes each prompt at its own length: collate pads, and its `predict` gives the
-transformer only the rows the mask marks, as ZImagePipeline passes them. (The UNet
+Most families encode at one fixed length, padded as their pipelines pad at inference
+(sd15/sd2/sdxl: CLIP's 77; sd3: 77 + T5's 256; flux, chroma: T5's 512), so their items
+never need padding here and the denoiser sees the padding tokens it sees at inference.
+Z-Image encodes each prompt at its own length: collate pads, and its `predict` gives the
+transformer only the rows the mask marks, as ZImagePipeline passes them. Chroma gives its
+transformer the mask (the tokens it attends to, see core/models/chroma.py). (The UNet
 accepts an encoder_attention_mask, but masking what the pipelines leave unmasked would
 change what training fits; SD3's and Flux's transformers take no text mask.) The mask
 marks the real tokens for whoever needs them.

@@ -2,7 +2,8 @@
 
 - base.py: the protocol (`ModelFamily`), `Components` (a loaded model) and `NoiseSample`.
 - registry.py: finds a family's module by name without importing torch.
-- sd15.py, sd2.py, sdxl.py (UNet) and sd3.py, flux.py (on flow.py's `FlowFamily`): what
+- sd15.py, sd2.py, sdxl.py (UNet) and sd3.py, flux.py, chroma.py (on flow.py's
+  `FlowFamily`): what
   differs per family; each exposes `FAMILY`.
 - loading.py: where a model comes from (folder, single file, hub id) and loading it with
   errors that name the path; fingerprints; dtypes.

@@ -10,10 +10,12 @@ Tensor conventions:
 - text: `encode_prompts` returns one dict per prompt with unbatched tensors:
   "prompt_embeds" [L, D], "prompt_mask" [L] (bool, True for real tokens) and, where the
   family has them, "pooled_prompt_embeds" [P]. L may differ between prompts; collate pads
-  to the batch's longest. sd15-flux encode at a fixed L, padded as their pipelines pad
-  at inference (CLIP 77; SD3 77 + T5 256; Flux T5 512), and give their denoiser no
-  mask, as the pipelines do: the mask only marks the real tokens. Z-Image keeps each
-  prompt's real tokens only (its own L) and hands the transformer the masked rows.
+  to the batch's longest. sd15-flux and Chroma encode at a fixed L, padded as their
+  pipelines pad at inference (CLIP 77; SD3 77 + T5 256; Flux and Chroma T5 512). All but
+  Chroma give their denoiser no mask, as the pipelines do: the mask only marks the real
+  tokens. Chroma's mask is what its transformer attends to (the real tokens and one
+  padding token, see chroma.py), and its `predict` passes it. Z-Image keeps each prompt's
+  real tokens only (its own L) and hands the transformer the masked rows.
 - extra conditioning per item (SDXL's size/crop ids): "original_size" (h, w),
   "crop_top_left" (top, left), "target_size" (h, w), in pixels; each a (h, w) pair for
   the whole batch or a [B, 2] tensor/list of pairs; or "time_ids" [B, 6] directly.

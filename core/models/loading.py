@@ -30,8 +30,10 @@ SourceKind = Literal["folder", "file", "hub"]
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 # Telltale key fragments of original-format (A1111/ComfyUI) single-file checkpoints,
-# most specific first: SDXL also has the SD UNet keys, Flux/SD3 have neither.
+# most specific first: SDXL also has the SD UNet keys, Flux/SD3 have neither; Chroma has
+# Flux's block names plus its approximator (diffusers' own "chroma" detection key).
 _FAMILY_KEY_MARKERS: tuple[tuple[str, str], ...] = (
+    ("distilled_guidance_layer.", "chroma"),
     ("double_blocks.", "flux"),
     ("joint_blocks.", "sd3"),
     # Z-Image's main blocks modulate with adaLN_modulation.0 (Lumina2's, alike otherwise,
@@ -48,6 +50,7 @@ _PIPELINE_FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("StableDiffusion3", ("sd3",)),
     ("Flux", ("flux",)),
     ("ZImage", ("z_image",)),
+    ("Chroma", ("chroma",)),
     ("StableDiffusion", ("sd15", "sd2")),
 )
 

@@ -303,8 +303,9 @@ def activation_bytes(sizes: ModelSizes, shape: StepShape) -> int:
     if layout is not None:
         config, patch = layout(d.config)
         return act.mmdit_activation_bytes(config, shape, text_tokens(sizes.family), patch)
-    # Flux packs 2x2 latent patches itself (its config says patch_size 1).
-    patch = int(d.config.get("patch_size", 1) or 1) * (2 if sizes.family == "flux" else 1)
+    # Flux and Chroma pack 2x2 latent patches themselves (their configs say patch_size 1).
+    packs = sizes.family in ("flux", "chroma")
+    patch = int(d.config.get("patch_size", 1) or 1) * (2 if packs else 1)
     return act.mmdit_activation_bytes(d.config, shape, text_tokens(sizes.family), patch)
 
 

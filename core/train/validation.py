@@ -34,6 +34,9 @@ class ValidationTexts:
     # Pipelines that take a list of per-prompt [L, D] embeddings (Z-Image's), the
     # family's `list_prompt_embeds`, rather than a batch tensor.
     as_list: bool = False
+    # The pipeline's argument for the text mask, for families whose denoiser takes one
+    # (the family's `pipeline_mask_kwarg`, e.g. Chroma's "prompt_attention_mask").
+    mask_kwarg: str | None = None
 
     def pipeline_inputs(self, index: int) -> dict[str, Any]:
         """Keyword arguments of a pipeline call for prompt `index` (a batch of one)."""
@@ -43,6 +46,9 @@ class ValidationTexts:
                 wrap = (lambda t: [t]) if self.as_list else (lambda t: t.unsqueeze(0))
                 out[key] = wrap(self.prompts[index][key])
                 out[f"negative_{key}"] = wrap(self.negative[key])
+        if self.mask_kwarg:
+            out[self.mask_kwarg] = self.prompts[index]["prompt_mask"].unsqueeze(0)
+            out[f"negative_{self.mask_kwarg}"] = self.negative["prompt_mask"].unsqueeze(0)
         return out
 
 
@@ -54,7 +60,8 @@ def encode_validation_prompts(family: ModelFamily, components: Components,
     encoded = [{k: v.detach().cpu() for k, v in item.items()}
                for item in family.encode_prompts(components, [*prompts, ""])]
     return ValidationTexts(prompts=encoded[:-1], negative=encoded[-1],
-                           as_list=bool(getattr(family, "list_prompt_embeds", False)))
+                           as_list=bool(getattr(family, "list_prompt_embeds", False)),
+                           mask_kwarg=getattr(family, "pipeline_mask_kwarg", None))
 
 
 def generate_validation_images(family: ModelFamily, components: Components,

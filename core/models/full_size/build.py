@@ -89,7 +89,7 @@ def _family_settings(c: Components) -> None:
     from core.models.registry import get_family
 
     family = get_family(c.family)
-    if c.family in ("sd3", "flux", "z_image"):
+    if c.family in ("sd3", "flux", "chroma", "z_image"):
         c.max_sequence_length = getattr(family, "max_sequence_length", None)
     if c.family == "sd3":
         c.has_t5 = len(c.text_encoders) == 3

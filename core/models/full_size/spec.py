@@ -26,6 +26,7 @@ PIPELINE_CLASSES = {
     "sd3": "StableDiffusion3Pipeline",
     "flux": "FluxPipeline",
     "z_image": "ZImagePipeline",
+    "chroma": "ChromaPipeline",
 }
 MODEL_PREFIXES = ("unet", "transformer", "vae", "text_encoder")
 

@@ -34,6 +34,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _FAMILY_KEY_MARKERS: tuple[tuple[str, str], ...] = (
     ("double_blocks.", "flux"),
     ("joint_blocks.", "sd3"),
+    ("txt_norm.", "qwen_image"),  # Qwen-Image's text RMSNorm (diffusers and ComfyUI names)
     ("conditioner.embedders.1", "sdxl"),
     ("cond_stage_model.model.", "sd2"),
     ("cond_stage_model.transformer.", "sd15"),
@@ -44,6 +45,7 @@ _PIPELINE_FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("StableDiffusionXL", ("sdxl",)),
     ("StableDiffusion3", ("sd3",)),
     ("Flux", ("flux",)),
+    ("QwenImage", ("qwen_image",)),
     ("StableDiffusion", ("sd15", "sd2")),
 )
 

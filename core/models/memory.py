@@ -313,12 +313,15 @@ def caching_activation_bytes(cfg: Config, sizes: ModelSizes) -> int:
                                           CACHE_VAE_BATCH, _vae_bytes(cfg, sizes.vae, wbytes)))
     for encoder in sizes.text_encoders:
         t5 = encoder.config.get("model_type") == "t5"
-        tokens = text_tokens(sizes.family) if t5 else int(
+        # A vision-language model (Qwen2.5-VL) keeps its language model's sizes apart; it
+        # reads the family's text length, not its context window.
+        text_config = encoder.config.get("text_config") or {}
+        tokens = text_tokens(sizes.family) if t5 or text_config else int(
             encoder.config.get("max_position_embeddings", CLIP_TOKENS))
         if t5 and sizes.family == "sd3":
             tokens -= CLIP_TOKENS
-        peaks.append(act.text_encode_bytes(encoder.config, tokens, CACHE_TEXT_BATCH,
-                                           wbytes, eager_scores=t5))
+        peaks.append(act.text_encode_bytes({**encoder.config, **text_config}, tokens,
+                                           CACHE_TEXT_BATCH, wbytes, eager_scores=t5))
     return max(peaks)
 
 

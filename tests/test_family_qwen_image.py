@@ -69,7 +69,8 @@ def reference_loss(folder: Path, prompts: list[str], px: torch.Tensor, noise: to
                                 padding=True, truncation=True, return_tensors="pt")
         hidden = pipe.text_encoder(input_ids=tokens.input_ids, attention_mask=tokens.attention_mask,
                                    output_hidden_states=True).hidden_states[-1]
-        kept = [h[m.bool()][drop:][:512] for h, m in zip(hidden, tokens.attention_mask)]
+        kept = [h[m.bool()][drop:][:512] for h, m in zip(hidden, tokens.attention_mask,
+                                                                strict=True)]
         longest = max(len(k) for k in kept)
         embeds = torch.stack([torch.cat([k, k.new_zeros(longest - len(k), k.shape[1])])
                               for k in kept])
@@ -141,7 +142,7 @@ def test_prompt_template_is_dropped_and_lengths_vary(folder: Path) -> None:
                  "<|im_end|>\n<|im_start|>user\n").input_ids
     assert len(prefix) == 34  # as the real tokenizer: the pipeline drops exactly these
     both = QWEN.encode_prompts(c, PROMPTS)
-    for prompt, item in zip(PROMPTS, both):
+    for prompt, item in zip(PROMPTS, both, strict=True):
         own = len(tok(prompt + "<|im_end|>\n<|im_start|>assistant\n").input_ids)
         assert item["prompt_embeds"].shape == (own, 32)
         assert item["prompt_mask"].all() and item["prompt_mask"].shape == (own,)

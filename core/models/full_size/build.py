@@ -6,9 +6,9 @@ without a download. What it is for and its sizes: docs/random-models.md.
 Each module is instantiated on the meta device, then given storage on `device` in
 `dtype` and seeded random weights (meta.py, fill.py). Tokenizers are the tiny
 byte-level ones of core/models/tiny, written to a temporary folder, loaded and the
-folder deleted; their ids lie inside the real vocabularies (CLIP 49408, T5 32128, Qwen 152064), so the
-real embedding tables serve them. The scheduler comes from the shipped config, with the
-class the family's own loader uses.
+folder deleted; their ids lie inside the real vocabularies (CLIP 49408, T5 32128,
+Qwen 152064), so the real embedding tables serve them. The scheduler comes from the
+shipped config, with the class the family's own loader uses.
 
 Heavy imports stay inside the functions.
 """

@@ -87,8 +87,9 @@ def qwen_tokenizer(out_dir: Path) -> Any:
 
 def tiny_qwen_vl(tokenizer: Any, hidden: int, seed: int, layers: int = 1) -> Any:
     """A Qwen2_5_VLForConditionalGeneration for `tokenizer`'s vocabulary and special ids,
-    with a `hidden`-wide, `layers`-deep text model (head_dim 16, multimodal rope sections 2/3/3 summing to half of it) and a
-    one-block 16-wide vision tower, random weights from `seed`."""
+    with a `hidden`-wide, `layers`-deep text model (head_dim 16; multimodal rope sections
+    2/3/3, summing to half of it) and a one-block 16-wide vision tower, random weights
+    from `seed`."""
     import torch
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 

@@ -142,3 +142,18 @@ def test_restarted_app_reattaches_a_live_run_and_marks_a_dead_one_failed(app):
     finally:
         third.close()
         ours.popen.wait(timeout=10)  # reap the launcher this process started
+
+
+def test_qwen_image_run_launched_through_the_api_finishes(app):
+    """Another family through the same API: the tiny Qwen-Image trains two steps (its own
+    caches, variable-length text) and saves its LoRA."""
+    _, client, workspace = app
+    config = demo_config(workspace, {
+        "model.family": "qwen_image", "model.path": "tiny:qwen_image",
+        "datasets.0.vae_cache": "cache/qwen/shapes", "text_cache.dir": "cache/qwen/text",
+        "train.max_steps": "2", "output.dir": "runs/qwen"})
+    run_dir = client.predict(config, False, api_name="/launch")["run_dir"]
+    status = wait_until(lambda: (s := client.predict(run_dir, api_name="/status"))
+                        ["state"] in ("done", "failed") and s, 420, "the qwen_image run")
+    assert status["state"] == "done", status["log"][-20:]
+    assert (Path(run_dir) / "lora/pytorch_lora_weights.safetensors").is_file()

@@ -39,8 +39,7 @@ EXPECTED = {
 # ---------------------------------------------------------------- configs (no weights)
 
 
-@pytest.mark.parametrize("family", ["sd15", "sd2", "sdxl", "flux", "z_image"])
-@pytest.mark.parametrize("family", ["sd15", "sd2", "sdxl", "flux", "chroma"])
+@pytest.mark.parametrize("family", ["sd15", "sd2", "sdxl", "flux", "z_image", "chroma"])
 def test_parameter_counts_are_the_real_models(family):
     from core.models.full_size.meta import parameter_counts
 

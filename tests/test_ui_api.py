@@ -156,6 +156,10 @@ def test_a_z_image_run_launches_through_the_api_and_finishes(app):
     status = wait_until(lambda: (s := client.predict(str(run_dir), api_name="/status"))
                         ["state"] in ("done", "failed") and s, 420, "the z_image run to end")
     assert status["state"] == "done", status["log"][-20:]
+    assert (run_dir / "lora/pytorch_lora_weights.safetensors").is_file()
+    assert (run_dir / "validation/step_000002/00.png").is_file()
+
+
 def test_launch_trains_a_chroma_lora_to_done(app):
     """Another family through the same API: tiny Chroma (its text mask reaches the
     transformer and validation) trains a few steps to a LoRA and a validation image."""
@@ -171,3 +175,18 @@ def test_launch_trains_a_chroma_lora_to_done(app):
     assert status["state"] == "done", "\n".join(status["log"][-30:])
     assert (run_dir / "lora/pytorch_lora_weights.safetensors").is_file()
     assert (run_dir / "validation/step_000002/00.png").is_file()
+
+
+def test_qwen_image_run_launched_through_the_api_finishes(app):
+    """Another family through the same API: the tiny Qwen-Image trains two steps (its own
+    caches, variable-length text) and saves its LoRA."""
+    _, client, workspace = app
+    config = demo_config(workspace, {
+        "model.family": "qwen_image", "model.path": "tiny:qwen_image",
+        "datasets.0.vae_cache": "cache/qwen/shapes", "text_cache.dir": "cache/qwen/text",
+        "train.max_steps": "2", "output.dir": "runs/qwen"})
+    run_dir = client.predict(config, False, api_name="/launch")["run_dir"]
+    status = wait_until(lambda: (s := client.predict(run_dir, api_name="/status"))
+                        ["state"] in ("done", "failed") and s, 420, "the qwen_image run")
+    assert status["state"] == "done", status["log"][-20:]
+    assert (Path(run_dir) / "lora/pytorch_lora_weights.safetensors").is_file()

@@ -154,8 +154,7 @@ class FlowFamily:
         if noise is None:
             noise = standard_noise(latents.shape, generator, latents.device)
         if timesteps is None:
-            sigmas = sample_sigmas(b, generator, latents.device, self.timestep_sampling,
-                                   self.logit_mean, self.logit_std, self.train_shift(c))
+            sigmas = self.draw_sigmas(c, b, generator, latents.device)
         else:
             t = torch.as_tensor(timesteps, dtype=torch.float32).reshape(-1).to(latents.device)
             sigmas = (t / n_train).expand(b) if t.numel() == 1 else t / n_train
@@ -163,6 +162,12 @@ class FlowFamily:
         noisy, target = flow_noise_and_target(latents, sigmas, noise)
         return NoiseSample(noisy=noisy, timesteps=sigmas * n_train, target=target,
                            weights=loss_weights(sigmas, self.loss_weighting))
+
+    def draw_sigmas(self, c: Components, n: int, generator: Any, device: Any) -> Any:
+        """n training sigmas: `timestep_sampling` with the static shift (a family whose
+        training script samples otherwise overrides this)."""
+        return sample_sigmas(n, generator, device, self.timestep_sampling, self.logit_mean,
+                             self.logit_std, self.train_shift(c))
 
     def check_text_length(self, batch: dict[str, Any], expected: int) -> None:
         """Embeddings always have the fixed length; another means a stale text cache."""

@@ -39,6 +39,7 @@ _FAMILY_KEY_MARKERS: tuple[tuple[str, str], ...] = (
     # Z-Image's main blocks modulate with adaLN_modulation.0 (Lumina2's, alike otherwise,
     # with .1), in both its original and diffusers layouts.
     ("layers.0.adaLN_modulation.0.weight", "z_image"),
+    ("txt_norm.", "qwen_image"),  # Qwen-Image's text RMSNorm (diffusers and ComfyUI names)
     ("conditioner.embedders.1", "sdxl"),
     ("cond_stage_model.model.", "sd2"),
     ("cond_stage_model.transformer.", "sd15"),
@@ -51,6 +52,7 @@ _PIPELINE_FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Flux", ("flux",)),
     ("ZImage", ("z_image",)),
     ("Chroma", ("chroma",)),
+    ("QwenImage", ("qwen_image",)),
     ("StableDiffusion", ("sd15", "sd2")),
 )
 

@@ -321,15 +321,17 @@ def caching_activation_bytes(cfg: Config, sizes: ModelSizes) -> int:
                                           CACHE_VAE_BATCH, _vae_bytes(cfg, sizes.vae, wbytes)))
     for encoder in sizes.text_encoders:
         t5 = encoder.config.get("model_type") == "t5"
-        # Decoder LMs used as encoders (Z-Image's Qwen3) read the family's text length,
-        # not their 40k-token context.
+        # Decoder LMs used as encoders (Z-Image's Qwen3) and vision-language models
+        # (Qwen-Image's Qwen2.5-VL, which keeps its language model's sizes apart) read the
+        # family's text length, not their context window.
         lm = encoder.config.get("model_type") in SEQUENCE_LM_ENCODERS
-        tokens = text_tokens(sizes.family) if t5 or lm else int(
+        text_config = encoder.config.get("text_config") or {}
+        tokens = text_tokens(sizes.family) if t5 or lm or text_config else int(
             encoder.config.get("max_position_embeddings", CLIP_TOKENS))
         if t5 and sizes.family == "sd3":
             tokens -= CLIP_TOKENS
-        peaks.append(act.text_encode_bytes(encoder.config, tokens, CACHE_TEXT_BATCH,
-                                           wbytes, eager_scores=t5))
+        peaks.append(act.text_encode_bytes({**encoder.config, **text_config}, tokens,
+                                           CACHE_TEXT_BATCH, wbytes, eager_scores=t5))
     return max(peaks)
 
 

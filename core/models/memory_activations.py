@@ -175,7 +175,8 @@ def mmdit_activation_bytes(config: dict[str, Any], shape: StepShape, text_tokens
 def vae_encode_bytes(config: dict[str, Any], height: int, width: int, batch: int,
                      dtype_bytes: int) -> int:
     """Peak of a VAE encode of `batch` images at height x width pixels (no gradients)."""
-    first = int(list(config.get("block_out_channels", (128,)))[0])
+    # AutoencoderKLQwenImage names its first width base_dim.
+    first = int(list(config.get("block_out_channels", (config.get("base_dim", 128),)))[0])
     return int(VAE_ENCODE_UNITS * batch * height * width * first * dtype_bytes)
 
 

@@ -1,14 +1,14 @@
 """`random:<family>`: the real architecture of a family's usual checkpoint (SD1.5, SD2.1,
-SDXL base, SD3.5 medium, FLUX.1-dev) with random weights, built offline from the configs
+SDXL base, SD3.5 medium, FLUX.1-dev, Qwen-Image) with random weights, built offline from the configs
 shipped in core/models/full_size/<family>/, to measure memory and speed at real sizes
 without a download. What it is for and its sizes: docs/random-models.md.
 
 Each module is instantiated on the meta device, then given storage on `device` in
 `dtype` and seeded random weights (meta.py, fill.py). Tokenizers are the tiny
 byte-level ones of core/models/tiny, written to a temporary folder, loaded and the
-folder deleted; their ids lie inside the real vocabularies (CLIP 49408, T5 32128), so the
-real embedding tables serve them. The scheduler comes from the shipped config, with the
-class the family's own loader uses.
+folder deleted; their ids lie inside the real vocabularies (CLIP 49408, T5 32128,
+Qwen 152064), so the real embedding tables serve them. The scheduler comes from the
+shipped config, with the class the family's own loader uses.
 
 Heavy imports stay inside the functions.
 """
@@ -58,6 +58,7 @@ def _tokenizers(family: str) -> list[Any]:
     """The family's tokenizers, in component order, from the tiny builders; their files
     live in a temporary folder only while they load."""
     from core.models.tiny.clip import EOS_TOKEN, clip_tokenizer
+    from core.models.tiny.qwen import qwen_tokenizer
     from core.models.tiny.t5 import t5_tokenizer
     from core.models.tiny.z_image_qwen3 import qwen_tokenizer
 
@@ -68,7 +69,7 @@ def _tokenizers(family: str) -> list[Any]:
             cls = component_specs(family)[name][1]
             if cls.startswith("T5"):
                 out.append(t5_tokenizer(Path(tmp) / name)[0])
-            elif cls.startswith("Qwen2"):  # Z-Image's Qwen3 tokenizer class
+            elif cls.startswith("Qwen2"):  # the Qwen tokenizer class (Z-Image, Qwen-Image)
                 out.append(qwen_tokenizer(Path(tmp) / name))
             else:
                 pad = "!" if (family, name) in BANG_PADDED else EOS_TOKEN
@@ -89,7 +90,7 @@ def _family_settings(c: Components) -> None:
     from core.models.registry import get_family
 
     family = get_family(c.family)
-    if c.family in ("sd3", "flux", "chroma", "z_image"):
+    if c.family in ("sd3", "flux", "chroma", "z_image", "qwen_image"):
         c.max_sequence_length = getattr(family, "max_sequence_length", None)
     if c.family == "sd3":
         c.has_t5 = len(c.text_encoders) == 3

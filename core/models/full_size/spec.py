@@ -27,6 +27,7 @@ PIPELINE_CLASSES = {
     "flux": "FluxPipeline",
     "z_image": "ZImagePipeline",
     "chroma": "ChromaPipeline",
+    "qwen_image": "QwenImagePipeline",
 }
 MODEL_PREFIXES = ("unet", "transformer", "vae", "text_encoder")
 

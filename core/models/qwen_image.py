@@ -1,0 +1,217 @@
+"""Qwen-Image: a 20B MMDiT (QwenImageTransformer2DModel), a Qwen2.5-VL-7B text encoder, a
+Wan-style causal 3D VAE (AutoencoderKLQwenImage), flow matching. Follows QwenImagePipeline
+and diffusers' examples/dreambooth/train_dreambooth_lora_qwen_image.py.
+
+Text, as QwenImagePipeline.encode_prompt builds it (that method is called): each prompt
+goes into the pipeline's chat template, Qwen2.5-VL's last hidden states (hidden_states[-1])
+are kept for the real tokens, and the first `prompt_template_encode_start_idx` (34) of
+them, the template's system part, are dropped; at most `max_sequence_length` = 512 remain
+(the training script's default). So the length varies per prompt: each prompt's dict holds
+only its own tokens (mask all True), as if encoded alone, and collate pads a batch to its
+longest with the mask False on the padding. `predict` passes that mask as
+`encoder_hidden_states_mask` exactly as the pipeline and the script do: a long 0/1 tensor,
+or None when no item is padded (their encode_prompt and concat drop an all-ones mask).
+
+Latents: the VAE encodes [B, 3, 1, H, W] (one frame) to [B, 16, 1, H/8, W/8];
+`encode_images` normalises them per channel, (z - latents_mean) / latents_std, as the
+script does, and drops the frame axis, so caches hold [B, 16, h, w] like every family.
+`predict` packs 2x2 patches with QwenImagePipeline._pack_latents, gives
+img_shapes = [(1, h/2, w/2)] per item, and unpacks the output (dropping the frame axis
+again); the validation pipeline decodes with the same normalisation undone.
+
+Sigmas, as the script samples them: u ~ U(0, 1) (its default weighting scheme "none"),
+index = floor(u * 1000), sigma = the scheduler's training sigma table at that index. The
+real scheduler config has use_dynamic_shifting = true, so that table is unshifted (the
+scheduler shifts only at inference, by calculate_shift of the image sequence length, which
+the validation pipeline does): sigmas are k/1000, k = 1..1000. Timesteps given to the
+transformer are sigma (the pipeline's timestep / 1000). Loss: MSE against noise - latents.
+
+Guidance: Qwen-Image is not guidance-distilled (guidance_embeds false; the transformer's
+guidance path is unused, so training passes none). Validation uses true classifier-free
+guidance with the empty prompt as negative: `validation.guidance_scale` becomes the
+pipeline's `true_cfg_scale` (see `validation_pipeline`).
+
+LoRA: the script's default targets (to_k, to_q, to_v, to_out.0: the image stream's
+attention), saved through QwenImagePipeline.save_lora_weights; ComfyUI reads
+"transformer.<diffusers module>" keys for Qwen-Image (comfy/lora.py, model_base.QwenImage:
+its module names are diffusers'), which lora_comfyui.safetensors holds with `.alpha`.
+Single files: QwenImagePipeline has no from_single_file, so a .safetensors model.path is
+refused with a message saying to use a diffusers folder.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from core.models import loading
+from core.models.base import Components, NoiseSample
+from core.models.flow import FlowFamily
+from core.models.modules import unwrap
+
+# diffusers' train_dreambooth_lora_qwen_image.py default (--lora_layers unset).
+LORA_TARGETS = ["to_k", "to_q", "to_v", "to_out.0"]
+# scope "all": the text stream's attention, both streams' MLPs and the output projection.
+LORA_EXTRA = ["add_k_proj", "add_q_proj", "add_v_proj", "to_add_out", "img_mlp.net.0.proj",
+              "img_mlp.net.2", "txt_mlp.net.0.proj", "txt_mlp.net.2", "proj_out"]
+
+
+@functools.cache
+def _validation_pipeline_class() -> Any:
+    """QwenImagePipeline whose `guidance_scale` is its true-CFG scale (built on first use,
+    so importing this module needs no diffusers)."""
+    import torch
+    from diffusers import QwenImagePipeline
+
+    class QwenImageValidationPipeline(QwenImagePipeline):
+        """The trainer's validation passes `guidance_scale` and the empty prompt's
+        `negative_prompt_embeds`; a model that is not guidance-distilled takes that scale
+        as `true_cfg_scale` (4.0 is the pipeline's own default). Embeddings given without
+        a mask are one prompt's own tokens, all real."""
+
+        def __call__(self, *args: Any, guidance_scale: float | None = None,
+                     **kwargs: Any) -> Any:
+            if not self.transformer.config.guidance_embeds and guidance_scale is not None:
+                kwargs.setdefault("true_cfg_scale", guidance_scale)
+                guidance_scale = None
+            for key in ("prompt_embeds", "negative_prompt_embeds"):
+                embeds = kwargs.get(key)
+                if embeds is not None and kwargs.get(f"{key}_mask") is None:
+                    # One unpadded prompt: every token is real (the pipeline then drops
+                    # the all-ones mask, and does not warn that none was given).
+                    kwargs[f"{key}_mask"] = embeds.new_ones(embeds.shape[:2], dtype=torch.long)
+            return super().__call__(*args, guidance_scale=guidance_scale, **kwargs)
+
+    return QwenImageValidationPipeline
+
+
+class QwenImageFamily(FlowFamily):
+    name = "qwen_image"
+    text_encoder_count = 1
+    pipeline_class_name = "QwenImagePipeline"
+    max_sequence_length = 512
+    timestep_sampling = "uniform"
+
+    # ------------------------------------------------------------ loading
+
+    def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",
+             config: str | None = None) -> Components:
+        """A diffusers folder or hub id; a single file is refused (see the docstring)."""
+        if loading.checked_source(path, self.name) == "file":
+            raise loading.ModelLoadError(
+                path, "is a single-file checkpoint, but diffusers' QwenImagePipeline cannot "
+                "load Qwen-Image from one file: set model.path to a diffusers folder (the one "
+                "holding model_index.json, e.g. a download of Qwen/Qwen-Image) or the hub id "
+                "Qwen/Qwen-Image")
+        return super().load(path, dtype=dtype, device=device, config=config)
+
+    def _components_from_pipeline(self, pipe: Any, source: str, fp: str) -> Components:
+        return Components(
+            family=self.name, source=source, fingerprint=fp, vae=pipe.vae,
+            denoiser=pipe.transformer, text_encoders=[pipe.text_encoder],
+            tokenizers=[pipe.tokenizer], noise_scheduler=pipe.scheduler,
+            max_sequence_length=self.max_sequence_length)
+
+    # ------------------------------------------------------------ text
+
+    def encode_prompts(self, c: Components, prompts: list[str]) -> list[dict[str, Any]]:
+        """Per prompt: prompt_embeds [L_i, D] with L_i its own token count (template
+        dropped, at most max_sequence_length), prompt_mask [L_i] all True."""
+        import torch
+
+        pipe = self.validation_pipeline(c)
+        with torch.no_grad():
+            embeds, mask = pipe.encode_prompt(prompt=prompts, device=c.text_encoders[0].device,
+                                              max_sequence_length=self.sequence_length(c))
+        lengths = (mask.sum(dim=1).tolist() if mask is not None
+                   else [embeds.shape[1]] * len(prompts))
+        return [{"prompt_embeds": embeds[i, :n],
+                 "prompt_mask": torch.ones(n, dtype=torch.bool, device=embeds.device)}
+                for i, n in enumerate(int(v) for v in lengths)]
+
+    # ------------------------------------------------------------ images
+
+    def _latent_stats(self, vae: Any, like: Any) -> tuple[Any, Any]:
+        """latents_mean and latents_std of the VAE config as [1, z, 1, 1, 1]."""
+        import torch
+
+        shape = (1, vae.config.z_dim, 1, 1, 1)
+        mean = torch.tensor(vae.config.latents_mean).view(shape)
+        std = torch.tensor(vae.config.latents_std).view(shape)
+        return mean.to(like.device, like.dtype), std.to(like.device, like.dtype)
+
+    def encode_images(self, c: Components, pixels: Any, generator: Any = None) -> Any:
+        """(z - latents_mean) / latents_std of pixels in [-1, 1], [B, 16, H/8, W/8]: the
+        posterior mean without a generator, a posterior sample with one (the script's
+        latent_dist.sample())."""
+        import torch
+
+        from core.models.objectives import standard_noise
+
+        vae = c.vae
+        with torch.no_grad():
+            dist = vae.encode(pixels.to(vae.device, vae.dtype).unsqueeze(2)).latent_dist
+            latents = dist.mean
+            if generator is not None:
+                noise = standard_noise(latents.shape, generator, latents.device)
+                latents = latents + dist.std * noise.to(latents.dtype)
+        mean, std = self._latent_stats(vae, latents)
+        return ((latents - mean) * (1.0 / std)).squeeze(2).to(vae.dtype)
+
+    # ------------------------------------------------------------ training
+
+    def draw_sigmas(self, c: Components, n: int, generator: Any, device: Any) -> Any:
+        """The script's draw: uniform u, then the scheduler's training sigma table
+        indexed by floor(u * num_train_timesteps) (unshifted for dynamic shifting)."""
+        import torch
+
+        cfg = c.noise_scheduler.config
+        steps = int(cfg.get("num_train_timesteps", 1000))
+        table = torch.linspace(1, steps, steps, dtype=torch.float32).flip(0) / steps
+        if not cfg.get("use_dynamic_shifting", False):
+            shift = float(cfg.get("shift", 1.0))
+            table = shift * table / (1 + (shift - 1) * table)
+        draw_on = generator.device if generator is not None else device
+        u = torch.rand(n, generator=generator, device=draw_on, dtype=torch.float32)
+        return table[(u * steps).long().cpu()].to(device)
+
+    def predict(self, c: Components, sample: NoiseSample, batch: dict[str, Any]) -> Any:
+        """Pack, run the transformer with img_shapes and the text mask, unpack."""
+        from diffusers import QwenImagePipeline
+
+        model = c.denoiser
+        dtype = unwrap(model).dtype
+        noisy = sample.noisy.to(dtype)
+        b, ch, h, w = noisy.shape
+        if h % 2 or w % 2:
+            raise ValueError(f"qwen_image latents must have even height and width, got "
+                             f"{h}x{w}: use image sides that are multiples of 16 pixels")
+        device = noisy.device
+        packed = QwenImagePipeline._pack_latents(noisy, b, ch, h, w)
+        embeds = batch["prompt_embeds"].to(device, dtype)
+        mask = batch["prompt_mask"].to(device)
+        out = model(
+            hidden_states=packed, encoder_hidden_states=embeds,
+            encoder_hidden_states_mask=None if bool(mask.all()) else mask.long(),
+            timestep=(sample.timesteps.to(device) / 1000).to(dtype),
+            img_shapes=[(1, h // 2, w // 2)] * b, return_dict=False)[0]
+        scale = 2 ** len(c.vae.temperal_downsample)
+        return QwenImagePipeline._unpack_latents(out, h * scale, w * scale, scale).squeeze(2)
+
+    def lora_target_modules(self, scope: str = "attention") -> list[str]:
+        return LORA_TARGETS + (LORA_EXTRA if scope == "all" else [])
+
+    # ------------------------------------------------------------ validation
+
+    def validation_pipeline(self, c: Components) -> Any:
+        """A QwenImagePipeline sharing the loaded modules (its own scheduler), whose
+        `guidance_scale` is the true-CFG scale. Its default max_sequence_length (512) is
+        the training one; pass the same value if c.max_sequence_length was changed."""
+        pipe = _validation_pipeline_class()(
+            transformer=unwrap(c.denoiser), scheduler=self.validation_scheduler(c),
+            vae=c.vae, text_encoder=c.text_encoders[0], tokenizer=c.tokenizers[0])
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
+
+
+FAMILY = QwenImageFamily()

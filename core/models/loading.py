@@ -32,6 +32,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # Telltale key fragments of original-format (A1111/ComfyUI) single-file checkpoints,
 # most specific first: SDXL also has the SD UNet keys, Flux/SD3 have neither.
 _FAMILY_KEY_MARKERS: tuple[tuple[str, str], ...] = (
+    ("single_stream_modulation.", "flux2"),  # FLUX.2 (before flux: it has double_blocks too)
     ("double_blocks.", "flux"),
     ("joint_blocks.", "sd3"),
     ("conditioner.embedders.1", "sdxl"),
@@ -43,6 +44,7 @@ _FAMILY_KEY_MARKERS: tuple[tuple[str, str], ...] = (
 _PIPELINE_FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("StableDiffusionXL", ("sdxl",)),
     ("StableDiffusion3", ("sd3",)),
+    ("Flux2", ("flux2",)),  # before "Flux", which it starts with
     ("Flux", ("flux",)),
     ("StableDiffusion", ("sd15", "sd2")),
 )

@@ -25,6 +25,7 @@ PIPELINE_CLASSES = {
     "sdxl": "StableDiffusionXLPipeline",
     "sd3": "StableDiffusion3Pipeline",
     "flux": "FluxPipeline",
+    "flux2": "Flux2KleinPipeline",
 }
 MODEL_PREFIXES = ("unet", "transformer", "vae", "text_encoder")
 

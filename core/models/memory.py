@@ -40,6 +40,7 @@ CUDA_CONTEXT_BYTES = GIB // 2
 CACHE_VAE_BATCH = 4
 CACHE_TEXT_BATCH = 16
 CLIP_TOKENS = 77
+LLM_ENCODERS = ("qwen3", "mistral3")  # text encoders padded to the family's length
 FP32 = 4
 OPTIMIZER_BYTES_PER_PARAM = {"adamw": 8, "adamw8bit": 2}  # two states each
 SCALE_BYTES = {"int8": 2, "fp8": 2, "nf4": 4}  # bf16 per output row; fp32 per 64 weights
@@ -296,8 +297,9 @@ def activation_bytes(sizes: ModelSizes, shape: StepShape) -> int:
     d = sizes.denoiser
     if d.kind == "unet":
         return act.unet_activation_bytes(d.config, shape)
-    # Flux packs 2x2 latent patches itself (its config says patch_size 1).
-    patch = int(d.config.get("patch_size", 1) or 1) * (2 if sizes.family == "flux" else 1)
+    # Flux and FLUX.2 pack 2x2 latent patches themselves (their configs say patch_size 1).
+    packed = sizes.family in ("flux", "flux2")
+    patch = int(d.config.get("patch_size", 1) or 1) * (2 if packed else 1)
     return act.mmdit_activation_bytes(d.config, shape, text_tokens(sizes.family), patch)
 
 
@@ -313,7 +315,9 @@ def caching_activation_bytes(cfg: Config, sizes: ModelSizes) -> int:
                                           CACHE_VAE_BATCH, _vae_bytes(cfg, sizes.vae, wbytes)))
     for encoder in sizes.text_encoders:
         t5 = encoder.config.get("model_type") == "t5"
-        tokens = text_tokens(sizes.family) if t5 else int(
+        # An LLM encoder (FLUX.2's Qwen3/Mistral3) reads the family's padded length too.
+        padded = t5 or encoder.config.get("model_type") in LLM_ENCODERS
+        tokens = text_tokens(sizes.family) if padded else int(
             encoder.config.get("max_position_embeddings", CLIP_TOKENS))
         if t5 and sizes.family == "sd3":
             tokens -= CLIP_TOKENS

@@ -67,6 +67,10 @@ def _tokenizers(family: str) -> list[Any]:
             cls = component_specs(family)[name][1]
             if cls.startswith("T5"):
                 out.append(t5_tokenizer(Path(tmp) / name)[0])
+            elif cls.startswith("Qwen2Tokenizer"):  # flux2 (klein): Qwen3's tokenizer
+                from core.models.tiny.qwen import qwen_tokenizer
+
+                out.append(qwen_tokenizer(Path(tmp) / name)[0])
             else:
                 pad = "!" if (family, name) in BANG_PADDED else EOS_TOKEN
                 out.append(clip_tokenizer(Path(tmp) / name, pad_token=pad))
@@ -86,12 +90,17 @@ def _family_settings(c: Components) -> None:
     from core.models.registry import get_family
 
     family = get_family(c.family)
-    if c.family in ("sd3", "flux"):
+    if c.family in ("sd3", "flux", "flux2"):
         c.max_sequence_length = getattr(family, "max_sequence_length", None)
     if c.family == "sd3":
         c.has_t5 = len(c.text_encoders) == 3
-    if c.family == "flux":
+    if c.family in ("flux", "flux2"):
         c.guidance = getattr(family, "train_guidance", None)
+    if c.family == "flux2":
+        from core.models.full_size.spec import model_index
+
+        c.pipeline_class = model_index("flux2")["_class_name"]
+        c.is_distilled = bool(model_index("flux2").get("is_distilled", False))
 
 
 def build_random(family: str, dtype: Any = None, device: Any = "cpu",

@@ -199,10 +199,11 @@ FAMILY_OPTIONS = {
     "sdxl": {"mixed_precision": "bf16"},
     "sd3": {"ema": True, "lr_scheduler": "cosine", "lr_warmup_steps": 1},
     "flux": {"method": "full", "lr_scheduler": "linear"},
+    "flux2": {"lora_targets": "all"},
 }
 
 
-@pytest.mark.parametrize("family", ["sd2", "sdxl", "sd3", "flux"])
+@pytest.mark.parametrize("family", ["sd2", "sdxl", "sd3", "flux", "flux2"])
 def test_each_family_trains_a_few_steps(tmp_path: Path, tiny_workspace: Path, family: str):
     cfg = small_config(tmp_path, images=4, family=family)
     for key, value in FAMILY_OPTIONS[family].items():

@@ -27,13 +27,16 @@ EXPECTED = {
              "text_encoder_2": 694_659_840},
     "flux": {"transformer": 11_901_408_320, "text_encoder": CLIP_L,
              "text_encoder_2": T5_XXL},
+    # FLUX.2-klein-base-4B: Flux2Transformer2DModel as diffusers' convert_flux2_to_diffusers.py
+    # builds klein-4b; Qwen3-4B (tied embeddings).
+    "flux2": {"transformer": 3_875_544_576, "text_encoder": 4_022_468_096},
 }
 
 
 # ---------------------------------------------------------------- configs (no weights)
 
 
-@pytest.mark.parametrize("family", ["sd15", "sd2", "sdxl", "flux"])
+@pytest.mark.parametrize("family", ["sd15", "sd2", "sdxl", "flux", "flux2"])
 def test_parameter_counts_are_the_real_models(family):
     from core.models.full_size.meta import parameter_counts
 

@@ -104,7 +104,7 @@ def test_loss_matches_the_written_out_diffusers_reference(folder: Path) -> None:
     embeds = torch.stack([t["prompt_embeds"] for t in texts])
     ref_embeds = reference_text(folder, PROMPTS)
     torch.testing.assert_close(embeds, ref_embeds, rtol=1e-5, atol=1e-6)
-    assert [int(t["prompt_mask"].sum()) for t in texts] == [37, 64]  # 25 template tokens + one per byte
+    assert [int(t["prompt_mask"].sum()) for t in texts] == [37, 64]  # 25 template + 1 a byte
 
     latents = FLUX2.encode_images(c, px)
     assert latents.shape == (2, 32, 4, 4)  # 8 VAE channels x 2x2 patches, 64 px / 16

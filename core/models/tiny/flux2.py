@@ -54,7 +54,11 @@ def calibrate_bn(vae: Any, seed: int = 0) -> None:
 def build(out_dir: Path, seed: int = 0) -> None:
     """Write a tiny random FLUX.2-klein-shaped model as a diffusers folder."""
     import torch
-    from diffusers import FlowMatchEulerDiscreteScheduler, Flux2KleinPipeline, Flux2Transformer2DModel
+    from diffusers import (
+        FlowMatchEulerDiscreteScheduler,
+        Flux2KleinPipeline,
+        Flux2Transformer2DModel,
+    )
 
     out_dir = Path(out_dir)
     torch.manual_seed(seed)

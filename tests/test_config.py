@@ -27,7 +27,8 @@ def messages(problems) -> list[str]:
 
 def test_every_preset_round_trips_exactly_and_is_valid():
     names = list_presets()
-    assert {"demo", "sd15-lora", "sdxl-lora", "sd3-lora", "flux-lora"} <= set(names)
+    assert {"demo", "sd15-lora", "sdxl-lora", "sd3-lora", "flux-lora",
+            "flux2-lora"} <= set(names)
     for name in names:
         text = (PRESETS_DIR / f"{name}.toml").read_text(encoding="utf-8")
         cfg = loads_config(text)
@@ -37,7 +38,7 @@ def test_every_preset_round_trips_exactly_and_is_valid():
 
 def test_preset_families_match_their_names():
     for name, family in [("sd15-lora", "sd15"), ("sdxl-lora", "sdxl"), ("sd3-lora", "sd3"),
-                         ("flux-lora", "flux"), ("demo", "sd15")]:
+                         ("flux-lora", "flux"), ("flux2-lora", "flux2"), ("demo", "sd15")]:
         assert load_config(PRESETS_DIR / f"{name}.toml").model.family == family
 
 

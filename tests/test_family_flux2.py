@@ -209,3 +209,70 @@ def test_preset_check_estimates_memory_that_fits_24gb(tmp_path: Path) -> None:
     line = next(x for x in done.stdout.splitlines() if x.startswith("memory:"))
     gib = float(line.split()[1])
     assert 6 < gib < 22, line
+
+
+# ---------------------------------------------------------------- single files
+
+BFL_TOP = {"x_embedder": "img_in", "context_embedder": "txt_in", "proj_out": "final_layer.linear",
+           "time_guidance_embed.timestep_embedder.linear_1": "time_in.in_layer",
+           "time_guidance_embed.timestep_embedder.linear_2": "time_in.out_layer",
+           "double_stream_modulation_img.linear": "double_stream_modulation_img.lin",
+           "double_stream_modulation_txt.linear": "double_stream_modulation_txt.lin",
+           "single_stream_modulation.linear": "single_stream_modulation.lin"}
+BFL_DOUBLE = {"attn.norm_q.weight": "img_attn.norm.query_norm.scale",
+              "attn.norm_k.weight": "img_attn.norm.key_norm.scale",
+              "attn.norm_added_q.weight": "txt_attn.norm.query_norm.scale",
+              "attn.norm_added_k.weight": "txt_attn.norm.key_norm.scale",
+              "attn.to_out.0.weight": "img_attn.proj.weight",
+              "attn.to_add_out.weight": "txt_attn.proj.weight",
+              "ff.linear_in.weight": "img_mlp.0.weight", "ff.linear_out.weight": "img_mlp.2.weight",
+              "ff_context.linear_in.weight": "txt_mlp.0.weight",
+              "ff_context.linear_out.weight": "txt_mlp.2.weight"}
+BFL_SINGLE = {"attn.to_qkv_mlp_proj.weight": "linear1.weight",
+              "attn.to_out.weight": "linear2.weight",
+              "attn.norm_q.weight": "norm.query_norm.scale",
+              "attn.norm_k.weight": "norm.key_norm.scale"}
+
+
+def bfl_transformer(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A diffusers Flux2Transformer2DModel state dict in BFL's file layout (the inverse of
+    diffusers' convert_flux2_transformer_checkpoint_to_diffusers), as flux2-*.safetensors."""
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        module, _, param = key.rpartition(".")
+        head, _, rest = key.partition(".")
+        index, _, leaf = rest.partition(".")
+        if module in BFL_TOP:
+            out[f"{BFL_TOP[module]}.{param}"] = value
+        elif module == "norm_out.linear":  # diffusers (scale, shift) -> BFL (shift, scale)
+            scale, shift = value.chunk(2, dim=0)
+            out["final_layer.adaLN_modulation.1.weight"] = torch.cat([shift, scale])
+        elif head == "single_transformer_blocks":
+            out[f"single_blocks.{index}.{BFL_SINGLE[leaf]}"] = value
+        elif leaf in BFL_DOUBLE:
+            out[f"double_blocks.{index}.{BFL_DOUBLE[leaf]}"] = value
+    for index in {k.split(".")[1] for k in state if k.startswith("transformer_blocks.")}:
+        for fused, parts in (("img_attn", ("to_q", "to_k", "to_v")),
+                             ("txt_attn", ("add_q_proj", "add_k_proj", "add_v_proj"))):
+            out[f"double_blocks.{index}.{fused}.qkv.weight"] = torch.cat(
+                [state[f"transformer_blocks.{index}.attn.{p}.weight"] for p in parts])
+    return out
+
+
+def test_single_transformer_file_loads_with_model_config(folder: Path, tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    reference = FLUX2.load(str(folder))
+    state = {k: v.to(torch.bfloat16) for k, v in reference.denoiser.state_dict().items()}
+    file = tmp_path / "flux2-klein-tiny.safetensors"
+    save_file({k: v.contiguous() for k, v in bfl_transformer(state).items()}, str(file))
+    assert loading.detect_checkpoint_family(loading.safetensors_keys(str(file))) == "flux2"
+
+    with pytest.raises(loading.ModelLoadError, match="set model.config"):
+        FLUX2.load(str(file))
+    c = FLUX2.load(str(file), config=str(folder))
+    assert c.source == str(file) and c.pipeline_class == "Flux2KleinPipeline"
+    got = c.denoiser.state_dict()
+    assert got.keys() == state.keys()
+    for key, value in state.items():
+        assert torch.equal(got[key].to(torch.bfloat16), value), key

@@ -1,10 +1,13 @@
 """FLUX.2 (klein) on its tiny random model: the loss agrees with a written-out use of the
 diffusers classes as train_dreambooth_lora_flux2_klein.py / Flux2KleinPipeline do it;
 a trained LoRA reloads with load_lora_weights (both files) and changes the image; the
-preset's check gives a memory estimate that fits 24 GB.
+preset's check gives a memory estimate that fits 24 GB; a BFL-layout single transformer
+file loads through model.config.
 
-The tiny Mistral3 of FLUX.2-dev is not built (see the report in the commit history):
-the dev path is covered only by its pipeline choice and mask code, not run here.
+FLUX.2-dev: a tiny Mistral3 builds offline, but its pipeline's tokenizer (a
+PixtralProcessor) needs torchvision, which is not installed, so there is no tiny:flux2
+dev folder; its text path, guidance and validation run with a plain tokenizer carrying
+Mistral's chat template in the processor's place.
 """
 
 from __future__ import annotations
@@ -276,3 +279,90 @@ def test_single_transformer_file_loads_with_model_config(folder: Path, tmp_path:
     assert got.keys() == state.keys()
     for key, value in state.items():
         assert torch.equal(got[key].to(torch.bfloat16), value), key
+
+
+# ---------------------------------------------------------------- FLUX.2-dev's text path
+
+MISTRAL_SPECIALS = ["<unk>", "<s>", "</s>", "<pad>", "[INST]", "[/INST]", "[SYSTEM_PROMPT]",
+                    "[/SYSTEM_PROMPT]", "[IMG]", "[IMG_BREAK]", "[IMG_END]"]
+# Mistral Small 3.1's template for what Flux2Pipeline sends (system + user text blocks).
+MISTRAL_TEMPLATE = (
+    "{{- bos_token }}{%- for message in messages %}{%- if message['role'] == 'system' %}"
+    "{{- '[SYSTEM_PROMPT]' + message['content'][0]['text'] + '[/SYSTEM_PROMPT]' }}"
+    "{%- elif message['role'] == 'user' %}{{- '[INST]' }}"
+    "{%- for block in message['content'] %}{{- block['text'] }}{%- endfor %}"
+    "{{- '[/INST]' }}{%- endif %}{%- endfor %}")
+
+
+def tiny_dev_text() -> tuple:
+    """A tiny Mistral3ForConditionalGeneration (31 text layers, so (10, 20, 30) exist) and
+    a byte-level tokenizer with Mistral's chat template. The real pipeline's tokenizer is
+    a PixtralProcessor, which needs torchvision (not installed here); the tokenizer
+    stands in for it, with the same apply_chat_template call."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import (
+        Mistral3Config,
+        Mistral3ForConditionalGeneration,
+        MistralConfig,
+        PixtralVisionConfig,
+        PreTrainedTokenizerFast,
+    )
+
+    from core.models.tiny.clip import byte_symbols
+
+    vocab = {s: i for i, s in enumerate(MISTRAL_SPECIALS)}
+    for s in byte_symbols():
+        vocab[s] = len(vocab)
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens(MISTRAL_SPECIALS)
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>",
+                                  unk_token="<unk>", pad_token="<pad>")
+    tok.chat_template = MISTRAL_TEMPLATE
+    config = Mistral3Config(
+        vision_config=PixtralVisionConfig(hidden_size=16, intermediate_size=32,
+                                          num_hidden_layers=1, num_attention_heads=2,
+                                          image_size=64, patch_size=16, head_dim=8),
+        text_config=MistralConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=31,
+                                  num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                                  vocab_size=len(vocab), max_position_embeddings=1024),
+        image_token_index=vocab["[IMG]"], spatial_merge_size=1)
+    torch.manual_seed(0)
+    return Mistral3ForConditionalGeneration(config).eval(), tok
+
+
+def test_dev_text_guidance_and_validation_follow_flux2pipeline(folder: Path) -> None:
+    from diffusers import FlowMatchEulerDiscreteScheduler, Flux2Pipeline, Flux2Transformer2DModel
+
+    from core.models.base import Components
+
+    encoder, tok = tiny_dev_text()
+    klein = FLUX2.load(str(folder))
+    torch.manual_seed(0)
+    transformer = Flux2Transformer2DModel(  # dev is guidance-distilled
+        patch_size=1, in_channels=32, num_layers=1, num_single_layers=1, attention_head_dim=16,
+        num_attention_heads=2, joint_attention_dim=48, axes_dims_rope=(4, 4, 4, 4),
+        guidance_embeds=True).eval()
+    c = Components(family="flux2", source="dev", fingerprint="dev", vae=klein.vae,
+                   denoiser=transformer, text_encoders=[encoder], tokenizers=[tok],
+                   noise_scheduler=FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True),
+                   max_sequence_length=512, guidance=1.0, pipeline_class="Flux2Pipeline")
+    texts = FLUX2.encode_prompts(c, PROMPTS)
+    with torch.no_grad():
+        expected = Flux2Pipeline._get_mistral_3_small_prompt_embeds(encoder, tok, PROMPTS)
+    embeds = torch.stack([t["prompt_embeds"] for t in texts])
+    torch.testing.assert_close(embeds, expected)  # hidden states (10, 20, 30), system message
+    masks = [int(t["prompt_mask"].sum()) for t in texts]
+    assert masks[1] - masks[0] == len(PROMPTS[1]) - len(PROMPTS[0])
+
+    s = FLUX2.noise_and_target(c, torch.randn(1, 32, 4, 4), timesteps=500.0)
+    with torch.no_grad():
+        base = FLUX2.predict(c, s, {"prompt_embeds": embeds[:1]})
+        c.guidance = 4.0
+        other = FLUX2.predict(c, s, {"prompt_embeds": embeds[:1]})
+    assert not torch.allclose(base, other), "the guidance value reaches the transformer"
+    pipe = FLUX2.validation_pipeline(c)  # drops the negative embeddings dev cannot take
+    image = pipe(prompt_embeds=embeds[:1], negative_prompt_embeds=embeds[1:],
+                 num_inference_steps=2, height=64, width=64, guidance_scale=4.0).images[0]
+    assert image.size == (64, 64)

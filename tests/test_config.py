@@ -28,7 +28,7 @@ def messages(problems) -> list[str]:
 def test_every_preset_round_trips_exactly_and_is_valid():
     names = list_presets()
     assert {"demo", "sd15-lora", "sdxl-lora", "sd3-lora", "flux-lora",
-            "chroma-lora"} <= set(names)
+            "chroma-lora", "flux2-lora", "z-image-lora", "qwen-image-lora"} <= set(names)
     for name in names:
         text = (PRESETS_DIR / f"{name}.toml").read_text(encoding="utf-8")
         cfg = loads_config(text)
@@ -42,9 +42,9 @@ def test_every_preset_round_trips_exactly_and_is_valid():
 
 def test_preset_families_match_their_names():
     for name, family in [("sd15-lora", "sd15"), ("sdxl-lora", "sdxl"), ("sd3-lora", "sd3"),
-                          ("flux-lora", "flux"), ("chroma-lora", "chroma"),
-                          ("z-image-lora", "z_image"), ("qwen-image-lora", "qwen_image"),
-                          ("demo", "sd15")]:
+                          ("flux-lora", "flux"), ("flux2-lora", "flux2"),
+                          ("chroma-lora", "chroma"), ("z-image-lora", "z_image"),
+                          ("qwen-image-lora", "qwen_image"), ("demo", "sd15")]:
         assert load_config(PRESETS_DIR / f"{name}.toml").model.family == family
 
 

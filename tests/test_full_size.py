@@ -33,13 +33,16 @@ EXPECTED = {
                 "vae": 83_819_683},
     # Chroma1-HD: "8.9B" (its model card); the FLUX.1 VAE; T5-XXL alone.
     "chroma": {"transformer": 8_899_983_424, "vae": 83_819_683, "text_encoder": T5_XXL},
+    # FLUX.2-klein-base-4B: Flux2Transformer2DModel as diffusers' convert_flux2_to_diffusers.py
+    # builds klein-4b; Qwen3-4B (tied embeddings).
+    "flux2": {"transformer": 3_875_544_576, "text_encoder": 4_022_468_096},
 }
 
 
 # ---------------------------------------------------------------- configs (no weights)
 
 
-@pytest.mark.parametrize("family", ["sd15", "sd2", "sdxl", "flux", "z_image", "chroma"])
+@pytest.mark.parametrize("family", ["sd15", "sd2", "sdxl", "flux", "flux2", "z_image", "chroma"])
 def test_parameter_counts_are_the_real_models(family):
     from core.models.full_size.meta import parameter_counts
 

@@ -26,9 +26,9 @@ MEMORY_LINE = re.compile(r"^memory: [0-9.]+ GiB")
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A workspace with the tiny sd15 and flux models built once."""
+    """A workspace with the tiny sd15, flux and flux2 models built once."""
     ws = tmp_path_factory.mktemp("memory-ws")
-    for family in ("sd15", "flux"):
+    for family in ("sd15", "flux", "flux2"):
         materialize_tiny(family, ws)
     return ws
 
@@ -78,7 +78,8 @@ def test_tiny_sd15_frozen_weights_are_the_loaded_models_bytes(workspace: Path, p
     assert estimate.training_bytes - part(estimate.parts, "CUDA context") < 64 * 1024 ** 2
 
 
-@pytest.mark.parametrize("family,scope", [("sd15", "all"), ("flux", "attention")])
+@pytest.mark.parametrize("family,scope", [("sd15", "all"), ("flux", "attention"),
+                                          ("flux2", "attention"), ("flux2", "all")])
 def test_lora_trainable_count_equals_peft_on_the_real_tiny_model(workspace: Path, family: str,
                                                                  scope: str) -> None:
     from peft import LoraConfig

@@ -70,7 +70,8 @@ def test_registry_lists_families_without_importing_torch() -> None:
             "print(list_families(), 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout.strip()
-    assert out == "['sd15', 'sd2', 'sdxl', 'sd3', 'flux', 'chroma', 'z_image'] False"
+    assert out == ("['sd15', 'sd2', 'sdxl', 'sd3', 'flux', 'flux2', 'chroma', 'z_image', "
+                   "'qwen_image'] False")
     assert list_families() == list(FAMILY_NAMES)
 
 
@@ -295,6 +296,7 @@ def test_path_that_is_nothing_is_named(tmp_path) -> None:
     ("model.diffusion_model.joint_blocks.0.x", "sd3", "sdxl"),
     ("double_blocks.0.img_attn.qkv", "flux", "sd2"),
     ("distilled_guidance_layer.in_proj.bias", "chroma", "flux"),
+    ("single_stream_modulation.lin", "flux2", "flux"),
 ])
 def test_single_file_of_another_family_is_refused(prefix, looks_like, asked, tmp_path) -> None:
     f = _fake_checkpoint(tmp_path / "weird.safetensors", prefix)

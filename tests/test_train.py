@@ -203,10 +203,11 @@ FAMILY_OPTIONS = {
     # checkpointing: its single blocks must still get the text mask (core/models/chroma.py)
     "chroma": {"gradient_checkpointing": True, "mixed_precision": "bf16"},
     "qwen_image": {"lora_targets": "all"},
+    "flux2": {"lora_targets": "all"},
 }
 
 
-@pytest.mark.parametrize("family", ["sd2", "sdxl", "sd3", "flux", "chroma", "z_image",
+@pytest.mark.parametrize("family", ["sd2", "sdxl", "sd3", "flux", "flux2", "chroma", "z_image",
                                     "qwen_image"])
 def test_each_family_trains_a_few_steps(tmp_path: Path, tiny_workspace: Path, family: str):
     cfg = small_config(tmp_path, images=4, family=family)

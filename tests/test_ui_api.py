@@ -190,3 +190,21 @@ def test_qwen_image_run_launched_through_the_api_finishes(app):
                         ["state"] in ("done", "failed") and s, 420, "the qwen_image run")
     assert status["state"] == "done", status["log"][-20:]
     assert (Path(run_dir) / "lora/pytorch_lora_weights.safetensors").is_file()
+
+
+def test_a_flux2_run_launched_through_the_api_trains_and_saves_its_lora(app):
+    """FLUX.2 (tiny klein) through the same API: a few steps end to end, both LoRA files."""
+    _, client, workspace = app
+    config = demo_config(workspace, {
+        "model.family": "flux2", "model.path": "tiny:flux2", "train.max_steps": "2",
+        "train.checkpoint_every": "2", "train.eval_every": "2", "validation.every": "2",
+        "datasets.0.vae_cache": "cache/flux2/shapes/vae", "text_cache.dir": "cache/flux2/text",
+        "output.dir": "runs/flux2-api"})
+    run_dir = client.predict(config, False, api_name="/launch")["run_dir"]
+    done = wait_until(lambda: (s := client.predict(run_dir, api_name="/status"))
+                      ["state"] in ("done", "failed") and s, 480, "the flux2 run to end")
+    assert done["state"] == "done", done["log"][-20:]
+    lora = Path(run_dir) / "lora"
+    assert (lora / "pytorch_lora_weights.safetensors").is_file()
+    assert (lora / "lora_comfyui.safetensors").is_file()
+    assert (Path(run_dir) / "validation/step_000002/00.png").is_file()

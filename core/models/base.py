@@ -59,6 +59,8 @@ class Components:
     max_sequence_length: int | None = None  # sd3/flux: T5 tokens the text is padded to
     has_t5: bool = False  # sd3: whether the T5 encoder was loaded (it may be left out)
     guidance: float | None = None  # flux: guidance value given to a distilled model
+    pipeline_class: str | None = None  # flux2: Flux2KleinPipeline or Flux2Pipeline (dev)
+    is_distilled: bool = False  # flux2: a step-distilled klein (model_index.json)
 
 
 @dataclass

@@ -34,6 +34,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # Flux's block names plus its approximator (diffusers' own "chroma" detection key).
 _FAMILY_KEY_MARKERS: tuple[tuple[str, str], ...] = (
     ("distilled_guidance_layer.", "chroma"),
+    ("single_stream_modulation.", "flux2"),  # FLUX.2 (before flux: it has double_blocks too)
     ("double_blocks.", "flux"),
     ("joint_blocks.", "sd3"),
     # Z-Image's main blocks modulate with adaLN_modulation.0 (Lumina2's, alike otherwise,
@@ -49,6 +50,7 @@ _FAMILY_KEY_MARKERS: tuple[tuple[str, str], ...] = (
 _PIPELINE_FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("StableDiffusionXL", ("sdxl",)),
     ("StableDiffusion3", ("sd3",)),
+    ("Flux2", ("flux2",)),  # before "Flux", which it starts with
     ("Flux", ("flux",)),
     ("ZImage", ("z_image",)),
     ("Chroma", ("chroma",)),

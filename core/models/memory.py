@@ -40,7 +40,9 @@ CUDA_CONTEXT_BYTES = GIB // 2
 CACHE_VAE_BATCH = 4
 CACHE_TEXT_BATCH = 16
 CLIP_TOKENS = 77
-SEQUENCE_LM_ENCODERS = ("qwen3",)
+# Decoder LMs used as text encoders (Z-Image's and FLUX.2-klein's Qwen3, FLUX.2-dev's
+# Mistral3): padded to the family's text length, not read at their context window.
+LLM_ENCODERS = ("qwen3", "mistral3")
 FP32 = 4
 OPTIMIZER_BYTES_PER_PARAM = {"adamw": 8, "adamw8bit": 2}  # two states each
 SCALE_BYTES = {"int8": 2, "fp8": 2, "nf4": 4}  # bf16 per output row; fp32 per 64 weights
@@ -303,8 +305,8 @@ def activation_bytes(sizes: ModelSizes, shape: StepShape) -> int:
     if layout is not None:
         config, patch = layout(d.config)
         return act.mmdit_activation_bytes(config, shape, text_tokens(sizes.family), patch)
-    # Flux and Chroma pack 2x2 latent patches themselves (their configs say patch_size 1).
-    packs = sizes.family in ("flux", "chroma")
+    # Flux, Chroma and FLUX.2 pack 2x2 latent patches themselves (configs say patch_size 1).
+    packs = sizes.family in ("flux", "chroma", "flux2")
     patch = int(d.config.get("patch_size", 1) or 1) * (2 if packs else 1)
     return act.mmdit_activation_bytes(d.config, shape, text_tokens(sizes.family), patch)
 
@@ -321,10 +323,10 @@ def caching_activation_bytes(cfg: Config, sizes: ModelSizes) -> int:
                                           CACHE_VAE_BATCH, _vae_bytes(cfg, sizes.vae, wbytes)))
     for encoder in sizes.text_encoders:
         t5 = encoder.config.get("model_type") == "t5"
-        # Decoder LMs used as encoders (Z-Image's Qwen3) and vision-language models
-        # (Qwen-Image's Qwen2.5-VL, which keeps its language model's sizes apart) read the
-        # family's text length, not their context window.
-        lm = encoder.config.get("model_type") in SEQUENCE_LM_ENCODERS
+        # LLM encoders and vision-language models (Qwen-Image's Qwen2.5-VL, which keeps
+        # its language model's sizes apart) read the family's text length, not their
+        # context window.
+        lm = encoder.config.get("model_type") in LLM_ENCODERS
         text_config = encoder.config.get("text_config") or {}
         tokens = text_tokens(sizes.family) if t5 or lm or text_config else int(
             encoder.config.get("max_position_embeddings", CLIP_TOKENS))

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from core.models.base import ModelFamily
 
-FAMILY_NAMES: tuple[str, ...] = ("sd15", "sd2", "sdxl", "sd3", "flux", "chroma", "z_image",
-                                  "qwen_image")
+FAMILY_NAMES: tuple[str, ...] = ("sd15", "sd2", "sdxl", "sd3", "flux", "flux2", "chroma",
+                                  "z_image", "qwen_image")
 # Families trained by flow matching: their target is fixed, so model.prediction_type (the
 # epsilon/v choice of the others) must stay "auto". Each FAMILY's `prediction` agrees.
-FLOW_FAMILIES: tuple[str, ...] = ("sd3", "flux", "chroma", "z_image", "qwen_image")
+FLOW_FAMILIES: tuple[str, ...] = ("sd3", "flux", "flux2", "chroma", "z_image", "qwen_image")
 
 
 def list_families() -> list[str]:

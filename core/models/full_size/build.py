@@ -58,9 +58,7 @@ def _tokenizers(family: str) -> list[Any]:
     """The family's tokenizers, in component order, from the tiny builders; their files
     live in a temporary folder only while they load."""
     from core.models.tiny.clip import EOS_TOKEN, clip_tokenizer
-    from core.models.tiny.qwen import qwen_tokenizer
     from core.models.tiny.t5 import t5_tokenizer
-    from core.models.tiny.z_image_qwen3 import qwen_tokenizer
 
     names = sorted(n for n in component_specs(family) if n.startswith("tokenizer"))
     out = []
@@ -69,12 +67,28 @@ def _tokenizers(family: str) -> list[Any]:
             cls = component_specs(family)[name][1]
             if cls.startswith("T5"):
                 out.append(t5_tokenizer(Path(tmp) / name)[0])
-            elif cls.startswith("Qwen2"):  # the Qwen tokenizer class (Z-Image, Qwen-Image)
-                out.append(qwen_tokenizer(Path(tmp) / name))
+            elif cls.startswith("Qwen2"):  # each Qwen family's tiny tokenizer and template
+                out.append(_qwen_tokenizer(family, Path(tmp) / name))
             else:
                 pad = "!" if (family, name) in BANG_PADDED else EOS_TOKEN
                 out.append(clip_tokenizer(Path(tmp) / name, pad_token=pad))
     return out
+
+
+def _qwen_tokenizer(family: str, folder: Path) -> Any:
+    """The tiny Qwen tokenizer of the family's tiny build: Qwen3's chat template for
+    Z-Image and FLUX.2-klein, Qwen2.5-VL's prompt template for Qwen-Image."""
+    if family == "qwen_image":
+        from core.models.tiny.qwen import qwen_tokenizer
+
+        return qwen_tokenizer(folder)
+    if family == "flux2":
+        from core.models.tiny.flux2_qwen3 import qwen_tokenizer as flux2_tokenizer
+
+        return flux2_tokenizer(folder)[0]
+    from core.models.tiny.z_image_qwen3 import qwen_tokenizer as z_image_tokenizer
+
+    return z_image_tokenizer(folder)
 
 
 def _scheduler(family: str) -> Any:
@@ -90,12 +104,17 @@ def _family_settings(c: Components) -> None:
     from core.models.registry import get_family
 
     family = get_family(c.family)
-    if c.family in ("sd3", "flux", "chroma", "z_image", "qwen_image"):
+    if c.family in ("sd3", "flux", "flux2", "chroma", "z_image", "qwen_image"):
         c.max_sequence_length = getattr(family, "max_sequence_length", None)
     if c.family == "sd3":
         c.has_t5 = len(c.text_encoders) == 3
-    if c.family == "flux":
+    if c.family in ("flux", "flux2"):
         c.guidance = getattr(family, "train_guidance", None)
+    if c.family == "flux2":
+        from core.models.full_size.spec import model_index
+
+        c.pipeline_class = model_index("flux2")["_class_name"]
+        c.is_distilled = bool(model_index("flux2").get("is_distilled", False))
 
 
 def build_random(family: str, dtype: Any = None, device: Any = "cpu",

@@ -28,6 +28,7 @@ PIPELINE_CLASSES = {
     "z_image": "ZImagePipeline",
     "chroma": "ChromaPipeline",
     "qwen_image": "QwenImagePipeline",
+    "flux2": "Flux2KleinPipeline",
 }
 MODEL_PREFIXES = ("unet", "transformer", "vae", "text_encoder")
 

@@ -39,8 +39,10 @@ from typing import Any
 LORA_KINDS: tuple[str, ...] = ("lora", "dora", "lokr", "loha")
 # Kinds diffusers' load_lora_weights can load into the families here.
 DIFFUSERS_KINDS: tuple[str, ...] = ("lora", "dora")
-LYCORIS_ONLY_NOTE = ("diffusers' load_lora_weights cannot load LoKr or LoHa into this "
-                     "pipeline, so only the kohya/LyCORIS file is written (ComfyUI, A1111)")
+LYCORIS_ONLY_NOTE = ("train.lora_kind lokr/loha: diffusers' load_lora_weights cannot load "
+                     "LoKr or LoHa into this pipeline, so no pytorch_lora_weights.safetensors "
+                     "is written, only the kohya/LyCORIS (sd15/sd2/sdxl) or ComfyUI "
+                     "(sd3/flux) file")
 
 # peft's adapter parameters by kind, as get_peft_model_state_dict names them.
 _PARAMS: dict[str, tuple[str, ...]] = {

@@ -14,6 +14,7 @@ from core import ops
 from core.check import CheckReport
 from core.config import Config, LaunchConfig
 from core.exits import EXIT_INVALID, EXIT_OK, EXIT_STOPPED
+from core.models.adapters import LYCORIS_ONLY_NOTE
 from core.presets import is_demo
 from core.runs.folder import RunFolder
 from core.runs.outputs import saved_loras, tensorboard_command
@@ -42,6 +43,10 @@ def summarize_run(run_dir: Path, state: str, workspace: Path,
                                      f"{launch.num_machines})" if several else ""))
     if folder.lora_weights.exists():
         say(f"LoRA: {folder.lora_weights}")
+    else:
+        lycoris = sorted(folder.lora.glob("*.safetensors")) if folder.lora.is_dir() else []
+        if lycoris:  # train.lora_kind = lokr/loha: no diffusers file (adapters.py)
+            say(f"LoRA: {lycoris[0]} ({LYCORIS_ONLY_NOTE})")
     saved = saved_loras(folder)
     if saved:
         steps = (f"step {saved[0].step}" if len(saved) == 1 else

@@ -23,7 +23,7 @@ from ui.run_views import Following, RunView
 
 # model.config describes a single-file model.path, so it sits right beside it.
 MODEL_FIELDS = ("family", "path", "config", "quantize")
-BASIC_TRAIN = ("method", "lora_rank", "max_steps", "batch_size", "grad_accum",
+BASIC_TRAIN = ("method", "lora_kind", "lora_rank", "max_steps", "batch_size", "grad_accum",
                "learning_rate", "seed", "mixed_precision", "checkpoint_every",
                "keep_checkpoints")
 

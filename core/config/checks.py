@@ -139,6 +139,7 @@ def _check_cross(cfg: Config) -> list[Problem]:
     out += _check_flow_family(cfg)
     out += _check_turbo_validation(cfg)
     out += _check_text_options(cfg)
+    out += _check_lora_kind(cfg)
     if cfg.model.quantize != "none" and cfg.train.method == "full":
         out.append(error("model.quantize", f"{cfg.model.quantize} with train.method = \"full\": "
                                            "a quantized base cannot be fully fine-tuned; use "
@@ -190,6 +191,25 @@ def _check_text_options(cfg: Config) -> list[Problem]:
             out.append(Problem("warning", f"datasets.{i}.keep_tokens",
                                "has no effect without shuffle_tags = true"))
     return out
+
+
+def _check_lora_kind(cfg: Config) -> list[Problem]:
+    """train.lora_kind applies to an adapter run on an unquantized base: a full
+    fine-tune trains no adapter, and the LyCORIS/DoRA layers (which rebuild or normalise
+    the base weight) are not supported on quantized layers here."""
+    kind = cfg.train.lora_kind
+    if kind == "lora":
+        return []
+    if cfg.train.method != "lora":
+        return [error("train.lora_kind", f"{kind!r} is an adapter, but train.method = "
+                                         f"\"{cfg.train.method}\" trains the whole model; set "
+                                         "train.lora_kind = \"lora\" or train.method = \"lora\"")]
+    if cfg.model.quantize != "none":
+        return [error("train.lora_kind", f"{kind!r} with model.quantize = "
+                                         f"\"{cfg.model.quantize}\": only plain LoRA trains on a "
+                                         "quantized base; set train.lora_kind = \"lora\" or "
+                                         "model.quantize = \"none\"")]
+    return []
 
 
 def validate_config(cfg: Config) -> list[Problem]:

@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field, fields
 from typing import Any, get_type_hints
 
+from core.models.adapters import LORA_KINDS
 from core.models.registry import FAMILY_NAMES as FAMILIES
 
 CONFIG_VERSION = 1
@@ -113,6 +114,16 @@ class TextCacheConfig:
 @dataclass
 class TrainConfig:
     method: str = _f("lora", label="Method", choices=("lora", "full"))
+    lora_kind: str = _f("lora", label="Adapter kind", choices=LORA_KINDS,
+                        help="lora: low-rank update B x A (the usual LoRA). "
+                             "dora: LoRA plus a learned magnitude per output channel "
+                             "(weight-decomposed; often closer to a full fine-tune). "
+                             "lokr: LyCORIS LoKr, a Kronecker product of two small "
+                             "factors (few parameters). "
+                             "loha: LyCORIS LoHa, the elementwise product of two "
+                             "low-rank updates (more expressive at the same rank). "
+                             "diffusers loads lora and dora; lokr and loha save only the "
+                             "kohya/LyCORIS (ComfyUI/A1111) file.")
     lora_rank: int = _f(16, label="LoRA rank", min=1, max=1024)
     lora_alpha: float = _f(0.0, label="LoRA alpha", min=0.0, max=4096, advanced=True,
                            help="0 means alpha = rank.")

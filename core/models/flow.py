@@ -28,8 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from core.models import loading
+from core.models.adapters import DIFFUSERS_KINDS, adapter_kind
 from core.models.base import Components, NoiseSample
-from core.models.lora_files import adapter_weights, save_comfy_lora, save_diffusers_lora
+from core.models.lora_files import (
+    adapter_weights,
+    base_weights,
+    save_comfy_lora,
+    save_diffusers_lora,
+)
 from core.models.modules import encode_latents, freeze
 from core.models.objectives import (
     SIGMA_EPS,
@@ -186,15 +192,22 @@ class FlowFamily:
     # ------------------------------------------------------------ LoRA
 
     def save_lora(self, c: Components, out_dir: Path) -> dict[str, Path]:
-        """pytorch_lora_weights.safetensors (diffusers; PEFT key names and the LoRA config
-        as metadata, as diffusers' dreambooth scripts write) and lora_comfyui.safetensors
-        (the same keys plus one `.alpha` per module, which ComfyUI reads for the scale)."""
+        """pytorch_lora_weights.safetensors (diffusers; PEFT key names and the adapter
+        config as metadata, as diffusers' dreambooth scripts write; LoRA and DoRA only,
+        see adapters.py) and lora_comfyui.safetensors (diffusers-style names with
+        ComfyUI's suffixes per kind and one `.alpha` per module, see lora_files.py)."""
         out_dir = Path(out_dir)
         peft_sd, config = adapter_weights(c.denoiser)
-        save_fn = self._pipeline_class().save_lora_weights
-        return {"diffusers": save_diffusers_lora(save_fn, self.transformer_lora_kwarg, peft_sd,
-                                                 config, out_dir),
-                "comfyui": save_comfy_lora(peft_sd, config, out_dir / "lora_comfyui.safetensors")}
+        files: dict[str, Path] = {}
+        if adapter_kind(config) in DIFFUSERS_KINDS:
+            save_fn = self._pipeline_class().save_lora_weights
+            files["diffusers"] = save_diffusers_lora(save_fn, self.transformer_lora_kwarg,
+                                                     peft_sd, config, out_dir)
+        else:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        files["comfyui"] = save_comfy_lora(peft_sd, config, out_dir / "lora_comfyui.safetensors",
+                                           base_weights(c.denoiser))
+        return files
 
     # ------------------------------------------------------------ validation
 

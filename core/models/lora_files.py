@@ -3,15 +3,17 @@ UIs people load LoRAs in.
 
 - diffusers: pytorch_lora_weights.safetensors through the pipeline class's own
   `save_lora_weights`, with the LoRA config as metadata so alpha != rank reloads with the
-  right scale (`load_lora_weights`).
-- kohya (A1111/ComfyUI for the UNet families): lora_unet_... names, lora_down/lora_up and
-  one `.alpha` per module.
-- ComfyUI (SD3/Flux): diffusers-style "transformer.<module>" names, lora_A/lora_B and one
-  `.alpha` per module.
+  right scale (`load_lora_weights`). LoRA and DoRA only (see adapters.py: diffusers
+  cannot load LoKr or LoHa into these pipelines).
+- kohya/LyCORIS (A1111/ComfyUI for the UNet families): lora_unet_... names, lora_down/
+  lora_up (+ dora_scale for DoRA), or LyCORIS's lokr_*/hada_*, and one `.alpha` per module.
+- ComfyUI (SD3/Flux): diffusers-style "transformer.<module>" names, lora_A/lora_B
+  (+ dora_scale) or lokr_*/hada_*, and one `.alpha` per module.
 
 Both `.alpha` writers use one rule, `module_alpha`: the alpha PEFT gave the module when it
-built the adapter (lora_alpha, or the alpha_pattern entry PEFT matched), because a reader
-scales each module by alpha / rank and any other alpha changes the trained model.
+built the adapter (lora_alpha or alpha, or the alpha_pattern entry PEFT matched), because a
+reader scales each module by alpha / rank and any other alpha changes the trained model
+(adapters.lycoris_module converts what a reader computes differently from peft).
 Files are written to a temporary name and renamed, so a crash never leaves half a file.
 """
 
@@ -22,6 +24,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from core.models.adapters import (
+    adapter_kind,
+    config_alpha,
+    lycoris_module,
+    network_metadata,
+    split_key,
+)
 from core.models.modules import unwrap
 from core.runs.folder import LORA_WEIGHTS_NAME as DIFFUSERS_FILE  # the run-folder contract
 
@@ -43,22 +52,57 @@ def adapter_weights(model: Any, adapter_name: str = "default") -> tuple[dict[str
 
 
 def module_alpha(config: Any, module: str) -> float:
-    """The lora_alpha PEFT used for `module` (its name in the denoiser), matching
+    """The alpha PEFT used for `module` (its name in the denoiser), matching
     alpha_pattern keys exactly as PEFT does when it creates the layers."""
     from peft.utils.other import get_pattern_key
 
     patterns = getattr(config, "alpha_pattern", None) or {}
     key = get_pattern_key(patterns.keys(), module)
-    return float(patterns.get(key, config.lora_alpha))
+    return float(patterns.get(key, config_alpha(config)))
+
+
+def module_rank(config: Any, module: str) -> int:
+    """The rank PEFT used for `module` (rank_pattern, else r)."""
+    from peft.utils.other import get_pattern_key
+
+    patterns = getattr(config, "rank_pattern", None) or {}
+    key = get_pattern_key(patterns.keys(), module)
+    return int(patterns.get(key, config.r))
 
 
 def lora_modules(peft_sd: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The state dict grouped by module: {module: {"lora_A.weight": A, "lora_B.weight": B}}."""
+    """The state dict grouped by module: {module: {"lora_A.weight": A, ...}} (or the
+    LoKr/LoHa/DoRA parameters, by peft's names)."""
     grouped: dict[str, dict[str, Any]] = {}
     for key, value in peft_sd.items():
-        module, _, rest = key.partition(".lora_")
-        grouped.setdefault(module, {})["lora_" + rest] = value
+        module, param = split_key(key)
+        grouped.setdefault(module, {})[param] = value
     return grouped
+
+
+BaseWeight = Callable[[str], Any]
+
+
+def base_weights(model: Any, strip: str = "") -> BaseWeight:
+    """`module name -> the frozen weight under its adapter` for `model` (DoRA's saved
+    scale needs it). strip: a prefix the saved names carry and the model lacks (CLIP's
+    "text_model.", see sd15._text_model_names)."""
+    model = unwrap(model)
+
+    def weight(module: str) -> Any:
+        name = module.removeprefix(strip) if strip and not _has(model, module) else module
+        layer = model.get_submodule(name)
+        return (layer.get_base_layer() if hasattr(layer, "get_base_layer") else layer).weight
+
+    return weight
+
+
+def _has(model: Any, name: str) -> bool:
+    try:
+        model.get_submodule(name)
+    except AttributeError:
+        return False
+    return True
 
 
 def has_adapter(model: Any) -> bool:
@@ -82,54 +126,65 @@ def save_diffusers_lora(save_fn: Callable[..., Any], layers_kwarg: str, layers: 
     return out_dir / DIFFUSERS_FILE
 
 
-def kohya_tensors(peft_sd: dict[str, Any], config: Any, prefix: str) -> dict[str, Any]:
-    """kohya/A1111/ComfyUI names (lora_down/lora_up, alpha) for one model's LoRA.
+# kohya's name for each model's LoRA (diffusers' converter's: a single text encoder is
+# lora_te_ in kohya's files, which the family renames).
+KOHYA_PREFIXES = {"unet": "lora_unet", "text_encoder": "lora_te1", "text_encoder_2": "lora_te2"}
+
+
+def kohya_tensors(peft_sd: dict[str, Any], config: Any, prefix: str,
+                  base_weight: BaseWeight | None = None) -> dict[str, Any]:
+    """kohya/LyCORIS names for one model's adapter: lora_<prefix>_<module with _>.<suffix>
+    (lora_down/lora_up, dora_scale, lokr_*, hada_*) and one `.alpha` per module.
 
     prefix: "unet" gives lora_unet_..., "text_encoder" lora_te1_..., "text_encoder_2"
-    lora_te2_... (diffusers' converter; a single encoder is lora_te_ in kohya's files,
-    which the family renames). diffusers' converter writes alpha = rank; each module's
-    alpha is replaced by `module_alpha`. Modules convert one at a time so the alpha key
-    is the one the converter made for that module.
+    lora_te2_... (the names diffusers' convert_state_dict_to_kohya gives LoRA modules).
+    Each module's alpha is `module_alpha`; base_weight (`base_weights`) is needed for DoRA.
     """
-    import torch
-    from diffusers.utils import convert_state_dict_to_kohya
+    return _lycoris_tensors(peft_sd, config, f"{KOHYA_PREFIXES[prefix]}_", "_",
+                            ("lora_down.weight", "lora_up.weight"), base_weight)
 
+
+def _lycoris_tensors(peft_sd: dict[str, Any], config: Any, prefix: str, dot: str,
+                     lora_names: tuple[str, str],
+                     base_weight: BaseWeight | None) -> dict[str, Any]:
+    """Every module through adapters.lycoris_module, named prefix + module (its dots
+    replaced by `dot`) + "." + suffix."""
+    kind = adapter_kind(config)
     tensors: dict[str, Any] = {}
     for module, weights in lora_modules(peft_sd).items():
-        kohya = convert_state_dict_to_kohya(
-            {f"{prefix}.{module}.{name}": value for name, value in weights.items()})
-        for key in [k for k in kohya if k.endswith(".alpha")]:
-            kohya[key] = torch.tensor(module_alpha(config, module))
-        tensors.update(kohya)
+        base = None if base_weight is None else (lambda m=module: base_weight(m))
+        parts = lycoris_module(kind, weights, module_alpha(config, module),
+                               module_rank(config, module), base, lora_names)
+        name = prefix + module.replace(".", dot)
+        tensors.update({f"{name}.{suffix}": value for suffix, value in parts.items()})
     return tensors
 
 
 def write_kohya(tensors: dict[str, Any], config: Any, path: Path) -> Path:
     """Write kohya tensors (from `kohya_tensors`) as one file."""
-    return _write(tensors, path, config, {"ss_network_module": "networks.lora"})
+    return _write(tensors, path, config, network_metadata(adapter_kind(config)))
 
 
-def save_kohya(peft_sd: dict[str, Any], config: Any, path: Path, prefix: str) -> Path:
-    """Write one model's LoRA as a kohya/A1111/ComfyUI file (lora_<prefix>_...)."""
-    return write_kohya(kohya_tensors(peft_sd, config, prefix), config, path)
+def save_kohya(peft_sd: dict[str, Any], config: Any, path: Path, prefix: str,
+               base_weight: BaseWeight | None = None) -> Path:
+    """Write one model's adapter as a kohya/LyCORIS file (lora_<prefix>_...)."""
+    return write_kohya(kohya_tensors(peft_sd, config, prefix, base_weight), config, path)
 
 
-def save_comfy_lora(peft_sd: dict[str, Any], config: Any, path: Path) -> Path:
-    """Write the LoRA with diffusers-style names ("transformer.<module>.lora_A/B.weight")
-    and "transformer.<module>.alpha".
+def save_comfy_lora(peft_sd: dict[str, Any], config: Any, path: Path,
+                    base_weight: BaseWeight | None = None) -> Path:
+    """Write the adapter with diffusers-style names, "transformer.<module>.<suffix>":
+    lora_A/lora_B (and dora_scale) for LoRA and DoRA, LyCORIS's lokr_*/hada_* for LoKr and
+    LoHa, and one "transformer.<module>.alpha".
 
     ComfyUI maps "transformer.<diffusers module>" keys of SD3 and Flux to its own
-    weights (comfy/lora.py: mmdit_to_diffusers / flux_to_diffusers) and accepts
-    lora_A/lora_B names, scaling each module by alpha / rank (1.0 when alpha is absent),
-    so writing alpha makes alpha != rank come out as PEFT trained it.
+    weights (comfy/lora.py: mmdit_to_diffusers / flux_to_diffusers, with the slice of a
+    fused qkv weight where diffusers has to_q/to_k/to_v) and reads any adapter kind
+    (comfy/weight_adapter) under such a name, scaling each module by alpha / rank (1.0
+    when alpha is absent), so writing alpha makes alpha != rank come out as PEFT trained it.
     """
-    import torch
-
-    tensors: dict[str, Any] = {}
-    for module, weights in lora_modules(peft_sd).items():
-        for name, value in weights.items():
-            tensors[f"transformer.{module}.{name}"] = value
-        tensors[f"transformer.{module}.alpha"] = torch.tensor(module_alpha(config, module))
+    tensors = _lycoris_tensors(peft_sd, config, "transformer.", ".",
+                               ("lora_A.weight", "lora_B.weight"), base_weight)
     return _write(tensors, path, config, {})
 
 
@@ -140,7 +195,7 @@ def _write(tensors: dict[str, Any], path: Path, config: Any, metadata: dict[str,
 
     cpu = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
     meta = {"format": "pt", **metadata, "ss_network_dim": str(config.r),
-            "ss_network_alpha": str(config.lora_alpha)}
+            "ss_network_alpha": str(config_alpha(config))}
     tmp = path.with_name(path.name + ".tmp")
     save_file(cpu, str(tmp), metadata=meta)
     os.replace(tmp, path)

@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from core.models import loading
+from core.models.adapters import DIFFUSERS_KINDS, adapter_kind
 from core.models.base import Components, NoiseSample
 from core.models.lora_files import (
     adapter_weights,
+    base_weights,
     has_adapter,
     kohya_tensors,
     save_diffusers_lora,
@@ -191,29 +193,34 @@ class StableDiffusionFamily:
 
     def save_lora(self, c: Components, out_dir: Path,
                   kohya_name: str = "lora_kohya") -> dict[str, Path]:
-        """pytorch_lora_weights.safetensors (diffusers names, converted from PEFT's) and
-        <kohya_name>.safetensors (see lora_files.py)."""
-        from diffusers.utils import convert_state_dict_to_diffusers
-
+        """pytorch_lora_weights.safetensors (diffusers; LoRA and DoRA only, see
+        adapters.py) and <kohya_name>.safetensors (kohya/LyCORIS names, see lora_files.py)."""
         out_dir = Path(out_dir)
         peft_sd, config = adapter_weights(c.denoiser)
-        save_fn = self._pipeline_class().save_lora_weights
-        layers = convert_state_dict_to_diffusers(peft_sd)
+        kind = adapter_kind(config)
+        layers = _diffusers_layers(peft_sd, kind)
         extra: dict[str, Any] = {}
-        kohya = kohya_tensors(peft_sd, config, "unet")
+        kohya = kohya_tensors(peft_sd, config, "unet", base_weights(c.denoiser))
         for name, encoder in zip(TEXT_ENCODER_NAMES, c.text_encoders, strict=False):
             if encoder is None or not has_adapter(encoder):
                 continue
             te_sd, te_config = adapter_weights(encoder)
             te_sd = _text_model_names(te_sd, encoder)
-            extra[f"{name}_lora_layers"] = convert_state_dict_to_diffusers(te_sd)
+            extra[f"{name}_lora_layers"] = _diffusers_layers(te_sd, kind)
             extra[f"{name}_lora_adapter_metadata"] = te_config.to_dict()
-            kohya.update(kohya_tensors(te_sd, te_config, name))
+            kohya.update(kohya_tensors(te_sd, te_config, name,
+                                       base_weights(encoder, strip="text_model.")))
         if self.text_encoder_count == 1:  # kohya names a single encoder lora_te_
             kohya = {k.replace("lora_te1_", "lora_te_", 1): v for k, v in kohya.items()}
-        return {"diffusers": save_diffusers_lora(save_fn, "unet_lora_layers", layers, config,
-                                                 out_dir, extra),
-                "kohya": write_kohya(kohya, config, out_dir / f"{kohya_name}.safetensors")}
+        files: dict[str, Path] = {}
+        if kind in DIFFUSERS_KINDS:
+            save_fn = self._pipeline_class().save_lora_weights
+            files["diffusers"] = save_diffusers_lora(save_fn, "unet_lora_layers", layers,
+                                                     config, out_dir, extra)
+        else:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        files["kohya"] = write_kohya(kohya, config, out_dir / f"{kohya_name}.safetensors")
+        return files
 
     # ------------------------------------------------------------ validation
 
@@ -233,6 +240,16 @@ class StableDiffusionFamily:
             safety_checker=None, feature_extractor=None, requires_safety_checker=False)
         pipe.set_progress_bar_config(disable=True)
         return pipe
+
+
+def _diffusers_layers(peft_sd: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The layers for save_lora_weights: LoRA in diffusers' names, as diffusers'
+    train_dreambooth_lora.py writes; DoRA in PEFT's, which load_lora_weights also reads
+    (convert_state_dict_to_diffusers loses the magnitude of DoRA convolutions: such a file
+    reloads with missing weights)."""
+    from diffusers.utils import convert_state_dict_to_diffusers
+
+    return convert_state_dict_to_diffusers(peft_sd) if kind == "lora" else dict(peft_sd)
 
 
 def _text_model_names(peft_sd: dict[str, Any], encoder: Any) -> dict[str, Any]:

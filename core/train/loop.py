@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.config import Config
 from core.data.collate import collate
+from core.models.adapters import LYCORIS_ONLY_NOTE
 from core.models.modules import unwrap
 from core.runs.folder import RunFolder
 from core.train.batches import to_device
@@ -207,6 +208,8 @@ class Loop:
             if self.cfg.train.method == "lora":
                 files = self.write_lora(RunFolder(self.run_dir).lora)
                 self.reporter.say("LoRA saved: " + ", ".join(str(p) for p in files.values()))
+                if "diffusers" not in files:
+                    self.reporter.say(f"note: {LYCORIS_ONLY_NOTE}")
             else:
                 pipe = self.s.family.validation_pipeline(comps)
                 model_dir = RunFolder(self.run_dir).model

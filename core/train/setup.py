@@ -50,22 +50,26 @@ class Setup:
     trained_encoders: list[Any] = dataclasses.field(default_factory=list)
 
 
+def _adapter(cfg: Config, targets: list[str]) -> Any:
+    """The peft config of train.lora_kind (lora, dora, lokr, loha) at the run's rank and
+    alpha (core/models/adapters.py)."""
+    from core.models.adapters import adapter_config
+
+    return adapter_config(cfg.train.lora_kind, cfg.train.lora_rank,
+                          cfg.train.lora_alpha or cfg.train.lora_rank, targets)
+
+
 def add_trainable(family: ModelFamily, denoiser: Any, cfg: Config) -> list[Any]:
-    """LoRA layers on the family's targets, in fp32 on a frozen base already in the
-    compute dtype (loaded so, as diffusers' examples do), or the whole denoiser, in fp32,
-    for a full fine-tune."""
+    """Adapter layers (train.lora_kind) on the family's targets, in fp32 on a frozen base
+    already in the compute dtype (loaded so, as diffusers' examples do), or the whole
+    denoiser, in fp32, for a full fine-tune."""
     import torch
 
     denoiser.requires_grad_(False)
     if cfg.train.method == "lora":
-        from peft import LoraConfig
-
-        alpha = cfg.train.lora_alpha or cfg.train.lora_rank
         with _quiet_peft_merge_warning():
-            denoiser.add_adapter(LoraConfig(r=cfg.train.lora_rank, lora_alpha=alpha,
-                                            init_lora_weights="gaussian",
-                                            target_modules=family.lora_target_modules(
-                                                cfg.train.lora_targets)))
+            denoiser.add_adapter(_adapter(cfg, family.lora_target_modules(
+                cfg.train.lora_targets)))
         for param in denoiser.parameters():
             if param.requires_grad:
                 param.data = param.data.to(torch.float32)
@@ -78,11 +82,10 @@ def add_trainable(family: ModelFamily, denoiser: Any, cfg: Config) -> list[Any]:
 
 
 def add_text_encoder_lora(family: ModelFamily, components: Components, cfg: Config) -> list[Any]:
-    """train.text_encoder_lora: LoRA (the denoiser's rank and alpha) on every text
-    encoder's attention, fp32 weights on the frozen encoder, as diffusers'
+    """train.text_encoder_lora: the denoiser's adapter (kind, rank and alpha) on every
+    text encoder's attention, fp32 weights on the frozen encoder, as diffusers'
     train_dreambooth_lora examples do. Returns the new trainable parameters."""
     import torch
-    from peft import LoraConfig
 
     if not cfg.train.text_encoder_lora:
         return []
@@ -92,9 +95,7 @@ def add_text_encoder_lora(family: ModelFamily, components: Components, cfg: Conf
                             f"{family.name}; set it to false")
     params = []
     for encoder in components.text_encoders:
-        encoder.add_adapter(LoraConfig(r=cfg.train.lora_rank,
-                                       lora_alpha=cfg.train.lora_alpha or cfg.train.lora_rank,
-                                       init_lora_weights="gaussian", target_modules=targets))
+        encoder.add_adapter(_adapter(cfg, list(targets)))
         for param in encoder.parameters():
             if param.requires_grad:
                 param.data = param.data.to(torch.float32)

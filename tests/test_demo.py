@@ -23,8 +23,10 @@ HUES = {"red": 0.0, "green": 130.0, "blue": 225.0, "yellow": 50.0}
 def hue_share(image: Image.Image, colour: str, tolerance: float = 35.0) -> float:
     """Of the strongly coloured pixels (saturated and not dark), the share whose hue is
     within `tolerance` degrees of `colour`'s; 0 when no pixel is strongly coloured."""
+    import numpy as np
+
     strong = hits = 0
-    for r, g, b in image.convert("RGB").getdata():
+    for r, g, b in np.asarray(image.convert("RGB"), dtype=np.int64).reshape(-1, 3):
         h, s, v = colorsys.rgb_to_hsv(r / 255, g / 255, b / 255)
         if s < 0.45 or v < 0.35:
             continue

@@ -17,12 +17,14 @@ import torch
 from conftest import small_config, train_in_process
 
 from core.config import Config, save_config, validate_config
-from core.models.adapters import adapter_config
+from core.models.adapters import adapter_config, diffusers_kinds
 from core.models.registry import get_family
 from core.models.tiny import resolve_model_path
 
 KINDS = ["lora", "dora", "lokr", "loha"]
-FILES = {"sd15": "lora_kohya.safetensors", "flux": "lora_comfyui.safetensors"}
+TRANSFORMERS = ["flux", "chroma", "z_image", "qwen_image", "flux2"]
+FILES = {"sd15": "lora_kohya.safetensors",
+         **{family: "lora_comfyui.safetensors" for family in TRANSFORMERS}}
 # The suffixes each kind's modules carry in the saved file (LoKr: w2 full or factorised).
 SUFFIXES = {
     "lora": [{"lora_down.weight", "lora_up.weight", "alpha"}],
@@ -33,13 +35,13 @@ SUFFIXES = {
 
 
 def _suffixes(kind: str, family: str) -> list[set[str]]:
-    """SUFFIXES, with the diffusers-style lora_A/lora_B of the ComfyUI file for flux."""
+    """SUFFIXES, with the diffusers-style lora_A/lora_B of the ComfyUI file (not sd15)."""
     names = dict(zip(("lora_down.weight", "lora_up.weight"), _lora_names(family), strict=True))
     return [{names.get(s, s) for s in option} for option in SUFFIXES[kind]]
 
 
 def _file_name(family: str, module: str) -> str:
-    if family == "flux":
+    if family != "sd15":
         return f"transformer.{module}"
     return "lora_unet_" + module.replace(".", "_")
 
@@ -108,20 +110,39 @@ def _read(path: Path) -> dict[str, torch.Tensor]:
     return load_file(str(path))
 
 
-@pytest.mark.parametrize("family", ["sd15", "flux"])
-@pytest.mark.parametrize("kind", KINDS)
+def _merged_weights(model: object) -> dict[str, torch.Tensor]:
+    """{adapted module: its weight with the adapter merged}, as peft applies it."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    out = {}
+    for name, layer in model.named_modules():
+        if isinstance(layer, BaseTunerLayer):
+            merged = copy.deepcopy(layer)
+            merged.merge(adapter_names=merged.active_adapters)
+            out[name] = merged.get_base_layer().weight.detach().float()
+    return out
+
+
+# flux2's plain LoRA is written in BFL's fused layout: tests/test_family_flux2.py checks it.
+REBUILDS = [(f, k) for f in ["sd15", *TRANSFORMERS] for k in KINDS if (f, k) != ("flux2", "lora")]
+
+
+@pytest.mark.parametrize("family,kind", REBUILDS)
 def test_saved_file_rebuilds_the_weights_peft_applies(family: str, kind: str, tmp_path: Path,
                                                       tiny_workspace: Path):
     fam, c = _adapted(family, kind, tiny_workspace)
     files = fam.save_lora(c, tmp_path)
-    assert ("diffusers" in files) == (kind in ("lora", "dora"))
-    assert (tmp_path / "pytorch_lora_weights.safetensors").exists() == (kind in ("lora", "dora"))
+    loads = kind in diffusers_kinds(family)  # lora, dora; lokr for z_image and flux2
+    assert ("diffusers" in files) == loads
+    assert (tmp_path / "pytorch_lora_weights.safetensors").exists() == loads
+    assert files["comfyui" if family != "sd15" else "kohya"] == tmp_path / FILES[family]
     saved = _read(tmp_path / FILES[family])
 
     from peft.tuners.tuners_utils import BaseTunerLayer
 
     layers = {n: m for n, m in c.denoiser.named_modules() if isinstance(m, BaseTunerLayer)}
     assert layers
+    expected = _merged_weights(c.denoiser)
     seen_suffixes = set()
     for name, layer in layers.items():
         prefix = _file_name(family, name) + "."
@@ -130,17 +151,21 @@ def test_saved_file_rebuilds_the_weights_peft_applies(family: str, kind: str, tm
         assert suffixes in _suffixes(kind, family), (name, suffixes)
         seen_suffixes.add(frozenset(suffixes))
         base = layer.get_base_layer().weight.detach().clone()
-        merged = copy.deepcopy(layer)
-        merged.merge(adapter_names=["default"])
-        expected = merged.get_base_layer().weight.detach().float()
         got = comfy_weight(base, tensors, family)
-        assert (expected - base).abs().max() > 1e-3, name  # the adapter changes the weight
-        assert torch.allclose(got, expected, rtol=1e-4, atol=1e-5), name
+        assert (expected[name] - base).abs().max() > 1e-3, name  # the adapter changes it
+        assert torch.allclose(got, expected[name], rtol=1e-4, atol=1e-5), name
     # Every file key belongs to an adapted module.
     prefixes = {_file_name(family, n) + "." for n in layers}
     assert all(any(k.startswith(p) for p in prefixes) for k in saved)
     if kind == "lokr" and family == "sd15":  # both LoKr forms (and alpha rules) were checked
         assert len(seen_suffixes) == 2
+    if loads and family != "sd15":  # the diffusers file reloads to the same weights
+        fresh = fam.load(resolve_model_path(f"tiny:{family}", tiny_workspace))
+        fam.validation_pipeline(fresh).load_lora_weights(str(tmp_path))
+        reloaded = _merged_weights(fresh.denoiser)
+        assert set(reloaded) == set(expected)
+        for name, weight in expected.items():
+            assert torch.allclose(reloaded[name], weight, rtol=1e-4, atol=1e-5), name
 
 
 def _image(pipe: object) -> torch.Tensor:
@@ -195,9 +220,14 @@ def _run_config(tmp_path: Path, family: str, kind: str, steps: int) -> Config:
     return cfg
 
 
+# Each kind on a UNet and on a transformer; one new family (z_image: LoKr with its diffusers
+# file). The other families' files come from the same writers (the rebuild test above).
+END_TO_END = [(f, k) for f in ("sd15", "flux") for k in ("dora", "lokr", "loha")]
+END_TO_END.append(("z_image", "lokr"))
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["sd15", "flux"])
-@pytest.mark.parametrize("kind", ["dora", "lokr", "loha"])
+@pytest.mark.parametrize("family,kind", END_TO_END)
 def test_each_kind_trains_and_saves_end_to_end(family: str, kind: str, tmp_path: Path,
                                                tiny_workspace: Path, capsys):
     cfg = _run_config(tmp_path, family, kind, steps=2)
@@ -208,7 +238,7 @@ def test_each_kind_trains_and_saves_end_to_end(family: str, kind: str, tmp_path:
     for folder in (run / "lora", run / "lora/step_000001"):
         names = {p.name for p in folder.glob("*.safetensors")}
         expected = {FILES[family]} | ({"pytorch_lora_weights.safetensors"}
-                                      if kind == "dora" else set())
+                                      if kind in diffusers_kinds(family) else set())
         assert names == expected, folder
         suffixes = {k.rpartition(".")[2] for k in _read(folder / FILES[family])}
         marker = {"dora": "dora_scale", "lokr": "lokr_w1", "loha": "hada_w1_a"}[kind]
@@ -218,12 +248,14 @@ def test_each_kind_trains_and_saves_end_to_end(family: str, kind: str, tmp_path:
     with safe_open(str(run / "checkpoints/step_000001/trainable.safetensors"), "pt") as fh:
         marker = {"dora": "lora_magnitude_vector", "lokr": "lokr_w1", "loha": "hada_w1_a"}
         assert any(marker[kind] in key for key in fh.keys())
-    if kind != "dora":  # the summary names the file there is and says why
-        from core.headless import summarize_run
+    from core.headless import summarize_run
 
-        capsys.readouterr()
-        summarize_run(run, "done", tiny_workspace)
-        out = capsys.readouterr().out
+    capsys.readouterr()
+    summarize_run(run, "done", tiny_workspace)
+    out = capsys.readouterr().out
+    if kind in diffusers_kinds(family):
+        assert f"LoRA: {run / 'lora' / 'pytorch_lora_weights.safetensors'}" in out
+    else:  # the summary names the file there is and says why
         assert f"LoRA: {run / 'lora' / FILES[family]}" in out
         assert "no pytorch_lora_weights.safetensors" in out
 
@@ -254,3 +286,25 @@ def test_text_encoder_adapter_of_each_kind_is_saved(kind: str, tmp_path: Path,
     if kind == "dora":  # ComfyUI's output axis: [out, 1]
         q = next(k for k in te if k.endswith("dora_scale"))
         assert saved[q].shape == (encoder.config.hidden_size, 1)
+
+
+@pytest.mark.parametrize("preset", ["chroma-lora", "z-image-lora", "flux2-lora",
+                                    "qwen-image-lora"])
+def test_check_accepts_every_kind_on_the_new_families(preset: str):
+    """Every kind saves on chroma, z_image, qwen_image and flux2 (the rebuild test), so the
+    check refuses a kind there only for the reason it does everywhere: a quantized base
+    (the qwen-image preset's int8)."""
+    from core.config import load_config
+    from core.presets import preset_path
+
+    cfg = load_config(preset_path(preset))
+    for kind in ("dora", "lokr", "loha"):
+        cfg.train.lora_kind = kind
+        refused = [str(p) for p in validate_config(cfg) if p.where == "train.lora_kind"]
+        if cfg.model.quantize == "none":
+            assert not refused, refused
+        else:
+            assert len(refused) == 1 and "model.quantize" in refused[0], refused
+            assert kind in refused[0]
+    cfg.model.quantize = "none"
+    assert not [p for p in validate_config(cfg) if p.where == "train.lora_kind"]

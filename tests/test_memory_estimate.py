@@ -14,6 +14,7 @@ import torch
 from conftest import PYTHON, REPO, write_shapes
 
 from core.config import Config, DatasetConfig, apply_overrides, load_config, resolved, save_config
+from core.models.adapters import adapter_config
 from core.models.full_size import full_size_dir
 from core.models.memory import GIB, MemoryEstimate, MemoryPart, estimate_memory
 from core.models.memory_activations import StepShape, mmdit_activation_bytes, unet_activation_bytes
@@ -78,21 +79,30 @@ def test_tiny_sd15_frozen_weights_are_the_loaded_models_bytes(workspace: Path, p
     assert estimate.training_bytes - part(estimate.parts, "CUDA context") < 64 * 1024 ** 2
 
 
-@pytest.mark.parametrize("family,scope", [("sd15", "all"), ("flux", "attention"),
-                                          ("flux2", "attention"), ("flux2", "all")])
+@pytest.mark.parametrize("family,scope,kind", [
+    ("sd15", "all", "lora"), ("flux", "attention", "lora"), ("flux2", "attention", "lora"),
+    ("flux2", "all", "lora"),
+    # train.lora_kind: convolutions (sd15) and linears (flux2) of each kind.
+    *[(f, "all", k) for f in ("sd15", "flux2") for k in ("dora", "lokr", "loha")]])
 def test_lora_trainable_count_equals_peft_on_the_real_tiny_model(workspace: Path, family: str,
-                                                                 scope: str) -> None:
+                                                                 scope: str, kind: str) -> None:
     from peft import LoraConfig
 
-    cfg = tiny_config(family, lora_rank=8, lora_targets=scope, optimizer="adamw", ema=True)
+    cfg = tiny_config(family, lora_rank=8, lora_targets=scope, optimizer="adamw", ema=True,
+                      lora_kind=kind)
     estimate = estimate_memory(resolved(cfg, workspace), workspace)
     fam = get_family(family)
     denoiser = fam.load(str(workspace / "models" / f"tiny-{family}")).denoiser
     denoiser.requires_grad_(False)
-    denoiser.add_adapter(LoraConfig(r=8, lora_alpha=8,
-                                    target_modules=fam.lora_target_modules(scope)))
+    targets = fam.lora_target_modules(scope)
+    # What the trainer adds (core/train/setup.py: the kind's peft config).
+    denoiser.add_adapter(adapter_config(kind, 8, 8, targets))
     trainable = sum(p.numel() for p in denoiser.parameters() if p.requires_grad)
     assert trainable > 0
+    lora = get_family(family).load(str(workspace / "models" / f"tiny-{family}")).denoiser
+    lora.add_adapter(LoraConfig(r=8, lora_alpha=8, target_modules=targets))
+    lora_count = sum(p.numel() for n, p in lora.named_parameters() if "lora_" in n)
+    assert (trainable == lora_count) == (kind == "lora")  # each kind counts differently
     assert part(estimate.parts, "trainable") == trainable * 4
     assert part(estimate.parts, "gradients") == trainable * 4
     assert part(estimate.parts, "optimizer") == trainable * 8

@@ -122,8 +122,9 @@ class TrainConfig:
                              "factors (few parameters). "
                              "loha: LyCORIS LoHa, the elementwise product of two "
                              "low-rank updates (more expressive at the same rank). "
-                             "diffusers loads lora and dora; lokr and loha save only the "
-                             "kohya/LyCORIS (ComfyUI/A1111) file.")
+                             "diffusers loads lora and dora (and lokr on z_image and "
+                             "flux2); the others save only the kohya/LyCORIS "
+                             "(ComfyUI/A1111) file.")
     lora_rank: int = _f(16, label="LoRA rank", min=1, max=1024)
     lora_alpha: float = _f(0.0, label="LoRA alpha", min=0.0, max=4096, advanced=True,
                            help="0 means alpha = rank.")

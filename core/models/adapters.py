@@ -26,9 +26,13 @@ are converted here (checked numerically in tests/test_lora_kinds.py):
   which makes ComfyUI's weight equal peft's. A1111 applies DoRA on the input axis only
   (one scale per input column), a different decomposition: it cannot load peft's DoRA.
 
-diffusers' `load_lora_weights` loads LoRA and DoRA (pytorch_lora_weights.safetensors); in
-diffusers 0.42 LoKr loads only into Z-Image and Flux2 pipelines and LoHa into none, so
-LoKr and LoHa runs write only the kohya/LyCORIS (or ComfyUI) file.
+diffusers' `load_lora_weights` loads LoRA and DoRA (pytorch_lora_weights.safetensors) into
+every pipeline here. In diffusers 0.42 it loads LoKr into the Z-Image and FLUX.2 pipelines
+only (ZImageLoraLoaderMixin / Flux2LoraLoaderMixin build a LoKrConfig from the file's
+metadata; the others refuse keys without "lora"), and LoHa into none. So a LoKr run writes
+the diffusers file for z_image and flux2 (`diffusers_kinds`), and LoKr elsewhere and LoHa
+everywhere write only the kohya/LyCORIS (or ComfyUI) file. tests/test_lora_kinds.py
+reloads every diffusers file written and compares the merged weights.
 """
 
 from __future__ import annotations
@@ -37,12 +41,19 @@ from collections.abc import Callable
 from typing import Any
 
 LORA_KINDS: tuple[str, ...] = ("lora", "dora", "lokr", "loha")
-# Kinds diffusers' load_lora_weights can load into the families here.
+# Kinds diffusers' load_lora_weights can load into every family here.
 DIFFUSERS_KINDS: tuple[str, ...] = ("lora", "dora")
+# Families whose diffusers pipeline also loads LoKr (see the module docstring).
+DIFFUSERS_LOKR_FAMILIES: tuple[str, ...] = ("z_image", "flux2")
 LYCORIS_ONLY_NOTE = ("train.lora_kind lokr/loha: diffusers' load_lora_weights cannot load "
-                     "LoKr or LoHa into this pipeline, so no pytorch_lora_weights.safetensors "
-                     "is written, only the kohya/LyCORIS (sd15/sd2/sdxl) or ComfyUI "
-                     "(sd3/flux) file")
+                     "this kind into this pipeline (LoKr loads only into Z-Image and FLUX.2, "
+                     "LoHa into none), so no pytorch_lora_weights.safetensors is written, only "
+                     "the kohya/LyCORIS (sd15/sd2/sdxl) or ComfyUI (the others) file")
+
+
+def diffusers_kinds(family: str) -> tuple[str, ...]:
+    """The adapter kinds whose diffusers file `family`'s pipeline loads."""
+    return DIFFUSERS_KINDS + (("lokr",) if family in DIFFUSERS_LOKR_FAMILIES else ())
 
 # peft's adapter parameters by kind, as get_peft_model_state_dict names them.
 _PARAMS: dict[str, tuple[str, ...]] = {

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from core.models import loading
-from core.models.adapters import DIFFUSERS_KINDS, adapter_kind
+from core.models.adapters import adapter_kind, diffusers_kinds
 from core.models.base import Components, NoiseSample
 from core.models.lora_files import (
     adapter_weights,
@@ -193,21 +193,28 @@ class FlowFamily:
 
     def save_lora(self, c: Components, out_dir: Path) -> dict[str, Path]:
         """pytorch_lora_weights.safetensors (diffusers; PEFT key names and the adapter
-        config as metadata, as diffusers' dreambooth scripts write; LoRA and DoRA only,
-        see adapters.py) and lora_comfyui.safetensors (diffusers-style names with
-        ComfyUI's suffixes per kind and one `.alpha` per module, see lora_files.py)."""
+        config as metadata, as diffusers' dreambooth scripts write; only for the kinds the
+        family's pipeline loads, adapters.diffusers_kinds) and lora_comfyui.safetensors
+        (`_save_comfy`)."""
         out_dir = Path(out_dir)
         peft_sd, config = adapter_weights(c.denoiser)
         files: dict[str, Path] = {}
-        if adapter_kind(config) in DIFFUSERS_KINDS:
+        if adapter_kind(config) in diffusers_kinds(self.name):
             save_fn = self._pipeline_class().save_lora_weights
             files["diffusers"] = save_diffusers_lora(save_fn, self.transformer_lora_kwarg,
                                                      peft_sd, config, out_dir)
         else:
             out_dir.mkdir(parents=True, exist_ok=True)
-        files["comfyui"] = save_comfy_lora(peft_sd, config, out_dir / "lora_comfyui.safetensors",
-                                           base_weights(c.denoiser))
+        comfy = self._save_comfy(c, peft_sd, config, out_dir / "lora_comfyui.safetensors")
+        if comfy is not None:
+            files["comfyui"] = comfy
         return files
+
+    def _save_comfy(self, c: Components, peft_sd: dict[str, Any], config: Any,
+                    path: Path) -> Path | None:
+        """The ComfyUI file: diffusers-style names with ComfyUI's suffixes per kind and one
+        `.alpha` per module (lora_files.save_comfy_lora)."""
+        return save_comfy_lora(peft_sd, config, path, base_weights(c.denoiser))
 
     # ------------------------------------------------------------ validation
 

@@ -242,21 +242,18 @@ class Flux2Family(FlowFamily):
     def lora_target_modules(self, scope: str = "attention") -> list[str]:
         return LORA_TARGETS + (LORA_EXTRA if scope == "all" else [])
 
-    def save_lora(self, c: Components, out_dir: Path) -> dict[str, Path]:
-        """pytorch_lora_weights.safetensors (diffusers) and lora_comfyui.safetensors in
-        BFL's own layout, which ComfyUI reads for FLUX.2 (see flux2_lora.py)."""
+    def _save_comfy(self, c: Components, peft_sd: dict[str, Any], config: Any,
+                    path: Path) -> Path | None:
+        """Plain LoRA: BFL's own layout, q/k/v fused (flux2_lora.py). DoRA, LoKr and LoHa
+        cannot be fused that way; they keep diffusers' module names, which ComfyUI's
+        FLUX.2 (a Flux model there) maps through flux_to_diffusers, q/k/v as slices of the
+        fused weight (see flux2_lora.py)."""
+        from core.models.adapters import adapter_kind
         from core.models.flux2_lora import save_bfl_lora
-        from core.models.lora_files import adapter_weights, save_diffusers_lora
 
-        out_dir = Path(out_dir)
-        peft_sd, config = adapter_weights(c.denoiser)
-        files = {"diffusers": save_diffusers_lora(self._pipeline_class().save_lora_weights,
-                                                  self.transformer_lora_kwarg, peft_sd, config,
-                                                  out_dir)}
-        comfy = save_bfl_lora(peft_sd, config, out_dir / "lora_comfyui.safetensors")
-        if comfy is not None:
-            files["comfyui"] = comfy
-        return files
+        if adapter_kind(config) == "lora":
+            return save_bfl_lora(peft_sd, config, path)
+        return super()._save_comfy(c, peft_sd, config, path)
 
     # ------------------------------------------------------------ validation
 

@@ -1,13 +1,14 @@
 """FLUX.2 LoRA for ComfyUI: BFL's own module names ("diffusion_model.double_blocks.0.
 img_attn.qkv.lora_A.weight"), the layout ai-toolkit writes and ComfyUI reads for FLUX.2.
 
-Why not the diffusers names as for FLUX.1: ComfyUI maps "transformer.<diffusers name>"
-keys through its FLUX.1 table (comfy/utils.py flux_to_diffusers: ff.net.0.proj, single
-blocks' to_q/to_k/...), which has no entry for FLUX.2's ff.linear_in or
-to_qkv_mlp_proj. Every key "diffusion_model.<weight>" of the model is a LoRA key in
-ComfyUI's generic map (comfy/lora.py model_lora_keys_unet), so BFL names load directly;
-diffusers reads the same file (Flux2LoraLoaderMixin's
-_convert_non_diffusers_flux2_lora_to_diffusers), which the tests use to check it.
+Why BFL names for plain LoRA: every key "diffusion_model.<weight>" of the model is a
+LoRA key in ComfyUI's generic map (comfy/lora.py model_lora_keys_unet), so BFL names load
+in any ComfyUI with FLUX.2, and diffusers reads the same file (Flux2LoraLoaderMixin's
+_convert_non_diffusers_flux2_lora_to_diffusers), which the tests use to check it. The
+"transformer.<diffusers name>" keys go through ComfyUI's Flux table (comfy/utils.py
+flux_to_diffusers; ComfyUI's Flux2 model subclasses Flux), which only newer ComfyUI
+extends with FLUX.2's ff.linear_in/linear_out, single blocks' attn.to_qkv_mlp_proj and
+attn.to_out (added there for LyCORIS LoKr files).
 
 The fused projections: BFL's double blocks hold q, k, v in one `qkv` Linear. The three
 LoRAs become one of rank 3r whose A stacks Aq, Ak, Av and whose B is block-diagonal,
@@ -15,7 +16,11 @@ so B A = [Bq Aq; Bk Ak; Bv Av] exactly (diffusers splits such a file back by chu
 in three along its outputs and sharing A). Each module's PEFT scale alpha/r is folded
 into B and no `.alpha` is written, so readers apply scale 1 whatever rank they see.
 
-Plain LoRA only: another adapter kind (DoRA, LoKr) writes no ComfyUI file here (None).
+Plain LoRA only: a DoRA, LoKr or LoHa update of q, k and v is no single update of that
+kind on the fused qkv (a Kronecker or Hadamard product does not stack, and DoRA's
+magnitudes are per module), so those kinds are written with diffusers' names
+(Flux2Family._save_comfy: lora_files.save_comfy_lora), which ComfyUI applies to q, k and v
+as slices of qkv (flux_to_diffusers' offsets); bfl_tensors returns None for them.
 """
 
 from __future__ import annotations

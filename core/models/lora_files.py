@@ -3,11 +3,11 @@ UIs people load LoRAs in.
 
 - diffusers: pytorch_lora_weights.safetensors through the pipeline class's own
   `save_lora_weights`, with the LoRA config as metadata so alpha != rank reloads with the
-  right scale (`load_lora_weights`). LoRA and DoRA only (see adapters.py: diffusers
-  cannot load LoKr or LoHa into these pipelines).
+  right scale (`load_lora_weights`). LoRA and DoRA; LoKr for Z-Image and FLUX.2 only
+  (adapters.diffusers_kinds: diffusers cannot load the others into these pipelines).
 - kohya/LyCORIS (A1111/ComfyUI for the UNet families): lora_unet_... names, lora_down/
   lora_up (+ dora_scale for DoRA), or LyCORIS's lokr_*/hada_*, and one `.alpha` per module.
-- ComfyUI (SD3/Flux): diffusers-style "transformer.<module>" names, lora_A/lora_B
+- ComfyUI (the transformer families): diffusers-style "transformer.<module>" names, lora_A/lora_B
   (+ dora_scale) or lokr_*/hada_*, and one `.alpha` per module.
 
 Both `.alpha` writers use one rule, `module_alpha`: the alpha PEFT gave the module when it
@@ -177,9 +177,11 @@ def save_comfy_lora(peft_sd: dict[str, Any], config: Any, path: Path,
     lora_A/lora_B (and dora_scale) for LoRA and DoRA, LyCORIS's lokr_*/hada_* for LoKr and
     LoHa, and one "transformer.<module>.alpha".
 
-    ComfyUI maps "transformer.<diffusers module>" keys of SD3 and Flux to its own
-    weights (comfy/lora.py: mmdit_to_diffusers / flux_to_diffusers, with the slice of a
-    fused qkv weight where diffusers has to_q/to_k/to_v) and reads any adapter kind
+    ComfyUI maps "transformer.<diffusers module>" keys of SD3, Flux (Chroma and FLUX.2
+    too, Flux models there), Z-Image and Qwen-Image to its own weights (comfy/lora.py
+    model_lora_keys_unet: mmdit_to_diffusers, flux_to_diffusers, z_image_to_diffusers,
+    Qwen-Image's own names; a diffusers to_q/to_k/to_v becomes a slice of a fused qkv
+    weight, and each kind's update is applied to that slice) and reads any adapter kind
     (comfy/weight_adapter) under such a name, scaling each module by alpha / rank (1.0
     when alpha is absent), so writing alpha makes alpha != rank come out as PEFT trained it.
     """

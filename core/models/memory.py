@@ -136,7 +136,8 @@ def estimate_memory(cfg: Config, workspace: Path) -> MemoryEstimate | None:
     try:
         with quiet_libraries(), \
                 model_source(cfg.model.path, cfg.model.family, Path(workspace)) as source:
-            sizes = read_sizes(source, cfg.train.lora_rank, cfg.train.lora_targets, lora)
+            sizes = read_sizes(source, cfg.train.lora_rank, cfg.train.lora_targets, lora,
+                               cfg.train.lora_kind)
     except UnknownModel as exc:
         return MemoryEstimate(unknown=str(exc))
     except Exception as exc:  # noqa: BLE001 - the estimate never stops a check
@@ -346,7 +347,7 @@ def _advice(cfg: Config) -> list[str]:
     out = []
     if t.method == "full":
         out.append('train.method = "lora"')
-    elif cfg.model.quantize == "none":
+    elif cfg.model.quantize == "none" and t.lora_kind == "lora":  # others: not quantized
         out.append('model.quantize = "int8"')
     if not t.gradient_checkpointing:
         out.append("train.gradient_checkpointing = true")

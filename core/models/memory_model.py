@@ -9,7 +9,8 @@ activations, and the parts the file lacks) from the full-size configs of its fam
 
 Each component is instantiated on the meta device from its config.json (accelerate's
 init_empty_weights, buffers included: SD3's positional table is one), so the counts are
-the model's own: parameters and buffers, LoRA parameters as peft adds them, and the
+the model's own: parameters and buffers, the adapter's parameters as peft adds them (of
+train.lora_kind: LoRA, DoRA, LoKr or LoHa), and the
 weights `core.models.quantize.quantizable` picks.
 """
 
@@ -51,7 +52,7 @@ class DenoiserSize(ComponentSize):
     quantizable: int = 0  # weights of the modules `quantizable` says yes to
     quantizable_rows: int = 0  # their output rows: one int8/fp8 scale each
     quantizable_blocks: int = 0  # their 64-weight blocks: one nf4 absmax each
-    lora: int = 0  # LoRA parameters peft adds for the run's rank and targets
+    lora: int = 0  # adapter parameters peft adds for the run's kind, rank and targets
 
     @property
     def kind(self) -> str:
@@ -152,8 +153,9 @@ def _tiny_folder(name: str, workspace: Path) -> Iterator[Path]:
 
 
 def read_sizes(source: ModelSource, lora_rank: int, lora_scope: str,
-               with_lora: bool) -> ModelSizes:
-    """Every loaded component's size; the denoiser's quantizable weights and LoRA."""
+               with_lora: bool, lora_kind: str = "lora") -> ModelSizes:
+    """Every loaded component's size; the denoiser's quantizable weights and adapter
+    (train.lora_kind)."""
     index = json.loads((source.folder / "model_index.json").read_text(encoding="utf-8"))
     denoiser: DenoiserSize | None = None
     vae, encoders = None, []
@@ -161,7 +163,8 @@ def read_sizes(source: ModelSource, lora_rank: int, lora_scope: str,
         if name.startswith("_") or not isinstance(entry, list) or None in entry[:2]:
             continue
         if name in DENOISERS:
-            denoiser = _denoiser_size(source, name, entry, lora_rank, lora_scope, with_lora)
+            denoiser = _denoiser_size(source, name, entry, lora_rank, lora_scope,
+                                      lora_kind if with_lora else None)
         elif name == "vae" or name.startswith("text_encoder"):
             module = _meta_module(source.folder, name, entry)
             size = _size_of(module, ComponentSize(name, _full_config(module), 0))
@@ -223,7 +226,8 @@ def _size_of(module: Any, size: ComponentSize) -> ComponentSize:
 
 
 def _denoiser_size(source: ModelSource, name: str, entry: list[str], lora_rank: int,
-                   lora_scope: str, with_lora: bool) -> DenoiserSize:
+                   lora_scope: str, lora_kind: str | None) -> DenoiserSize:
+    """lora_kind: the adapter to count, None for a full fine-tune."""
     from core.models.quantize import quantizable
 
     module = _meta_module(source.folder, name, entry)
@@ -236,22 +240,27 @@ def _denoiser_size(source: ModelSource, name: str, entry: list[str], lora_rank: 
         size.quantizable += weight.numel()
         size.quantizable_rows += weight.shape[0]
         size.quantizable_blocks += math.ceil(weight.numel() / NF4_BLOCK)
-    if with_lora:
-        size.lora = lora_parameters(module, source.family, lora_rank, lora_scope)
+    if lora_kind is not None:
+        size.lora = lora_parameters(module, source.family, lora_rank, lora_scope, lora_kind)
     return size
 
 
-def lora_parameters(denoiser: Any, family: str, rank: int, scope: str) -> int:
-    """What peft adds to `denoiser` (meta or real) for the family's LoRA targets."""
-    from peft import LoraConfig
-
+def lora_parameters(denoiser: Any, family: str, rank: int, scope: str,
+                    kind: str = "lora") -> int:
+    """What peft adds to `denoiser` (meta or real) for the family's targets: the
+    train.lora_kind adapter, built by peft itself with the run's defaults
+    (adapters.adapter_config), so each kind counts as trained: LoRA r (in + out) per
+    layer; DoRA that plus one magnitude per output row; LoKr its Kronecker factors (one
+    full, the other full or rank-r, as peft factorises the layer); LoHa twice LoRA's."""
+    from core.models.adapters import adapter_config
     from core.models.empty import empty_weights
     from core.models.registry import get_family
 
     targets = get_family(family).lora_target_modules(scope)
-    with empty_weights():
-        denoiser.add_adapter(LoraConfig(r=rank, lora_alpha=rank, target_modules=targets))
-    return sum(p.numel() for n, p in denoiser.named_parameters() if "lora_" in n)
+    denoiser.requires_grad_(False)
+    with empty_weights():  # DoRA's magnitudes are norms of meta weights: meta too
+        denoiser.add_adapter(adapter_config(kind, rank, rank, targets))
+    return sum(p.numel() for p in denoiser.parameters() if p.requires_grad)
 
 
 # ---------------------------------------------------------------- single files

@@ -47,6 +47,24 @@ def test_hue_share_tells_the_demo_colours_apart():
         assert all(hue_share(image, other) == 0.0 for other in COLORS if other != name)
 
 
+def test_the_bases_tokenizer_has_the_demo_words_and_still_spells_anything(tmp_path: Path):
+    """The demo base reads "green" as one token (a 3-layer encoder confused the spelled
+    out colours); other tiny models keep the letter-only vocabulary."""
+    from core.models.tiny.clip import clip_tokenizer, tiny_clip_config
+    from core.models.tiny.shapes import WORDS
+
+    words = clip_tokenizer(tmp_path / "words", words=WORDS)
+    assert words.tokenize("a green triangle on a black background") == [
+        "a</w>", "green</w>", "triangle</w>", "on</w>", "a</w>", "black</w>",
+        "background</w>"]
+    assert "".join(words.tokenize("greenish Bluebirds")).replace("</w>", " ").split() == [
+        "greenish", "bluebirds"], "unknown words still spell out"
+    assert len(words) == tiny_clip_config(words=WORDS).vocab_size
+    plain = clip_tokenizer(tmp_path / "plain")
+    assert plain.tokenize("a red") == ["a</w>", "r", "e", "d</w>"]
+    assert len(plain) == tiny_clip_config().vocab_size == 514
+
+
 def test_tiny_names_include_the_trained_base_of_its_family():
     from core.config import Config, validate_config
     from core.models.loading import check_model_source
@@ -113,10 +131,17 @@ def test_demo_learns_the_captions_and_shows_before_beside_after(tmp_path: Path):
     run_dir = tmp_path / "runs/demo"
     evals = [e for e in events(run_dir) if e["type"] == "eval"]
     first, last = evals[0], evals[-1]
-    assert last["loss"] < 0.8 * first["loss"], "the LoRA lowers the eval loss"
+    # v-prediction at zero terminal SNR: the loss is dominated by the noisiest steps,
+    # where v is the image itself and no LoRA helps much, so it falls by about a tenth.
+    assert last["loss"] < 0.95 * first["loss"], "the LoRA lowers the eval loss"
     gap = last["loss_shuffled"] / last["loss"] - 1
     assert gap >= 0.10, f"true captions only {gap:.1%} better than shuffled ones"
     rounds = [e for e in events(run_dir) if e["type"] == "validation"]
     assert [e["step"] for e in rounds] == [0, 200, 400]
+    prompts = load_config(run_dir / "config.toml").validation.prompts
+    for prompt, image in zip(prompts, rounds[-1]["images"], strict=True):
+        colour = prompt.split()[1]  # "a <colour> <shape>"
+        share = hue_share(Image.open(image), colour)
+        assert share > 0.5, f"{image} for {prompt!r}: only {share:.0%} of its colour"
     grid = run_dir / "validation/grid.png"
     assert grid.is_file() and f"before/after grid: {grid}" in done.stdout

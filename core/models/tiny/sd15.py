@@ -34,9 +34,11 @@ def tiny_unet(**extra: Any) -> Any:
 
 def unet_parts(out_dir: Path, seed: int, scheduler: Callable[[], Any], *,
                unet_extra: dict[str, Any] | None = None, vae_scaling: float = SD_VAE_SCALING,
-               clip_act: str = "quick_gelu", pad_token: str = EOS_TOKEN) -> dict[str, Any]:
+               clip_act: str = "quick_gelu", pad_token: str = EOS_TOKEN,
+               words: tuple[str, ...] = ()) -> dict[str, Any]:
     """The pipeline arguments every SD-UNet tiny model has: unet, vae, text_encoder,
-    tokenizer (written to out_dir/tokenizer first) and scheduler."""
+    tokenizer (written to out_dir/tokenizer first; `words` become single tokens) and
+    scheduler."""
     import torch
     from transformers import CLIPTextModel
 
@@ -46,8 +48,8 @@ def unet_parts(out_dir: Path, seed: int, scheduler: Callable[[], Any], *,
     vae = tiny_vae(4, vae_scaling)
     calibrate_tiny_vae(vae, seed)
     torch.manual_seed(seed + 2)
-    text_encoder = CLIPTextModel(tiny_clip_config(hidden_act=clip_act))
-    tokenizer = clip_tokenizer(Path(out_dir) / "tokenizer", pad_token=pad_token)
+    text_encoder = CLIPTextModel(tiny_clip_config(hidden_act=clip_act, words=words))
+    tokenizer = clip_tokenizer(Path(out_dir) / "tokenizer", pad_token=pad_token, words=words)
     return {"vae": vae, "text_encoder": text_encoder, "tokenizer": tokenizer, "unet": unet,
             "scheduler": scheduler()}
 

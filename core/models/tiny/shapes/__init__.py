@@ -13,9 +13,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 WEIGHTS = Path(__file__).with_name("weights.safetensors")
 PARTS = ("vae", "unet", "text_encoder")
+# Whole-word tokens of the demo's captions, as a real CLIP vocabulary has them: spelled
+# out letter by letter, a 3-layer encoder mixed "green" up with "red" (the letters they
+# share) and the base drew green prompts red. Any other text still tokenizes.
+WORDS = ("red", "green", "blue", "yellow", "circle", "square", "triangle", "on",
+         "white", "black", "background")
 
 
 def load_weights(path: Path = WEIGHTS) -> tuple[dict[str, dict], dict[str, str]]:
@@ -31,15 +37,29 @@ def load_weights(path: Path = WEIGHTS) -> tuple[dict[str, dict], dict[str, str]]
     return state, metadata
 
 
+def zero_snr_scheduler() -> Any:
+    """SD1.5's betas rescaled to zero terminal SNR, v-prediction, trailing timesteps
+    (Lin et al. 2024, "Common Diffusion Noise Schedules and Sample Steps are Flawed").
+    With SD's own schedule the last step keeps a trace of the image, so the base learned
+    to read an image's colour off the starting noise and drew whatever colour the seed
+    suggested; at zero SNR the prompt is all it has to go by."""
+    from diffusers import DDIMScheduler
+
+    return DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+                         num_train_timesteps=1000, clip_sample=False, set_alpha_to_one=False,
+                         steps_offset=1, prediction_type="v_prediction",
+                         rescale_betas_zero_snr=True, timestep_spacing="trailing")
+
+
 def build(out_dir: Path, seed: int = 0) -> None:
     """Write the trained tiny SD1.5 as a diffusers folder (fp32, as the random builds)."""
     import torch
     from diffusers import StableDiffusionPipeline
 
-    from core.models.tiny.sd15 import SD_VAE_SCALING, pndm_scheduler, unet_parts
+    from core.models.tiny.sd15 import SD_VAE_SCALING, unet_parts
     from core.models.tiny.vae import tiny_vae
 
-    parts = unet_parts(out_dir, seed, pndm_scheduler)
+    parts = unet_parts(out_dir, seed, zero_snr_scheduler, words=WORDS)
     state, metadata = load_weights(WEIGHTS)
     settings = json.loads(metadata["settings"])
     parts["vae"] = tiny_vae(4, SD_VAE_SCALING, norm_groups=settings["vae_norm_groups"])

@@ -1,7 +1,7 @@
 """Train the demo's base model, `tiny:sd15-shapes`, and write weights.safetensors beside
 this file. Run once by a developer; the demo only loads the result.
 
-    .venv/bin/python -m core.models.tiny.shapes.pretrain            # ~15 min on 2 CPU cores
+    .venv/bin/python -m core.models.tiny.shapes.pretrain            # ~20 min on 2 CPU cores
     .venv/bin/python -m core.models.tiny.shapes.pretrain --preview grid.png
 
 Two phases, each from a fixed seed:
@@ -11,7 +11,10 @@ Two phases, each from a fixed seed:
    are too few for arbitrary colour pairs at this size, and the demo needs only its own.
 2. The UNet learns circles and squares in red, green and blue only, conditioned on the
    tiny CLIP's embeddings of "a <colour> <shape> on a <background> background". The demo
-   LoRA then teaches what the base lacks: triangles (and yellow).
+   LoRA then teaches what the base lacks: triangles (and yellow). It trains with
+   v-prediction on SD1.5's betas rescaled to zero terminal SNR (shapes.zero_snr_scheduler):
+   on SD's own schedule it read the colour off the starting noise and drew the colour the
+   seed suggested, whatever the prompt said.
 
 The text encoder (the tiny CLIP, from its seed) trains with the UNet, on each caption
 and on its short form without the background, as prompts usually are; the demo's LoRA
@@ -50,7 +53,8 @@ class PretrainSettings:
     unet_lr: float = 1e-3
     empty_caption_share: float = 0.1
     min_snr_gamma: float = 5.0
-    noise_offset: float = 0.3
+    noise_offset: float = 0.0  # zero terminal SNR does what offset noise did, properly
+    schedule: str = "zero-snr v-prediction"  # shapes.zero_snr_scheduler
 
 
 def shape_image(rng: random.Random, size: int, shapes: tuple[str, ...],
@@ -215,11 +219,12 @@ def train_unet(s: PretrainSettings, latents: Any, captions: list[str],
     import torch
     import torch.nn.functional as F
 
-    from core.models.tiny.sd15 import pndm_scheduler, tiny_unet
+    from core.models.tiny.sd15 import tiny_unet
+    from core.models.tiny.shapes import zero_snr_scheduler
 
     torch.manual_seed(s.seed)
     unet = tiny_unet()
-    alphas = pndm_scheduler().alphas_cumprod
+    alphas = zero_snr_scheduler().alphas_cumprod
     texts, forms = caption_forms(captions)
     ids = tokenizer(texts, padding="max_length", max_length=tokenizer.model_max_length,
                     truncation=True, return_tensors="pt").input_ids
@@ -238,17 +243,14 @@ def train_unet(s: PretrainSettings, latents: Any, captions: list[str],
         cond = text_encoder(ids)[0][which]
         x0 = latents[idx]
         noise = torch.randn(x0.shape, generator=gen)
-        # Offset noise (a per-image, per-channel constant): at SD's last timestep a 16x16
-        # latent's mean still shows through the noise (the background, white or black,
-        # fills most of it), so without this the UNet reads the background from the
-        # starting noise, which at sampling time has none, and draws a muddy one.
         noise += s.noise_offset * torch.randn((*x0.shape[:2], 1, 1), generator=gen)
         t = torch.randint(0, 1000, (s.unet_batch,), generator=gen)
         a = alphas[t].view(-1, 1, 1, 1)
         pred = unet(a.sqrt() * x0 + (1 - a).sqrt() * noise, t, encoder_hidden_states=cond)
+        velocity = a.sqrt() * noise - (1 - a).sqrt() * x0
         snr = a.flatten() / (1 - a.flatten())
-        weight = snr.clamp(max=s.min_snr_gamma) / snr  # min-SNR: less weight on easy steps
-        loss = (F.mse_loss(pred.sample, noise, reduction="none").mean(dim=(1, 2, 3))
+        weight = snr.clamp(max=s.min_snr_gamma) / (snr + 1)  # min-SNR for v-prediction
+        loss = (F.mse_loss(pred.sample, velocity, reduction="none").mean(dim=(1, 2, 3))
                 * weight).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -274,16 +276,18 @@ def _warmup_cosine(step: int, s: PretrainSettings, warmup: int = 100) -> float:
 
 
 def text_side(seed: int, workdir: Path) -> tuple[Any, Any]:
-    """The tiny SD1.5's text encoder and tokenizer, built exactly as `tiny:sd15` builds."""
+    """The tiny SD1.5's text encoder and tokenizer, built as `tiny:sd15` builds them but
+    with the demo's words as single tokens (shapes.WORDS)."""
     import torch
     from transformers import CLIPTextModel
 
     from core.models.tiny.clip import clip_tokenizer, tiny_clip_config
+    from core.models.tiny.shapes import WORDS
 
     torch.manual_seed(seed + 2)
-    text_encoder = CLIPTextModel(tiny_clip_config())
+    text_encoder = CLIPTextModel(tiny_clip_config(words=WORDS))
     text_encoder.eval()
-    return text_encoder, clip_tokenizer(workdir / "tokenizer")
+    return text_encoder, clip_tokenizer(workdir / "tokenizer", words=WORDS)
 
 
 def save_weights(path: Path, parts: dict[str, Any], s: PretrainSettings,

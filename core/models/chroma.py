@@ -77,13 +77,6 @@ class ChromaFamily(FlowFamily):
 
     # ------------------------------------------------------------ loading
 
-    def _components_from_pipeline(self, pipe: Any, source: str, fp: str) -> Components:
-        return Components(
-            family=self.name, source=source, fingerprint=fp, vae=pipe.vae,
-            denoiser=pipe.transformer, text_encoders=[pipe.text_encoder],
-            tokenizers=[pipe.tokenizer], noise_scheduler=pipe.scheduler,
-            max_sequence_length=self.max_sequence_length)
-
     # ------------------------------------------------------------ text
 
     def encode_prompts(self, c: Components, prompts: list[str]) -> list[dict[str, Any]]:

@@ -117,7 +117,13 @@ class FlowFamily:
                                          ) from exc
 
     def _components_from_pipeline(self, pipe: Any, source: str, fp: str) -> Components:
-        raise NotImplementedError
+        """A pipeline with one text encoder (Chroma, Z-Image, Qwen-Image); SD3, Flux and
+        FLUX.2 override it."""
+        return Components(
+            family=self.name, source=source, fingerprint=fp, vae=pipe.vae,
+            denoiser=pipe.transformer, text_encoders=[pipe.text_encoder],
+            tokenizers=[pipe.tokenizer], noise_scheduler=pipe.scheduler,
+            max_sequence_length=self.max_sequence_length)
 
     def sequence_length(self, c: Components) -> int:
         """The T5 length this model's text is encoded at: the loaded model's setting, or

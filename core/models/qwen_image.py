@@ -105,13 +105,6 @@ class QwenImageFamily(FlowFamily):
                 "Qwen/Qwen-Image")
         return super().load(path, dtype=dtype, device=device, config=config)
 
-    def _components_from_pipeline(self, pipe: Any, source: str, fp: str) -> Components:
-        return Components(
-            family=self.name, source=source, fingerprint=fp, vae=pipe.vae,
-            denoiser=pipe.transformer, text_encoders=[pipe.text_encoder],
-            tokenizers=[pipe.tokenizer], noise_scheduler=pipe.scheduler,
-            max_sequence_length=self.max_sequence_length)
-
     # ------------------------------------------------------------ text
 
     def encode_prompts(self, c: Components, prompts: list[str]) -> list[dict[str, Any]]:

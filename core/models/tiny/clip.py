@@ -6,9 +6,9 @@ and the two specials) covers every string, so a real `CLIPTokenizer` built from 
 tokenizes any prompt without merges. A model may add whole `words` (the demo's base
 does: "green" as one token, as in a real CLIP vocabulary, instead of five letters a tiny
 encoder must compose); merges that build each word are appended, so every other string
-still tokenizes, into letters and the words' prefixes. It is saved with `save_pretrained` so the tiny
-diffusers folder reloads it with `from_pretrained(dir, local_files_only=True)`, exactly
-like a real model's tokenizer.
+still tokenizes, into letters and the words' prefixes. It is saved with `save_pretrained`
+so the tiny diffusers folder reloads it with `from_pretrained(dir, local_files_only=True)`,
+exactly like a real model's tokenizer.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def _bpe(word: str, ranks: dict[tuple[str, str], int]) -> list[str]:
     """BPE as CLIP applies it: merge the lowest-ranked adjacent pair until none is left."""
     parts = [*word[:-1], word[-1] + "</w>"]
     while len(parts) > 1:
-        pairs = [(ranks[p], i) for i, p in enumerate(zip(parts, parts[1:])) if p in ranks]
+        adjacent = zip(parts, parts[1:], strict=False)
+        pairs = [(ranks[p], i) for i, p in enumerate(adjacent) if p in ranks]
         if not pairs:
             break
         _, i = min(pairs)

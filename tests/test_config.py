@@ -215,6 +215,21 @@ def test_prediction_type_applies_only_to_epsilon_and_v_families():
         assert '"auto"' in problem.message
 
 
+def test_qwen_image_validation_needs_two_sampling_steps():
+    """One step of Qwen-Image's scheduler draws NaN (its shift_terminal stretch)."""
+    cfg = Config(datasets=[DatasetConfig(id="a", images="x", vae_cache="c")])
+    cfg.model.family, cfg.model.path = "qwen_image", "tiny:qwen_image"
+    cfg.validation.steps = 2
+    assert validate_config(cfg) == []
+    cfg.validation.steps = 1
+    [problem] = validate_config(cfg)
+    assert problem.where == "validation.steps" and "2 or more" in problem.message
+    cfg.validation.prompts = []
+    assert validate_config(cfg) == [], "no validation, nothing sampled"
+    cfg.model.family, cfg.model.path, cfg.validation.prompts = "flux", "tiny:flux", ["a"]
+    assert validate_config(cfg) == []
+
+
 def test_noise_offset_applies_only_to_epsilon_and_v_families():
     cfg = Config(datasets=[DatasetConfig(id="a", images="x", vae_cache="c")])
     cfg.train.noise_offset = 0.1

@@ -138,6 +138,7 @@ def _check_cross(cfg: Config) -> list[Problem]:
         out.append(error("train.mixed_precision", "fp16 does not run on the CPU; use bf16 or no"))
     out += _check_flow_family(cfg)
     out += _check_turbo_validation(cfg)
+    out += _check_qwen_validation_steps(cfg)
     out += _check_text_options(cfg)
     out += _check_lora_kind(cfg)
     if cfg.model.quantize != "none" and cfg.train.method == "full":
@@ -173,6 +174,17 @@ def _check_turbo_validation(cfg: Config) -> list[Problem]:
                     f"is {cfg.validation.guidance_scale:g} for {cfg.model.path}, a Turbo "
                     "model distilled to sample without guidance: set it to 0 (and "
                     "validation.steps to 9)")]
+
+
+def _check_qwen_validation_steps(cfg: Config) -> list[Problem]:
+    """Qwen-Image's scheduler stretches its sigmas to end at `shift_terminal`; with one
+    sampling step that stretch divides by zero and the validation image is NaN."""
+    if cfg.model.family != "qwen_image" or not cfg.validation.prompts:
+        return []
+    if cfg.validation.steps >= 2:
+        return []
+    return [error("validation.steps", f"{cfg.validation.steps} sampling step gives NaN images "
+                                      "with Qwen-Image's scheduler; use 2 or more")]
 
 
 def _check_text_options(cfg: Config) -> list[Problem]:

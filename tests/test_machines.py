@@ -226,8 +226,10 @@ def test_a_machine_waits_for_its_peers_then_gives_up(machines: Machines, config:
     started = time.monotonic()
     alone0 = machines.start(config, 0, port0, f"output.dir={dir0}",
                             "launch.join_timeout_minutes=1")
+    # Machine 1 is stopped by Ctrl-C, not by its own timeout (that is test_agreement's):
+    # a long one keeps a slow start under a loaded machine from giving up first.
     alone1 = machines.start(config, 1, port1, f"output.dir={dir1}",
-                            "launch.join_timeout_minutes=1")
+                            "launch.join_timeout_minutes=5")
     logs = {RunFolder(dir0).log: f"waiting for 1 other machine to join at 127.0.0.1:{port0}",
             RunFolder(dir1).machine(1).log: f"joining machine 0 at 127.0.0.1:{port1}"}
     deadline = time.monotonic() + 50

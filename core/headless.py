@@ -132,6 +132,7 @@ def stage_train(cfg: Config, workspace: Path, resume: str | None,
 def run_headless(args: argparse.Namespace) -> int:
     workspace = Path(args.workspace).expanduser().absolute()
     try:
+        ops.require_workspace(workspace)
         cfg = ops.load_run_config(args.config, args.preset, args.overrides)
         if is_demo(args.preset) and args.stage != "check":
             for note in ops.prepare_demo(cfg, workspace, new_output=not args.resume):

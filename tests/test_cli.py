@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -28,6 +29,11 @@ def test_help_lists_every_flag_of_the_contract_without_heavy_imports():
                  "--preset", "--config", "--stage", "--set", "--workspace", "--no-auth",
                  "--resume"):
         assert flag in done.stdout, flag
+    from core.models.registry import list_families
+
+    # Every family the registry knows, not a hand-kept subset of them.
+    missing = set(list_families()) - set(re.findall(r"\w+", done.stdout))
+    assert not missing, f"--help leaves out {sorted(missing)}"
     probe = subprocess.run(
         [PYTHON, "-c", "import sys, app\n"
                        "try:\n    app.main(['--help'])\nexcept SystemExit:\n    pass\n"
@@ -102,6 +108,34 @@ def test_missing_source_or_preset_is_explained(tmp_path: Path):
     done = app("--no-ui", "--preset", "nope", "--stage", "check")
     assert done.returncode == 2 and "no preset named 'nope'" in done.stderr
     assert "demo" in done.stderr
+
+
+def test_preset_name_is_not_shadowed_by_a_folder_of_that_name(tmp_path: Path,
+                                                                monkeypatch) -> None:
+    """The demo writes its images to <workspace>/demo/: run from the workspace, `--preset
+    demo` must still load presets/demo.toml, not try to read that folder."""
+    from core import ops
+    from core.presets import is_demo
+
+    (tmp_path / "demo").mkdir()
+    monkeypatch.chdir(tmp_path)
+    cfg = ops.load_run_config(None, "demo", [])
+    assert cfg.model.path == "tiny:sd15-shapes" and is_demo("demo")
+    (tmp_path / "mine.toml").write_text((REPO / "presets/demo.toml").read_text())
+    assert ops.load_run_config(None, "mine.toml", ["train.max_steps=7"]).train.max_steps == 7
+
+
+def test_workspace_that_is_a_file_is_refused_naming_it_and_nothing_is_written(
+        tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("not a folder")
+    before = tree(tmp_path)
+    for workspace in ("notes.txt", "notes.txt/sub"):
+        done = app("--no-ui", "--preset", "demo", "--workspace", workspace, cwd=tmp_path)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert done.stderr.startswith(f"error: --workspace: {tmp_path / workspace} "), \
+            done.stderr
+        assert "Traceback" not in done.stderr and "datasets." not in done.stderr
+    assert tree(tmp_path) == before
 
 
 def test_relative_workspace_resolves_from_the_current_folder(tmp_path: Path):

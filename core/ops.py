@@ -317,6 +317,7 @@ def _prepare_folder(cfg: Config, run_dir: Path, resume: str | None
         joins_a_run,
         prepare_machine_dir,
         prepare_run_dir,
+        require_checkpoint,
         with_machine_keys,
     )
 
@@ -324,6 +325,8 @@ def _prepare_folder(cfg: Config, run_dir: Path, resume: str | None
         if joins_a_run(cfg):
             launch_cfg, folder, notes = prepare_machine_dir(cfg, run_dir, bool(resume))
         else:
+            if resume and RunFolder(run_dir).config.exists():  # else: nothing to resume
+                require_checkpoint(run_dir, resume)  # before extending changes anything
             extended = extend_if_done(cfg, run_dir) if resume else []
             notes = extended + prepare_run_dir(cfg, run_dir, resume=bool(resume))
             folder = RunFolder(run_dir)

@@ -154,6 +154,7 @@ def test_resume_hint_after_a_stop_names_the_workspace(tmp_path: Path, capsys) ->
     from core.headless import summarize_run
 
     workspace = tmp_path / "elsewhere"
+    (workspace / "runs/demo/checkpoints/step_000010").mkdir(parents=True)
     summarize_run(workspace / "runs/demo", "stopped", workspace)
     hint = capsys.readouterr().out.splitlines()[-1]
     # Without --workspace the saved config's relative paths would resolve to ./workspace.
@@ -167,12 +168,28 @@ def test_resume_hint_on_several_machines_asks_for_each_machines_rank(tmp_path: P
     from core.headless import summarize_run
 
     launch = LaunchConfig(num_machines=2, machine_rank=1, main_process_ip="10.0.0.1")
+    (tmp_path / "runs/r/checkpoints/step_000010").mkdir(parents=True)
     summarize_run(tmp_path / "runs/r", "stopped", tmp_path, launch)
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"run stopped: {tmp_path / 'runs/r'} (machine 1 of 2)"
     assert lines[-1].startswith("resume on every machine with: ")
     assert lines[-1].endswith(f"--config {tmp_path / 'runs/r/config.toml'} --resume --set "
                               "launch.machine_rank=N (this is machine 1)")
+
+
+@pytest.mark.parametrize("state", ["stopped", "failed", "done"])
+def test_a_run_without_a_checkpoint_is_not_offered_a_resume(tmp_path: Path, state: str,
+                                                              capsys) -> None:
+    """--resume refuses a run with no checkpoint (it failed before its first one): the
+    closing summary must not suggest it."""
+    from core.headless import summarize_run
+
+    summarize_run(tmp_path / "runs/r", state, tmp_path)
+    out = capsys.readouterr().out
+    assert "--resume" not in out, out
+    if state != "done":
+        assert out.splitlines()[-1].startswith("no checkpoint was saved, so it cannot be "
+                                               "resumed")
 
 
 def test_adamw8bit_without_bitsandbytes_is_an_error_at_check(tmp_path: Path):

@@ -11,10 +11,13 @@ import sys
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # The registry's names (no torch import): a new family shows up here by itself.
+    from core.models.registry import list_families
+
     parser = argparse.ArgumentParser(
         prog="app.py",
-        description="Fine-tune diffusion image models (SD1.5, SD2, SDXL, SD3, Flux) on your "
-                    "own pictures. Starts the web UI unless --no-ui is given.",
+        description=f"Fine-tune diffusion image models ({', '.join(list_families())}) on "
+                    "your own pictures. Starts the web UI unless --no-ui is given.",
         epilog="Exit codes (--no-ui): 0 done, 2 invalid config or datasets, 1 run failed, "
                "130 stopped by the user.",
     )

@@ -152,7 +152,8 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
     datasets, steps = _summarise(full, problems)
     memory = None
     if estimate and not any(p.where.startswith("model.") for p in errors(problems)):
-        memory = estimate_memory(full, workspace)
+        memory = estimate_memory(full, workspace,
+                                 [b for ds in datasets for b in ds.buckets])
     return CheckReport(problems, datasets, steps, memory, text_notes(cfg))
 
 

@@ -62,10 +62,14 @@ def summarize_run(run_dir: Path, state: str, workspace: Path,
     # The saved config's relative paths resolve against this run's workspace.
     command = (f"python app.py --no-ui --workspace {workspace} --config {folder.config} "
                "--resume")
-    if state == "done" and not several:
+    resumable = bool(folder.checkpoint_folders())  # --resume refuses a run without one
+    if state == "done" and not several and resumable:
         say(f"train it further with: {command} --set train.max_steps=N (N above the last "
             "step)")
-    if state in ("stopped", "failed"):
+    if state in ("stopped", "failed") and not resumable:
+        say("no checkpoint was saved, so it cannot be resumed; start it again with "
+            "another output.dir")
+    elif state in ("stopped", "failed"):
         if several:  # the saved config says machine 0: each machine gives its own rank
             say(f"resume on every machine with: {command} --set launch.machine_rank=N "
                 f"(this is machine {launch.machine_rank})")
@@ -132,6 +136,7 @@ def stage_train(cfg: Config, workspace: Path, resume: str | None,
 def run_headless(args: argparse.Namespace) -> int:
     workspace = Path(args.workspace).expanduser().absolute()
     try:
+        ops.require_workspace(workspace)
         cfg = ops.load_run_config(args.config, args.preset, args.overrides)
         if is_demo(args.preset) and args.stage != "check":
             for note in ops.prepare_demo(cfg, workspace, new_output=not args.resume):

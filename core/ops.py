@@ -59,6 +59,21 @@ def load_run_config(config: str | None, preset: str | None, overrides: list[str]
         raise OpError(f"{path} is not a valid config", exc.problems) from None
 
 
+def require_workspace(workspace: Path) -> None:
+    """Refuse a `--workspace` that is a file (or lies under one) before anything reads
+    or writes below it: every path of the config would then fail on its own, naming a
+    dataset rather than the workspace. A missing folder is fine: it is created."""
+    for place in (workspace, *workspace.parents):
+        if place.is_dir():
+            return
+        if place.exists():
+            what = "is a file" if place == workspace else f"lies under a file ({place})"
+            message = f"{workspace} {what}, not a folder; give a folder (it is created " \
+                      "when missing)"
+            raise OpError(f"workspace {workspace} is not a folder",
+                          [error("--workspace", message)])
+
+
 def output_dir(cfg: Config, workspace: Path) -> Path:
     return Path(resolved(cfg, workspace).output.dir)
 
@@ -302,6 +317,7 @@ def _prepare_folder(cfg: Config, run_dir: Path, resume: str | None
         joins_a_run,
         prepare_machine_dir,
         prepare_run_dir,
+        require_checkpoint,
         with_machine_keys,
     )
 
@@ -309,6 +325,8 @@ def _prepare_folder(cfg: Config, run_dir: Path, resume: str | None
         if joins_a_run(cfg):
             launch_cfg, folder, notes = prepare_machine_dir(cfg, run_dir, bool(resume))
         else:
+            if resume and RunFolder(run_dir).config.exists():  # else: nothing to resume
+                require_checkpoint(run_dir, resume)  # before extending changes anything
             extended = extend_if_done(cfg, run_dir) if resume else []
             notes = extended + prepare_run_dir(cfg, run_dir, resume=bool(resume))
             folder = RunFolder(run_dir)

@@ -13,9 +13,11 @@ def list_presets() -> list[str]:
 
 
 def preset_path(name: str) -> Path:
-    """A preset name (`demo`) or a path to a TOML file."""
+    """A preset name (`demo`) or a path to a TOML file. Only a file counts as a path:
+    a folder of the same name (the demo's `demo/` images in the workspace) must not
+    shadow the preset."""
     candidate = Path(name)
-    if candidate.suffix == ".toml" or candidate.exists():
+    if candidate.suffix == ".toml" or candidate.is_file():
         return candidate
     return PRESETS_DIR / f"{name}.toml"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -28,6 +29,11 @@ def test_help_lists_every_flag_of_the_contract_without_heavy_imports():
                  "--preset", "--config", "--stage", "--set", "--workspace", "--no-auth",
                  "--resume"):
         assert flag in done.stdout, flag
+    from core.models.registry import list_families
+
+    # Every family the registry knows, not a hand-kept subset of them.
+    missing = set(list_families()) - set(re.findall(r"\w+", done.stdout))
+    assert not missing, f"--help leaves out {sorted(missing)}"
     probe = subprocess.run(
         [PYTHON, "-c", "import sys, app\n"
                        "try:\n    app.main(['--help'])\nexcept SystemExit:\n    pass\n"
@@ -104,6 +110,34 @@ def test_missing_source_or_preset_is_explained(tmp_path: Path):
     assert "demo" in done.stderr
 
 
+def test_preset_name_is_not_shadowed_by_a_folder_of_that_name(tmp_path: Path,
+                                                                monkeypatch) -> None:
+    """The demo writes its images to <workspace>/demo/: run from the workspace, `--preset
+    demo` must still load presets/demo.toml, not try to read that folder."""
+    from core import ops
+    from core.presets import is_demo
+
+    (tmp_path / "demo").mkdir()
+    monkeypatch.chdir(tmp_path)
+    cfg = ops.load_run_config(None, "demo", [])
+    assert cfg.model.path == "tiny:sd15-shapes" and is_demo("demo")
+    (tmp_path / "mine.toml").write_text((REPO / "presets/demo.toml").read_text())
+    assert ops.load_run_config(None, "mine.toml", ["train.max_steps=7"]).train.max_steps == 7
+
+
+def test_workspace_that_is_a_file_is_refused_naming_it_and_nothing_is_written(
+        tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("not a folder")
+    before = tree(tmp_path)
+    for workspace in ("notes.txt", "notes.txt/sub"):
+        done = app("--no-ui", "--preset", "demo", "--workspace", workspace, cwd=tmp_path)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert done.stderr.startswith(f"error: --workspace: {tmp_path / workspace} "), \
+            done.stderr
+        assert "Traceback" not in done.stderr and "datasets." not in done.stderr
+    assert tree(tmp_path) == before
+
+
 def test_relative_workspace_resolves_from_the_current_folder(tmp_path: Path):
     write_shapes(tmp_path / "ws/data/a", 2)
     cfg = Config(datasets=[DatasetConfig(id="a", images="data/a", vae_cache="cache/a",
@@ -120,6 +154,7 @@ def test_resume_hint_after_a_stop_names_the_workspace(tmp_path: Path, capsys) ->
     from core.headless import summarize_run
 
     workspace = tmp_path / "elsewhere"
+    (workspace / "runs/demo/checkpoints/step_000010").mkdir(parents=True)
     summarize_run(workspace / "runs/demo", "stopped", workspace)
     hint = capsys.readouterr().out.splitlines()[-1]
     # Without --workspace the saved config's relative paths would resolve to ./workspace.
@@ -133,12 +168,28 @@ def test_resume_hint_on_several_machines_asks_for_each_machines_rank(tmp_path: P
     from core.headless import summarize_run
 
     launch = LaunchConfig(num_machines=2, machine_rank=1, main_process_ip="10.0.0.1")
+    (tmp_path / "runs/r/checkpoints/step_000010").mkdir(parents=True)
     summarize_run(tmp_path / "runs/r", "stopped", tmp_path, launch)
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"run stopped: {tmp_path / 'runs/r'} (machine 1 of 2)"
     assert lines[-1].startswith("resume on every machine with: ")
     assert lines[-1].endswith(f"--config {tmp_path / 'runs/r/config.toml'} --resume --set "
                               "launch.machine_rank=N (this is machine 1)")
+
+
+@pytest.mark.parametrize("state", ["stopped", "failed", "done"])
+def test_a_run_without_a_checkpoint_is_not_offered_a_resume(tmp_path: Path, state: str,
+                                                              capsys) -> None:
+    """--resume refuses a run with no checkpoint (it failed before its first one): the
+    closing summary must not suggest it."""
+    from core.headless import summarize_run
+
+    summarize_run(tmp_path / "runs/r", state, tmp_path)
+    out = capsys.readouterr().out
+    assert "--resume" not in out, out
+    if state != "done":
+        assert out.splitlines()[-1].startswith("no checkpoint was saved, so it cannot be "
+                                               "resumed")
 
 
 def test_adamw8bit_without_bitsandbytes_is_an_error_at_check(tmp_path: Path):

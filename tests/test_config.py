@@ -230,6 +230,33 @@ def test_qwen_image_validation_needs_two_sampling_steps():
     assert validate_config(cfg) == []
 
 
+@pytest.mark.parametrize("family", ["sd15", "sd2", "sdxl", "sd3", "flux", "flux2", "chroma",
+                                    "z_image", "qwen_image"])
+def test_min_snr_gamma_where_the_loss_ignores_it_is_a_warning_naming_the_key(family: str):
+    """Flow matching has no SNR to weight by: its families train as if min_snr_gamma were
+    0, so a value set there is named, not passed silently."""
+    cfg = Config(datasets=[DatasetConfig(id="a", images="x", vae_cache="c")])
+    cfg.model.family, cfg.model.path = family, f"tiny:{family}"
+    cfg.train.min_snr_gamma = 5.0
+    problems = validate_config(cfg)
+    if family in ("sd15", "sd2", "sdxl"):  # epsilon and v: their loss weights by it
+        assert problems == []
+        return
+    [problem] = problems
+    assert (problem.level, problem.where) == ("warning", "train.min_snr_gamma")
+    assert "flow matching" in problem.message and "set it to 0" in problem.message
+
+
+def test_text_encoder_lr_without_the_text_encoder_lora_is_a_warning_naming_the_key():
+    cfg = Config(datasets=[DatasetConfig(id="a", images="x", vae_cache="c")])
+    cfg.train.text_encoder_lr = 1e-5
+    [problem] = validate_config(cfg)
+    assert (problem.level, problem.where) == ("warning", "train.text_encoder_lr")
+    assert "train.text_encoder_lora" in problem.message
+    cfg.train.text_encoder_lora = True  # now a text encoder trains at that rate
+    assert validate_config(cfg) == []
+
+
 def test_noise_offset_applies_only_to_epsilon_and_v_families():
     cfg = Config(datasets=[DatasetConfig(id="a", images="x", vae_cache="c")])
     cfg.train.noise_offset = 0.1

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import PYTHON, REPO
 
 from core import ops
 from core.config import load_config
 from core.runs.folder import LORA_WEIGHTS_NAME, RunFolder
 from core.runs.prepare import prepare_run_dir
 from core.runs.status import read_status, write_status
+from tests.fixtures.fake_trainer import save_fake_checkpoint
 from tests.test_ops import fake_trainer, workspace_config  # noqa: F401 (a fixture)
 
 
@@ -29,7 +33,7 @@ def done_run(workspace: Path, step: int = 40) -> Path:
     lora.mkdir()
     (lora / LORA_WEIGHTS_NAME).write_bytes(b"final lora of step 40")
     (lora / "kohya.safetensors").write_bytes(b"kohya file of step 40")
-    (run_dir / "fake_checkpoint.txt").write_text(str(step))  # the stand-in resumes here
+    save_fake_checkpoint(run_dir, step)  # the stand-in resumes here
     return run_dir
 
 
@@ -84,6 +88,41 @@ def test_headless_resume_with_a_larger_max_steps_extends_a_done_run(
     assert headless("train.max_steps=60") == 0
     assert load_config(RunFolder(run_dir).config).train.max_steps == 60
     assert (RunFolder(run_dir).lora_step(40) / LORA_WEIGHTS_NAME).exists()
+
+
+def tree(root: Path) -> list[tuple[str, int]]:
+    return sorted((str(p.relative_to(root)), p.stat().st_mtime_ns) for p in root.rglob("*"))
+
+
+def test_resume_from_a_checkpoint_that_is_not_there_is_refused_before_anything_changes(
+        tmp_path: Path):
+    """The trainer would find out only after loading the model, and the extension would
+    already have rewritten config.toml and turned the done run into a failed one."""
+    workspace = tmp_path / "ws"
+    run_dir = done_run(workspace)
+    before = tree(workspace)
+    done = subprocess.run([PYTHON, str(REPO / "app.py"), "--no-ui", "--workspace",
+                           str(workspace), "--config", str(RunFolder(run_dir).config),
+                           "--resume", "step_000099", "--set", "train.max_steps=60"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "error: --resume:" in done.stderr and "step_000099" in done.stderr
+    assert "it has step_000040" in done.stderr  # what can be resumed instead
+    assert tree(workspace) == before
+    assert read_status(run_dir).state == "done"
+
+
+def test_extending_a_run_without_checkpoints_is_refused_and_changes_nothing(tmp_path: Path):
+    workspace = tmp_path / "ws"
+    run_dir = done_run(workspace)
+    shutil.rmtree(RunFolder(run_dir).checkpoints)
+    before = tree(workspace)
+    with pytest.raises(ops.OpError) as refused:
+        ops.extend(run_dir, workspace, 60)
+    assert refused.value.exit_code == 2
+    assert refused.value.problems[0].where == "--resume"
+    assert "no checkpoint" in refused.value.problems[0].message
+    assert tree(workspace) == before  # no extend event, no lora/step_000040, same config
 
 
 def _tensors(path: Path) -> dict[str, bytes]:

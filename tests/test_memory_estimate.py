@@ -199,6 +199,44 @@ def test_hub_model_not_in_the_cache_is_unknown_not_a_guess(tmp_path: Path,
     assert "not in the HF cache" in estimate.lines()[0]
 
 
+def test_an_invalid_key_is_named_and_the_estimate_is_left_out(workspace: Path,
+                                                             tmp_path: Path) -> None:
+    """train.lora_rank = 0 is the check's error; the estimate must not add a second,
+    cryptic one from building a LoRA of rank 0."""
+    from core.check import run_check
+    from core.problems import errors
+
+    write_shapes(tmp_path / "a", 2)
+    cfg = tiny_config("sd15", lora_rank=0)
+    cfg.datasets[0].images = str(tmp_path / "a")
+    report = run_check(cfg, workspace)
+    assert [p.where for p in errors(report.problems)] == ["train.lora_rank"]
+    assert not [line for line in report.lines() if line.startswith("memory")], report.lines()
+    assert estimate_memory(resolved(cfg, workspace), workspace) is None  # the UI's call too
+
+
+@pytest.mark.parametrize("resolution, size, trains_at", [
+    (72, (72, 72), "64x64"),  # 72 rounds down to the 64 px bucket
+    (128, (128, 64), "256x64"),  # 2:1 images go to the 4:1 bucket, not 128x128
+])
+def test_activations_are_estimated_at_the_bucket_the_run_trains_at(
+        workspace: Path, tmp_path: Path, resolution: int, size: tuple[int, int],
+        trains_at: str) -> None:
+    from core.check import run_check
+
+    write_shapes(tmp_path / "a", 2, size=size)
+    cfg = tiny_config("sd15")
+    cfg.datasets[0].images, cfg.datasets[0].resolution = str(tmp_path / "a"), resolution
+    report = run_check(cfg, workspace)
+    assert [ds.buckets for ds in report.datasets] == [[tuple(map(int, trains_at.split("x")))] * 2]
+    line = next(line for line in report.lines() if MEMORY_LINE.match(line))
+    assert f"activations estimated from {trains_at}," in line, line
+    if resolution == 72:  # the same figures as a dataset at 64
+        at_64 = tiny_config("sd15")
+        assert estimate_memory(resolved(at_64, workspace), workspace).parts == \
+            report.memory.parts
+
+
 # ---------------------------------------------------------------- the lines
 
 

@@ -14,6 +14,7 @@ from core.config import Config, DatasetConfig, save_config
 from core.runs.folder import RunFolder
 from core.runs.status import read_status
 from tests.conftest import write_shapes
+from tests.fixtures.fake_trainer import save_fake_checkpoint
 
 FAKE_TRAINER = "tests.fixtures.fake_trainer"
 
@@ -54,7 +55,7 @@ def test_ui_api_and_headless_resume_launch_the_same_command(tmp_path: Path, fake
     saved = workspace_config(workspace, processes=1)
     run_dir = ops.output_dir(saved, workspace)
     prepare_run_dir(saved, run_dir, resume=False)  # what a first launch leaves: config.toml
-    (run_dir / "fake_checkpoint.txt").write_text("40")  # where the stand-in resumes from
+    save_fake_checkpoint(run_dir, 40)  # where the stand-in resumes from
 
     # The caller's config asks for two processes; a resume keeps the run's saved layout.
     caller = workspace_config(workspace, processes=2)

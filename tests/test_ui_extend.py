@@ -10,6 +10,7 @@ import pytest
 
 from core import ops
 from core.runs.folder import LORA_WEIGHTS_NAME, RunFolder
+from tests.fixtures.fake_trainer import save_fake_checkpoint
 from tests.test_ops import fake_trainer, workspace_config  # noqa: F401 (a fixture)
 
 
@@ -29,7 +30,7 @@ def test_open_fills_the_form_and_resume_of_a_done_run_offers_extend(
         first = ops.launch(cfg, workspace)
         assert first.handle.wait(timeout=120) == "done"
         run_dir = first.run_dir
-        (run_dir / "fake_checkpoint.txt").write_text("40")  # the stand-in resumes here
+        save_fake_checkpoint(run_dir, 40)  # the stand-in resumes here
         (RunFolder(run_dir).lora).mkdir(exist_ok=True)
         (RunFolder(run_dir).lora_weights).write_bytes(b"final of step 40")
         with gr.Blocks():

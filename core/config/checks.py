@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from core.config.schema import CONFIG_VERSION, FAMILIES, SECTION_TYPES, Config
-from core.models.registry import FLOW_FAMILIES
+from core.models.registry import FLOW_FAMILIES, get_family
 from core.models.tiny import tiny_family, tiny_names
 from core.problems import Problem, error
 
@@ -140,6 +140,7 @@ def _check_cross(cfg: Config) -> list[Problem]:
     out += _check_turbo_validation(cfg)
     out += _check_qwen_validation_steps(cfg)
     out += _check_text_options(cfg)
+    out += _check_ignored_keys(cfg)
     out += _check_lora_kind(cfg)
     if cfg.model.quantize != "none" and cfg.train.method == "full":
         out.append(error("model.quantize", f"{cfg.model.quantize} with train.method = \"full\": "
@@ -202,6 +203,24 @@ def _check_text_options(cfg: Config) -> list[Problem]:
         if ds.keep_tokens and not ds.shuffle_tags:
             out.append(Problem("warning", f"datasets.{i}.keep_tokens",
                                "has no effect without shuffle_tags = true"))
+    return out
+
+
+def _check_ignored_keys(cfg: Config) -> list[Problem]:
+    """Keys set to something the run would silently ignore: a warning naming each."""
+    out: list[Problem] = []
+    if cfg.train.min_snr_gamma > 0 and cfg.model.family in FAMILIES:
+        family = get_family(cfg.model.family)  # the family knows its loss, not this file
+        if not family.uses_min_snr:
+            out.append(Problem("warning", "train.min_snr_gamma", (
+                f"is {cfg.train.min_snr_gamma:g} but {family.name} trains by "
+                f"{family.prediction.replace('_', ' ')}, where min-SNR weighting does not "
+                "apply: it is ignored; set it to 0")))
+    if cfg.train.text_encoder_lr > 0 and not cfg.train.text_encoder_lora:
+        out.append(Problem("warning", "train.text_encoder_lr", (
+            f"is {cfg.train.text_encoder_lr:g} but no text encoder trains "
+            "(train.text_encoder_lora = false): it is ignored; set it to 0, or "
+            "train.text_encoder_lora = true")))
     return out
 
 

@@ -75,6 +75,9 @@ class ModelFamily(Protocol):
     name: str  # "sd15"
     prediction: str  # "epsilon" | "v_prediction" | "flow_matching"
     text_encoder_count: int
+    # Whether `loss` applies train.min_snr_gamma (the check warns where it is ignored).
+    # StableDiffusionFamily says True, FlowFamily False: a family on either inherits it.
+    uses_min_snr: bool
 
     def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",
              config: str | None = None) -> Components:

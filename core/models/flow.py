@@ -54,6 +54,7 @@ class FlowFamily:
     name = "flow"
     prediction = "flow_matching"
     text_encoder_count = 2
+    uses_min_snr = False  # min-SNR is not defined for flow matching: loss ignores it
     pipeline_class_name = ""
     transformer_lora_kwarg = "transformer_lora_layers"
     max_sequence_length = 256  # T5 tokens, the pipeline's own default

@@ -126,12 +126,20 @@ def _sum_text(parts: list[MemoryPart]) -> str:
 # ---------------------------------------------------------------- the estimate
 
 
-def estimate_memory(cfg: Config, workspace: Path) -> MemoryEstimate | None:
+def estimate_memory(cfg: Config, workspace: Path,
+                    buckets: list[tuple[int, int]] | None = None) -> MemoryEstimate | None:
     """The per-GPU estimate for `cfg` (paths resolved). When the model's configs cannot
     be read without a download (a hub id not in the HF cache) or at all, an estimate
-    whose `unknown` says why, and no parts."""
+    whose `unknown` says why, and no parts. None when a key it reads is invalid (the check
+    names that key; an estimate of a config that cannot run would only add noise).
+
+    `buckets`: the (width, height) of every image the run trains on, as the check
+    assigns them; the activations are estimated at the largest. Without them, at each
+    dataset's square bucket (its resolution rounded down to a multiple of 64)."""
     from core.models.memory_model import UnknownModel, model_source, read_sizes
 
+    if _invalid_for_estimate(cfg):
+        return None
     lora = cfg.train.method == "lora"
     try:
         with quiet_libraries(), \
@@ -144,7 +152,36 @@ def estimate_memory(cfg: Config, workspace: Path) -> MemoryEstimate | None:
         first = str(exc).splitlines()[0][:200] if str(exc) else ""
         return MemoryEstimate(unknown=f"cannot read the model's configs: "
                                       f"{type(exc).__name__}: {first}")
-    return assemble(cfg, sizes, None if cfg.launch.cpu else detect_gpu())
+    return assemble(cfg, sizes, None if cfg.launch.cpu else detect_gpu(),
+                    step_pixels(cfg, buckets))
+
+
+# Keys the estimate reads: an error on one of them (train.lora_rank = 0) skips it.
+ESTIMATE_SECTIONS = ("model", "train", "launch")
+
+
+def _invalid_for_estimate(cfg: Config) -> bool:
+    from core.config import validate_config
+    from core.problems import errors
+
+    def read(where: str) -> bool:
+        parts = where.split(".")
+        return parts[0] in ESTIMATE_SECTIONS or parts[0] == "datasets" and parts[-1] == (
+            "resolution")
+
+    return any(read(p.where) for p in errors(validate_config(cfg)))
+
+
+def step_pixels(cfg: Config, buckets: list[tuple[int, int]] | None = None
+                ) -> tuple[int, int]:
+    """(width, height) of the largest step the run takes: the largest of `buckets`
+    (the run's own), else the largest dataset's square bucket; 512 without datasets."""
+    from core.data.buckets import effective_resolution
+
+    if buckets:
+        return max(buckets, key=lambda b: (b[0] * b[1], b))
+    side = max((effective_resolution(ds.resolution) for ds in cfg.datasets), default=512)
+    return side, side
 
 
 # torchao warns at import about its CUDA-only extensions, and torch about torchao's enums.
@@ -193,23 +230,27 @@ def quiet_libraries() -> Iterator[None]:
                 os.environ[key] = value
 
 
-def assemble(cfg: Config, sizes: ModelSizes, gpu: tuple[int, str] | None) -> MemoryEstimate:
-    """The estimate from the sizes; `gpu` is (total bytes, name) of the GPU it runs on."""
+def assemble(cfg: Config, sizes: ModelSizes, gpu: tuple[int, str] | None,
+             pixels: tuple[int, int] | None = None) -> MemoryEstimate:
+    """The estimate from the sizes; `gpu` is (total bytes, name) of the GPU it runs on;
+    `pixels` (width, height) of the largest step (step_pixels(cfg) when None)."""
+    pixels = pixels or step_pixels(cfg)
     wbytes = weight_bytes(cfg.train.mixed_precision)
-    shape = step_shape(cfg, sizes)
+    shape = step_shape(cfg, sizes, pixels)
     training = training_parts(cfg, sizes.denoiser, wbytes)
     training.append(MemoryPart("activations", activation_bytes(sizes, shape), exact=False))
     encoders = [MemoryPart("text encoders", _weights(sizes.text_encoders, wbytes)),
                 MemoryPart("VAE", _weights([sizes.vae] if sizes.vae else [],
                                            _vae_bytes(cfg, sizes.vae, wbytes)))]
-    estimate = MemoryEstimate(shape=_shape_text(cfg, shape), cpu=cfg.launch.cpu,
+    estimate = MemoryEstimate(shape=_shape_text(pixels, shape), cpu=cfg.launch.cpu,
                               advice=_advice(cfg))
     if cfg.launch.cpu:
         estimate.parts = training + encoders
         return estimate
     context = MemoryPart("CUDA context", CUDA_CONTEXT_BYTES, exact=False)
     estimate.parts = [*training, context]
-    encoding = MemoryPart("encoding", caching_activation_bytes(cfg, sizes), exact=False)
+    encoding = MemoryPart("encoding", caching_activation_bytes(cfg, sizes, pixels),
+                          exact=False)
     estimate.caching = [*encoders, encoding, context]
     if gpu is not None:
         estimate.device_total_bytes, estimate.device_name = gpu
@@ -267,22 +308,24 @@ def training_parts(cfg: Config, d: DenoiserSize, wbytes: int) -> list[MemoryPart
 # ---------------------------------------------------------------- activations
 
 
-def step_shape(cfg: Config, sizes: ModelSizes) -> StepShape:
-    """The largest resolution of the datasets in latents, the batch and dtype."""
+def step_shape(cfg: Config, sizes: ModelSizes, pixels: tuple[int, int] | None = None
+               ) -> StepShape:
+    """The largest step (`pixels`, else step_pixels(cfg)) in latents, the batch and
+    dtype."""
     from core.models.memory_activations import StepShape
 
-    resolution = max((ds.resolution for ds in cfg.datasets), default=512)
+    width, height = pixels or step_pixels(cfg)
     levels = len((sizes.vae.config if sizes.vae else {}).get("block_out_channels", (0,) * 4))
-    latent = math.ceil(resolution / 2 ** (levels - 1))
+    scale = 2 ** (levels - 1)
     half = cfg.train.mixed_precision in ("fp16", "bf16")
-    return StepShape(latent, latent, cfg.train.batch_size, 2 if half else FP32,
+    return StepShape(math.ceil(height / scale), math.ceil(width / scale),
+                     cfg.train.batch_size, 2 if half else FP32,
                      cfg.train.gradient_checkpointing)
 
 
-def _shape_text(cfg: Config, shape: StepShape) -> str:
-    resolution = max((ds.resolution for ds in cfg.datasets), default=512)
+def _shape_text(pixels: tuple[int, int], shape: StepShape) -> str:
     on = "on" if shape.checkpointing else "off"
-    return f"{resolution}x{resolution}, batch {shape.batch}, gradient checkpointing {on}"
+    return (f"{pixels[0]}x{pixels[1]}, batch {shape.batch}, gradient checkpointing {on}")
 
 
 def text_tokens(family: str) -> int:
@@ -312,15 +355,17 @@ def activation_bytes(sizes: ModelSizes, shape: StepShape) -> int:
     return act.mmdit_activation_bytes(d.config, shape, text_tokens(sizes.family), patch)
 
 
-def caching_activation_bytes(cfg: Config, sizes: ModelSizes) -> int:
-    """The larger of a VAE encode batch and one text encoder's batch (they take turns)."""
+def caching_activation_bytes(cfg: Config, sizes: ModelSizes,
+                             pixels: tuple[int, int] | None = None) -> int:
+    """The larger of a VAE encode batch (of the largest bucket, `pixels`) and one text
+    encoder's batch (they take turns)."""
     from core.models import memory_activations as act
 
-    resolution = max((ds.resolution for ds in cfg.datasets), default=512)
+    width, height = pixels or step_pixels(cfg)
     wbytes = weight_bytes(cfg.train.mixed_precision)
     peaks = [0]
     if sizes.vae is not None:
-        peaks.append(act.vae_encode_bytes(sizes.vae.config, resolution, resolution,
+        peaks.append(act.vae_encode_bytes(sizes.vae.config, height, width,
                                           CACHE_VAE_BATCH, _vae_bytes(cfg, sizes.vae, wbytes)))
     for encoder in sizes.text_encoders:
         t5 = encoder.config.get("model_type") == "t5"

@@ -50,6 +50,7 @@ class StableDiffusionFamily:
     name = "sd15"
     prediction = "epsilon"
     text_encoder_count = 1
+    uses_min_snr = True  # min-SNR weights the epsilon and v losses (loss below)
     pipeline_class_name = "StableDiffusionPipeline"
     text_encoder_lora_targets = TEXT_ENCODER_LORA_TARGETS  # train.text_encoder_lora
 

@@ -92,6 +92,21 @@ def _resume_differences(cfg: Config, saved_path: Path) -> list[Problem]:
     ]
 
 
+def require_checkpoint(run_dir: Path, which: str) -> None:
+    """Refuse a resume whose checkpoint (`which`: "latest" or a name) the trainer would
+    not find, before the folder is touched: the trainer finds out only after loading the
+    model, and an extension would already have rewritten config.toml."""
+    from core.train.checkpoint import find_checkpoint  # the trainer's own lookup
+
+    try:
+        find_checkpoint(run_dir, which)
+    except FileNotFoundError as exc:
+        have = [p.name for p in RunFolder(run_dir).checkpoint_folders()]
+        hint = (f"; it has {', '.join(have)} (--resume without a name takes the latest)"
+                if have else "")
+        raise RunDirError([error("--resume", f"{exc}{hint}")]) from None
+
+
 def prepare_run_dir(cfg: Config, run_dir: str | Path, resume: bool) -> list[Problem]:
     """Make `run_dir` ready to start a run; returns warnings, raises RunDirError.
 

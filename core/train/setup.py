@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.cache.dataset import CachedDataset, cached_datasets
-from core.cache.plan import TextJob, VaeJob
+from core.cache.plan import MaskJob, TextJob, VaeJob
 from core.cache.stage import build_caches
 from core.config import Config
 from core.data.sampler import MultiDatasetSampler
@@ -150,10 +150,12 @@ def make_lr_scheduler(optimizer: Any, cfg: Config) -> Any:
 
 def make_rebuild(family: ModelFamily, components: Components) -> Any:
     """Rebuild one cache entry that failed to load at train time."""
-    from core.cache.build import build_text_entries, build_vae_entries
+    from core.cache.build import build_mask_entries, build_text_entries, build_vae_entries
 
-    def rebuild(job: VaeJob | TextJob) -> None:
-        if isinstance(job, VaeJob):
+    def rebuild(job: VaeJob | TextJob | MaskJob) -> None:
+        if isinstance(job, MaskJob):
+            build_mask_entries([job])
+        elif isinstance(job, VaeJob):
             build_vae_entries(lambda px: family.encode_images(components, px), [job],
                               device=components.vae.device, dtype=components.vae.dtype)
         else:

@@ -21,6 +21,13 @@ class DatasetSummary:
     id: str
     images: int
     buckets: list[tuple[int, int]] = field(default_factory=list)  # one per image
+    regularization: bool = False  # class images (datasets.N.regularization)
+    per_epoch: int = 0  # images x repeats drawn per epoch (0 when not computed)
+
+    @property
+    def label(self) -> str:
+        """The dataset's name in the summary and the histogram's legend."""
+        return f"{self.id} (regularization)" if self.regularization else self.id
 
 
 @dataclass
@@ -44,10 +51,12 @@ class CheckReport:
         out.append(f"summary: {n_err} error(s), {n_warn} warning(s)")
         out += [f"note: {note}" for note in self.notes]
         for ds in self.datasets:
-            out.append(f"dataset '{ds.id}': {ds.images} image(s)")
+            kind = " (regularization images)" if ds.regularization else ""
+            out.append(f"dataset '{ds.id}': {ds.images} image(s){kind}")
             if ds.buckets:
                 histogram = bucket_histogram([Bucket(w, h) for w, h in ds.buckets])
                 out += [f"  {line}" for line in format_histogram(histogram)]
+        out += regularization_lines(self.datasets)
         if self.steps_per_epoch is not None:
             out.append(f"steps per epoch: {self.steps_per_epoch} (optimizer steps)")
         if self.memory is not None:
@@ -83,8 +92,9 @@ def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummar
             problems.append(warning(f"{key}.images", f"{len(upscaled)} image(s) are smaller "
                                     f"than their {ds.resolution}px bucket and get upscaled "
                                     f"(blurry), e.g. {upscaled[0]}"))
-        summaries.append(DatasetSummary(ds.id, len(index.items), buckets))
-        sources.append(SourceDataset(ds.id, buckets, ds.repeats, ds.probability))
+        summaries.append(DatasetSummary(ds.id, len(index.items), buckets, ds.regularization))
+        sources.append(SourceDataset(ds.id, buckets, ds.repeats, ds.probability,
+                                     ds.regularization))
     if not sources or not any(s.item_buckets for s in sources):
         return summaries, None
     try:
@@ -94,7 +104,21 @@ def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummar
             process_index=0, seed=cfg.train.seed)
     except ValueError:  # settings already reported by validate_config
         return summaries, None
+    for summary, counts in zip(summaries, sampler.dataset_summaries(), strict=True):
+        summary.per_epoch = counts.items_per_epoch
     return summaries, sampler.steps_per_epoch()
+
+
+def regularization_lines(datasets: list[DatasetSummary]) -> list[str]:
+    """How many class images each epoch draws beside the training images (DreamBooth's
+    prior preservation uses about as many of each; `repeats` sets the mix)."""
+    prior = sum(ds.per_epoch for ds in datasets if ds.regularization)
+    if not any(ds.regularization for ds in datasets):
+        return []
+    subject = sum(ds.per_epoch for ds in datasets if not ds.regularization)
+    return [f"regularization: {prior} class image(s) per epoch beside {subject} training "
+            "image(s), their loss weighted by train.prior_loss_weight; set the "
+            "datasets' repeats to change that mix"]
 
 
 def logging_problems(cfg: Config) -> list[Problem]:

@@ -159,7 +159,7 @@ def histogram_rows(report) -> Any:
     rows = []
     for ds in report.datasets:
         for bucket, count in bucket_histogram([Bucket(w, h) for w, h in ds.buckets]):
-            rows.append({"bucket": bucket.label, "images": count, "dataset": ds.id})
+            rows.append({"bucket": bucket.label, "images": count, "dataset": ds.label})
     if not rows:  # None, not an empty frame: a plot that got one never draws bars later
         return None
     frame = pd.DataFrame(rows, columns=["bucket", "images", "dataset"])
@@ -176,7 +176,7 @@ def check_view(ctx: AppContext, tab: DatasetTab, cfg: Config,
     they show (the Training tab shows its errors too)."""
     # The Training tab shows the memory estimate, cached; this panel re-checks on edits.
     report = actions.check(ctx, cfg, form_problems, estimate=False)
-    summary = [f"{ds.id}: {ds.images} image(s)" for ds in report.datasets]
+    summary = [f"{ds.label}: {ds.images} image(s)" for ds in report.datasets]
     if report.steps_per_epoch is not None:
         summary.append(f"{report.steps_per_epoch} steps per epoch")
     ok = "Ready to cache and train. " + "; ".join(summary)

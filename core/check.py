@@ -151,6 +151,27 @@ def optimizer_problems(cfg: Config) -> list[Problem]:
     return []
 
 
+def init_lora_problems(cfg: Config) -> list[Problem]:
+    """train.init_lora (a resolved path): a plain LoRA file, of the run's rank, on a LoRA
+    run. The targets are compared when the trainer loads it (that needs the model)."""
+    if not cfg.train.init_lora:
+        return []
+    from core.models.init_lora import InitLoraError, lora_file_rank
+
+    key = "train.init_lora"
+    if cfg.train.method != "lora" or cfg.train.lora_kind != "lora":
+        return [error(key, "starts a plain LoRA run only; set train.method = \"lora\" and "
+                           "train.lora_kind = \"lora\", or clear train.init_lora")]
+    try:
+        rank = lora_file_rank(cfg.train.init_lora)
+    except InitLoraError as exc:
+        return [error(key, str(exc).removeprefix(f"{key}: "))]
+    if rank != cfg.train.lora_rank:
+        return [error(key, f"{cfg.train.init_lora} has rank {rank} but train.lora_rank is "
+                           f"{cfg.train.lora_rank}; set train.lora_rank = {rank}")]
+    return []
+
+
 def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> CheckReport:
     """Every problem and the summary; `estimate`: with the memory estimate (it reads the
     model's configs, a second or more: views that re-check on each edit leave it out)."""
@@ -173,6 +194,7 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
     problems += check_directory_conflicts(full)
     problems += logging_problems(cfg)
     problems += optimizer_problems(cfg)
+    problems += init_lora_problems(full)
     datasets, steps = _summarise(full, problems)
     memory = None
     if estimate and not any(p.where.startswith("model.") for p in errors(problems)):

@@ -81,6 +81,23 @@ def add_trainable(family: ModelFamily, denoiser: Any, cfg: Config) -> list[Any]:
     return [p for p in denoiser.parameters() if p.requires_grad]
 
 
+def start_from_lora(denoiser: Any, cfg: Config, reporter: Any) -> None:
+    """train.init_lora: the file's LoRA into the new adapter, before the optimizer sees
+    it (a resume then overwrites it with the checkpoint's weights)."""
+    if not cfg.train.init_lora or cfg.train.method != "lora":
+        return
+    from core.models.init_lora import InitLoraError, load_init_lora
+
+    try:
+        skipped = load_init_lora(denoiser, cfg.train.init_lora)
+    except InitLoraError as exc:
+        raise TrainingError(str(exc)) from None
+    reporter.say(f"started from LoRA {cfg.train.init_lora}")
+    if skipped:
+        reporter.say(f"note: train.init_lora: {skipped} text-encoder tensor(s) in the file "
+                     "were not loaded (only the denoiser's LoRA starts the run)")
+
+
 def add_text_encoder_lora(family: ModelFamily, components: Components, cfg: Config) -> list[Any]:
     """train.text_encoder_lora: the denoiser's adapter (kind, rank and alpha) on every
     text encoder's attention, fp32 weights on the frozen encoder, as diffusers'
@@ -237,6 +254,7 @@ def build_setup(cfg: Config, workspace: Path, accelerator: Any, reporter: Any) -
         cfg, workspace, accelerator, reporter, memory)
     base = components.denoiser
     params = add_trainable(family, base, cfg)
+    start_from_lora(base, cfg, reporter)
     text_params = add_text_encoder_lora(family, components, cfg)
     trained = list(components.text_encoders) if text_params else []
     optimizer = make_optimizer(params, cfg, text_params)

@@ -21,7 +21,7 @@ from ui import actions, render, tab_upload
 from ui.context import AppContext
 from ui.errors import guarded
 from ui.form import Form
-from ui.state import DatasetList, new_dataset, with_editor
+from ui.state import DatasetList, dataset_specs, new_dataset, with_editor
 
 PREVIEW_LIMIT = 48  # images a page of the preview shows
 CAPTION_HEADERS = ["image", "caption"]
@@ -72,6 +72,10 @@ def build(form: Form) -> DatasetTab:
             with gr.Row():
                 form.dataset_editor(("resolution", "bucketing", "repeats", "probability",
                                      "shuffle_tags", "keep_tokens"))
+            # Every dataset key marked advanced (loss masks, regularization, ...) from
+            # the schema's metadata, so a new one shows up here by itself.
+            with gr.Accordion("Advanced", open=False, elem_id="ds-advanced"), gr.Row():
+                form.dataset_editor(tuple(s.name for s in dataset_specs() if s.advanced))
     gr.Markdown("### Check")
     check_html = gr.HTML("<div>No dataset yet: press Add and choose its images folder, or "
                          "upload images.</div>", elem_id="check-panel")

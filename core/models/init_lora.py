@@ -133,7 +133,7 @@ def load_init_lora(denoiser: Any, path: str | Path) -> int:
     file_alpha = _metadata_alpha(meta)
     params = dict(model.named_parameters())
     with torch.no_grad():
-        for key, (module, weights) in own.items():
+        for key, (module, _) in own.items():
             down, up = found[key]["down"], found[key]["up"]
             rank = module_rank(config, module)
             if down.shape[0] != rank:

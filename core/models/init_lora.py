@@ -126,6 +126,10 @@ def load_init_lora(denoiser: Any, path: str | Path) -> int:
     peft_sd, config = adapter_weights(model)
     own = {m.replace(".", "_"): (m, w) for m, w in lora_modules(peft_sd).items()}
     found, skipped, meta = _file_modules(path)
+    if not found:
+        raise InitLoraError(f"train.init_lora: {path} has no denoiser LoRA weights this tool "
+                            "reads (unet./transformer./lora_unet_ names); for FLUX.2 give "
+                            "its pytorch_lora_weights.safetensors")
     if set(own) != set(found):
         raise InitLoraError(f"train.init_lora: {path} does not fit this run's adapter: "
                             + _differences(set(own), set(found)) + "; set train.lora_targets "

@@ -21,6 +21,13 @@ class DatasetSummary:
     id: str
     images: int
     buckets: list[tuple[int, int]] = field(default_factory=list)  # one per image
+    regularization: bool = False  # class images (datasets.N.regularization)
+    per_epoch: int = 0  # images x repeats drawn per epoch (0 when not computed)
+
+    @property
+    def label(self) -> str:
+        """The dataset's name in the summary and the histogram's legend."""
+        return f"{self.id} (regularization)" if self.regularization else self.id
 
 
 @dataclass
@@ -44,10 +51,12 @@ class CheckReport:
         out.append(f"summary: {n_err} error(s), {n_warn} warning(s)")
         out += [f"note: {note}" for note in self.notes]
         for ds in self.datasets:
-            out.append(f"dataset '{ds.id}': {ds.images} image(s)")
+            kind = " (regularization images)" if ds.regularization else ""
+            out.append(f"dataset '{ds.id}': {ds.images} image(s){kind}")
             if ds.buckets:
                 histogram = bucket_histogram([Bucket(w, h) for w, h in ds.buckets])
                 out += [f"  {line}" for line in format_histogram(histogram)]
+        out += regularization_lines(self.datasets)
         if self.steps_per_epoch is not None:
             out.append(f"steps per epoch: {self.steps_per_epoch} (optimizer steps)")
         if self.memory is not None:
@@ -83,8 +92,9 @@ def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummar
             problems.append(warning(f"{key}.images", f"{len(upscaled)} image(s) are smaller "
                                     f"than their {ds.resolution}px bucket and get upscaled "
                                     f"(blurry), e.g. {upscaled[0]}"))
-        summaries.append(DatasetSummary(ds.id, len(index.items), buckets))
-        sources.append(SourceDataset(ds.id, buckets, ds.repeats, ds.probability))
+        summaries.append(DatasetSummary(ds.id, len(index.items), buckets, ds.regularization))
+        sources.append(SourceDataset(ds.id, buckets, ds.repeats, ds.probability,
+                                     ds.regularization))
     if not sources or not any(s.item_buckets for s in sources):
         return summaries, None
     try:
@@ -94,7 +104,21 @@ def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummar
             process_index=0, seed=cfg.train.seed)
     except ValueError:  # settings already reported by validate_config
         return summaries, None
+    for summary, counts in zip(summaries, sampler.dataset_summaries(), strict=True):
+        summary.per_epoch = counts.items_per_epoch
     return summaries, sampler.steps_per_epoch()
+
+
+def regularization_lines(datasets: list[DatasetSummary]) -> list[str]:
+    """How many class images each epoch draws beside the training images (DreamBooth's
+    prior preservation uses about as many of each; `repeats` sets the mix)."""
+    prior = sum(ds.per_epoch for ds in datasets if ds.regularization)
+    if not any(ds.regularization for ds in datasets):
+        return []
+    subject = sum(ds.per_epoch for ds in datasets if not ds.regularization)
+    return [f"regularization: {prior} class image(s) per epoch beside {subject} training "
+            "image(s), their loss weighted by train.prior_loss_weight; set the "
+            "datasets' repeats to change that mix"]
 
 
 def logging_problems(cfg: Config) -> list[Problem]:
@@ -127,6 +151,27 @@ def optimizer_problems(cfg: Config) -> list[Problem]:
     return []
 
 
+def init_lora_problems(cfg: Config) -> list[Problem]:
+    """train.init_lora (a resolved path): a plain LoRA file, of the run's rank, on a LoRA
+    run. The targets are compared when the trainer loads it (that needs the model)."""
+    if not cfg.train.init_lora:
+        return []
+    from core.models.init_lora import InitLoraError, lora_file_rank
+
+    key = "train.init_lora"
+    if cfg.train.method != "lora" or cfg.train.lora_kind != "lora":
+        return [error(key, "starts a plain LoRA run only; set train.method = \"lora\" and "
+                           "train.lora_kind = \"lora\", or clear train.init_lora")]
+    try:
+        rank = lora_file_rank(cfg.train.init_lora)
+    except InitLoraError as exc:
+        return [error(key, str(exc).removeprefix(f"{key}: "))]
+    if rank != cfg.train.lora_rank:
+        return [error(key, f"{cfg.train.init_lora} has rank {rank} but train.lora_rank is "
+                           f"{cfg.train.lora_rank}; set train.lora_rank = {rank}")]
+    return []
+
+
 def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> CheckReport:
     """Every problem and the summary; `estimate`: with the memory estimate (it reads the
     model's configs, a second or more: views that re-check on each edit leave it out)."""
@@ -149,6 +194,7 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
     problems += check_directory_conflicts(full)
     problems += logging_problems(cfg)
     problems += optimizer_problems(cfg)
+    problems += init_lora_problems(full)
     datasets, steps = _summarise(full, problems)
     memory = None
     if estimate and not any(p.where.startswith("model.") for p in errors(problems)):

@@ -83,3 +83,13 @@ def train_in_process(cfg_path: Path, workspace: Path, *extra: str) -> int:
         AcceleratorState._reset_state(reset_partial_state=True)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+
+
+@pytest.fixture(scope="session")
+def tiny_sd15(tiny_workspace: Path):
+    """(family, components) of the tiny SD1.5, loaded once; tests must not change it."""
+    from core.models.registry import get_family
+    from core.models.tiny import materialize_tiny
+
+    family = get_family("sd15")
+    return family, family.load(str(materialize_tiny("sd15", tiny_workspace)))

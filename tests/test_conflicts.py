@@ -135,3 +135,26 @@ def test_relation_is_symmetric_and_exact(tmp_path: Path):
     assert relation(tmp_path / "a/b", tmp_path / "a") == "inside"
     assert relation(tmp_path / "a", tmp_path / "a/b") == "contains"
     assert relation(tmp_path / "ab", tmp_path / "a") is None, "a prefix is not a parent"
+
+
+@pytest.mark.parametrize("masks,against", [("data/a", "datasets.0.images"),
+                                           ("data/a/masks", "datasets.0.images"),
+                                           ("cache/cats", "datasets.0.vae_cache"),
+                                           ("cache/cats/m", "datasets.0.vae_cache"),
+                                           ("cache/text/m", "text_cache.dir")])
+def test_masks_in_or_equal_to_images_or_a_cache_is_an_error(tmp_path: Path, masks: str,
+                                                             against: str):
+    (tmp_path / masks).mkdir(parents=True, exist_ok=True)
+    found = lines(one(tmp_path, masks=masks))
+    assert len(found) == 1, found
+    assert found[0].startswith("error: datasets.0.masks:")
+    assert against in found[0] and str(tmp_path / masks) in found[0]
+
+
+def test_masks_beside_the_images_are_fine_and_a_missing_masks_folder_is_named(
+        tmp_path: Path):
+    (tmp_path / "masks").mkdir()
+    assert lines(one(tmp_path, masks="masks")) == []
+    found = lines(one(tmp_path, masks="nowhere"))
+    assert len(found) == 1 and found[0].startswith("error: datasets.0.masks:")
+    assert "does not exist" in found[0]

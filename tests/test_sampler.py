@@ -242,3 +242,26 @@ def test_bad_settings_are_named() -> None:
         MultiDatasetSampler([d, SourceDataset("empty", [])], batch_size=1)
     with pytest.raises(ValueError, match=r"dataset 0 \('a'\): repeats"):
         MultiDatasetSampler([SourceDataset("a", [SQ], repeats=0)], batch_size=1)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_regularization_batches_interleave_and_every_rank_weighs_the_same_step(n: int
+                                                                              ) -> None:
+    import dataclasses
+
+    instance = ds("subject", (SQ, 6), (WIDE, 4), repeats=3)
+    prior = dataclasses.replace(ds("class", (SQ, 20), (TALL, 10)), regularization=True)
+    runs = _run_ranks(n, [instance, prior], batch_size=2, grad_accum=2, seed=5)
+    for step in zip(*runs, strict=True):
+        # one dataset per micro-step on every rank, so every rank applies the same weight
+        assert len({(b.dataset_index, b.regularization) for b in step}) == 1
+        assert step[0].regularization == (step[0].dataset_id == "class")
+    flags = [b.regularization for b in runs[0][:20]]
+    assert True in flags and False in flags  # both kinds within the first steps
+    # the flag does not change the plan: a run without it draws the very same batches
+    plain = _run_ranks(n, [instance, dataclasses.replace(prior, regularization=False)],
+                       batch_size=2, grad_accum=2, seed=5)
+    assert [[(b.dataset_index, b.item_indices) for b in r] for r in runs] == \
+        [[(b.dataset_index, b.item_indices) for b in r] for r in plain]
+    summary = MultiDatasetSampler([instance, prior], batch_size=2).dataset_summaries()
+    assert [s.regularization for s in summary] == [False, True]

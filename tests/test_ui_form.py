@@ -155,3 +155,14 @@ def test_the_cache_table_says_what_its_text_columns_count(ctx):
     out = tab_cache.status_view(ctx, tab, cfg)
     assert out["table"][0][1] == 4 and out["table"][0][7] == 1  # 4 images, 1 caption
     assert "distinct captions" in out["note"]
+
+
+def test_the_dataset_editor_has_the_advanced_keys_and_reads_them_into_the_config(page):
+    form, _ = page
+    assert {"masks", "regularization"} <= set(form.editor)  # from the schema's metadata
+    data = form_data(form, [DatasetConfig(id="shapes", images="a", vae_cache="b")])
+    data[form.editor["masks"]] = "masks/shapes"
+    data[form.editor["regularization"]] = True
+    cfg, problems = form.read(data)
+    assert not problems
+    assert (cfg.datasets[0].masks, cfg.datasets[0].regularization) == ("masks/shapes", True)

@@ -71,3 +71,29 @@ def test_the_form_opens_filled_follows_a_rename_and_survives_a_refresh(tmp_path:
         finally:
             print(f"screenshots: {shots}")
             browser.close()
+
+
+def test_the_dataset_advanced_section_edits_masks_and_names_a_conflict(tmp_path: Path):
+    """The Dataset tab's Advanced accordion shows the schema's advanced dataset keys; a
+    masks folder inside the images folder is named in the check panel as it is typed."""
+    from playwright.sync_api import sync_playwright
+
+    executable = chromium()
+    with running_app(tmp_path / "ws") as (ctx, url), sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page.set_default_timeout(60_000)
+        try:
+            page.goto(url)
+            page.wait_for_selector("#check-panel .dt-ok")
+            (tmp_path / "ws/demo/shapes/masks").mkdir(parents=True, exist_ok=True)
+            page.locator("#ds-advanced").get_by_text("Advanced").first.click()
+            assert page.locator("#ds-regularization").is_visible()
+            set_field(page, "ds-masks", "demo/shapes/masks")
+            page.wait_for_function("document.querySelector('#check-panel')?.innerText"
+                                   ".includes('Loss masks folder')")
+            text = page.inner_text("#check-panel")
+            assert "is inside" in text and "masks would be read as training images" in text
+            page.screenshot(path=str(tmp_path / "masks.png"), full_page=True)
+        finally:
+            browser.close()

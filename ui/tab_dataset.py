@@ -21,7 +21,7 @@ from ui import actions, render, tab_upload
 from ui.context import AppContext
 from ui.errors import guarded
 from ui.form import Form
-from ui.state import DatasetList, new_dataset, with_editor
+from ui.state import DatasetList, dataset_specs, new_dataset, with_editor
 
 PREVIEW_LIMIT = 48  # images a page of the preview shows
 CAPTION_HEADERS = ["image", "caption"]
@@ -72,6 +72,10 @@ def build(form: Form) -> DatasetTab:
             with gr.Row():
                 form.dataset_editor(("resolution", "bucketing", "repeats", "probability",
                                      "shuffle_tags", "keep_tokens"))
+            # Every dataset key marked advanced (loss masks, regularization, ...) from
+            # the schema's metadata, so a new one shows up here by itself.
+            with gr.Accordion("Advanced", open=False, elem_id="ds-advanced"), gr.Row():
+                form.dataset_editor(tuple(s.name for s in dataset_specs() if s.advanced))
     gr.Markdown("### Check")
     check_html = gr.HTML("<div>No dataset yet: press Add and choose its images folder, or "
                          "upload images.</div>", elem_id="check-panel")
@@ -159,7 +163,7 @@ def histogram_rows(report) -> Any:
     rows = []
     for ds in report.datasets:
         for bucket, count in bucket_histogram([Bucket(w, h) for w, h in ds.buckets]):
-            rows.append({"bucket": bucket.label, "images": count, "dataset": ds.id})
+            rows.append({"bucket": bucket.label, "images": count, "dataset": ds.label})
     if not rows:  # None, not an empty frame: a plot that got one never draws bars later
         return None
     frame = pd.DataFrame(rows, columns=["bucket", "images", "dataset"])
@@ -176,7 +180,7 @@ def check_view(ctx: AppContext, tab: DatasetTab, cfg: Config,
     they show (the Training tab shows its errors too)."""
     # The Training tab shows the memory estimate, cached; this panel re-checks on edits.
     report = actions.check(ctx, cfg, form_problems, estimate=False)
-    summary = [f"{ds.id}: {ds.images} image(s)" for ds in report.datasets]
+    summary = [f"{ds.label}: {ds.images} image(s)" for ds in report.datasets]
     if report.steps_per_epoch is not None:
         summary.append(f"{report.steps_per_epoch} steps per epoch")
     ok = "Ready to cache and train. " + "; ".join(summary)

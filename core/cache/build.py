@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any, TypeVar
 
-from core.cache.plan import TextJob, VaeJob
+from core.cache.plan import MaskJob, TextJob, VaeJob
 from core.cache.store import atomic_save, entry_lock, is_fresh
 from core.data.images import BadImage, load_rgb
 from core.problems import Problem, warning
@@ -84,7 +84,7 @@ def _load_chunk(chunk: list[VaeJob]) -> tuple[list[VaeJob], list[Any], list[Prob
     return jobs, pixels, problems
 
 
-def _save_if_stale(job: VaeJob | TextJob, tensors: dict[str, Any]) -> bool:
+def _save_if_stale(job: VaeJob | TextJob | MaskJob, tensors: dict[str, Any]) -> bool:
     """Write the entry unless it is fresh by now; True when this call wrote it."""
     with entry_lock(job.entry):
         if is_fresh(job.entry, job.meta):  # another writer got there first
@@ -121,7 +121,7 @@ class _Writer:
         else:
             self.stats.fresh += 1
 
-    def submit(self, job: VaeJob | TextJob, tensors: dict[str, Any]) -> None:
+    def submit(self, job: VaeJob | TextJob | MaskJob, tensors: dict[str, Any]) -> None:
         while len(self.pending) >= self.max_pending:
             self._collect(self.pending.popleft())
         self.pending.append(self.pool.submit(_save_if_stale, job, tensors))
@@ -188,5 +188,41 @@ def build_text_entries(encode: Callable[[list[str]], list[dict[str, Any]]], jobs
                 writer.submit(job, {k: v.cpu() for k, v in tensors.items()})
             if progress:
                 progress("text", begin + len(chunk), len(jobs))
+    stats.seconds = time.perf_counter() - start
+    return stats
+
+
+def latent_size(entry: Any) -> tuple[int, int] | None:
+    """(h, w) of the latents an entry holds, from its header; None when it is absent or
+    does not load (its image was skipped)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(entry), framework="pt") as handle:
+            shape = handle.get_slice("latents").get_shape()
+    except Exception:  # missing or broken: the VAE build reports those itself
+        return None
+    return int(shape[-2]), int(shape[-1])
+
+
+def build_mask_entries(jobs: list[MaskJob], progress: Progress | None = None) -> BuildStats:
+    """Each job's mask at the size of its image's cached latents (core/data/masks.py),
+    written atomically like every entry. Runs after the latents exist; an image whose
+    latents are absent (skipped as bad) gets no mask entry either."""
+    from core.data.masks import load_mask
+
+    stats, start = BuildStats(), time.perf_counter()
+    with _Writer(stats) as writer:
+        for done, job in enumerate(jobs, start=1):
+            size = latent_size(job.latent_entry)
+            if size is not None:
+                try:
+                    mask = load_mask(job.mask, job.image_size, job.box, job.bucket, size)
+                    writer.submit(job, {"mask": mask})
+                except BadImage as exc:
+                    stats.problems.append(warning(str(job.mask), f"{exc.reason}; the mask "
+                                                  f"is not used, {job.image} trains unmasked"))
+            if progress:
+                progress("mask", done, len(jobs))
     stats.seconds = time.perf_counter() - start
     return stats

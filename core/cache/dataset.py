@@ -12,12 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from core.cache.plan import CachePlan, DatasetPlan, TextJob, VaeJob
+from core.cache.plan import CachePlan, DatasetPlan, MaskJob, TextJob, VaeJob
 from core.cache.store import CacheReadError, is_fresh, load_entry
 from core.config import Config
 from core.data.sampler import SourceDataset
 
-Rebuild = Callable[[VaeJob | TextJob], None]
+Rebuild = Callable[[VaeJob | TextJob | MaskJob], None]
 
 
 @dataclass
@@ -25,12 +25,15 @@ class CachedItem:
     vae: VaeJob
     text: TextJob | None  # None: the caption is encoded at train time
     caption: str = ""
+    mask: MaskJob | None = None  # None: trains unmasked
 
 
 class CachedDataset:
     def __init__(self, dataset_id: str, items: list[CachedItem], repeats: int = 1,
-                 probability: float = 1.0, rebuild: Rebuild | None = None) -> None:
+                 probability: float = 1.0, rebuild: Rebuild | None = None,
+                 regularization: bool = False) -> None:
         self.id = dataset_id
+        self.regularization = regularization
         self.items = items
         self.repeats = repeats
         self.probability = probability
@@ -41,9 +44,9 @@ class CachedDataset:
 
     def source(self) -> SourceDataset:
         return SourceDataset(self.id, [item.vae.bucket for item in self.items],
-                             self.repeats, self.probability)
+                             self.repeats, self.probability, self.regularization)
 
-    def _load(self, job: VaeJob | TextJob) -> dict[str, Any]:
+    def _load(self, job: VaeJob | TextJob | MaskJob) -> dict[str, Any]:
         try:
             return load_entry(job.entry)[0]
         except CacheReadError as exc:
@@ -63,7 +66,9 @@ class CachedDataset:
         item = self.items[index]
         latents = self._load(item.vae)["latents"]
         width, height = item.vae.bucket
+        mask = {} if item.mask is None else {"loss_mask": self._load(item.mask)["mask"]}
         return {
+            **mask,
             **(self._load(item.text) if item.text is not None else {}),
             "latents": latents,
             "original_size": item.vae.original_size,
@@ -80,10 +85,15 @@ class CachedDataset:
 
 def _cached_items(ds_plan: DatasetPlan, text_jobs: dict[str, TextJob]) -> list[CachedItem]:
     items = []
-    for image, job in zip(ds_plan.items, ds_plan.vae_jobs, strict=True):
+    masks = ds_plan.mask_jobs or [None] * len(ds_plan.items)
+    for image, job, mask in zip(ds_plan.items, ds_plan.vae_jobs, masks, strict=True):
         text = None if ds_plan.text_at_train_time else text_jobs[image.caption]
         if is_fresh(job.entry, job.meta) and (text is None or is_fresh(text.entry, text.meta)):
-            items.append(CachedItem(job, text, image.caption))
+            # A mask that could not be built (a bad mask file, reported) is left out:
+            # the image then trains unmasked.
+            if mask is not None and not is_fresh(mask.entry, mask.meta):
+                mask = None
+            items.append(CachedItem(job, text, image.caption, mask))
     return items
 
 
@@ -94,5 +104,5 @@ def cached_datasets(cfg: Config, plan: CachePlan,
     out = []
     for ds_cfg, ds_plan in zip(cfg.datasets, plan.datasets, strict=True):
         out.append(CachedDataset(ds_cfg.id, _cached_items(ds_plan, text_jobs), ds_cfg.repeats,
-                                 ds_cfg.probability, rebuild))
+                                 ds_cfg.probability, rebuild, ds_cfg.regularization))
     return out

@@ -23,6 +23,7 @@ from core.data.index import ImageItem, index_dataset
 from core.problems import Problem
 
 ENTRY_SUFFIX = ".safetensors"
+MASK_SUFFIX = ".mask" + ENTRY_SUFFIX
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,23 @@ class TextJob:
     meta: dict[str, str] = field(hash=False, compare=False)
 
 
+@dataclass(frozen=True)
+class MaskJob:
+    """One image's loss mask at latent resolution (datasets.N.masks), beside its latents.
+    Fresh while the mask file, the image's bucket and crop, and the model (which sets the
+    latent size) are unchanged."""
+
+    dataset_id: str
+    image: Path
+    mask: Path
+    entry: Path
+    latent_entry: Path  # the image's VAE entry, whose latents set the mask's size
+    image_size: tuple[int, int]  # (width, height)
+    bucket: tuple[int, int]
+    box: tuple[int, int, int, int]
+    meta: dict[str, str] = field(hash=False, compare=False)
+
+
 @dataclass
 class DatasetPlan:
     dataset_id: str
@@ -51,6 +69,7 @@ class DatasetPlan:
     vae_jobs: list[VaeJob]  # parallel to items
     text_entries: list[Path]  # parallel to items; empty when text_at_train_time
     text_at_train_time: bool = False
+    mask_jobs: list[MaskJob | None] = field(default_factory=list)  # parallel to items
 
 
 @dataclass
@@ -62,6 +81,10 @@ class CachePlan:
     @property
     def vae_jobs(self) -> list[VaeJob]:
         return [job for ds in self.datasets for job in ds.vae_jobs]
+
+    @property
+    def mask_jobs(self) -> list[MaskJob]:
+        return [job for ds in self.datasets for job in ds.mask_jobs if job is not None]
 
 
 def text_entry_path(text_dir: Path, caption: str) -> Path:
@@ -94,6 +117,18 @@ def _vae_job(ds: DatasetConfig, item: ImageItem, seed: int, model: dict[str, str
                   tuple(box), (item.height, item.width), (box.top, box.left), meta)
 
 
+def _mask_job(item: ImageItem, vae: VaeJob, model: dict[str, str]) -> MaskJob | None:
+    if item.mask is None:
+        return None
+    stamp = {f"mask_{k}": v for k, v in source_stamp(item.mask).items()}
+    meta = {**stamp, **model, "kind": "mask", "image": str(item.path),
+            "bucket": vae.meta["bucket"], "box": vae.meta["box"]}
+    entry = vae.entry.with_name(vae.entry.name.removesuffix(ENTRY_SUFFIX)
+                                + MASK_SUFFIX)
+    return MaskJob(vae.dataset_id, item.path, item.mask, entry, vae.entry,
+                   (item.width, item.height), vae.bucket, vae.box, meta)
+
+
 def text_at_train_time(cfg: Config, ds: DatasetConfig) -> bool:
     """Whether this dataset's captions are encoded while training instead of cached."""
     return bool(cfg.train.text_encoder_lora or ds.shuffle_tags)
@@ -120,7 +155,9 @@ def plan_caches(cfg: Config, model: dict[str, str], verify: bool = False) -> Cac
                                             for item in index.items]
         if not at_train_time:
             captions.update(item.caption for item in index.items)
-        plans.append(DatasetPlan(ds.id, index.items, jobs, entries, at_train_time))
+        masks = [_mask_job(item, job, model) for item, job in zip(index.items, jobs,
+                                                                  strict=True)]
+        plans.append(DatasetPlan(ds.id, index.items, jobs, entries, at_train_time, masks))
     if cached_empty_caption(cfg):
         captions.add("")
     text_jobs = [TextJob(c, text_entry_path(text_dir, c), {"caption": c, **model})

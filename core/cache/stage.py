@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from core.cache.build import (
     BuildStats,
     Progress,
+    build_mask_entries,
     build_text_entries,
     build_vae_entries,
     my_share,
@@ -36,11 +37,16 @@ class CacheReport:
     stale_vae: int
     stale_text: int
     problems: list[Problem] = field(default_factory=list)
+    masks: BuildStats = field(default_factory=BuildStats)  # datasets.N.masks
+    stale_masks: int = 0
 
     def lines(self) -> list[str]:
         images = len(self.plan.vae_jobs)
         captions = len(self.plan.text_jobs)
-        return [
+        masks = len(self.plan.mask_jobs)
+        extra = [f"mask cache: {masks} mask(s), {self.stale_masks} to build, this process "
+                 f"wrote {self.masks.written}"] if masks else []
+        return extra + [
             f"vae cache: {images} image(s), {self.stale_vae} to build, this process wrote "
             f"{self.vae.written} in {self.vae.seconds:.1f}s",
             f"text cache: {captions} unique caption(s), {self.stale_text} to build, this "
@@ -69,6 +75,7 @@ def build_caches(cfg: Config, family: ModelFamily, components: Components,
         for folder in {Path(ds.vae_cache) for ds in cfg.datasets} | {Path(cfg.text_cache.dir)}:
             remove_stale_temp_files(folder)
     vae_todo, text_todo = stale(plan.vae_jobs), stale(plan.text_jobs)
+    mask_todo = stale(plan.mask_jobs)
     group.barrier()
     vae_stats = build_vae_entries(
         lambda pixels: family.encode_images(components, pixels),
@@ -79,5 +86,13 @@ def build_caches(cfg: Config, family: ModelFamily, components: Components,
         lambda captions: family.encode_prompts(components, captions),
         my_share(text_todo, group.index, group.count), progress=progress)
     group.barrier()
+    mask_stats = BuildStats()
+    if mask_todo:  # every process has the same list: all or none meet this barrier
+        # Masks take their size from the latents, so they follow the barrier above.
+        mask_stats = build_mask_entries(my_share(mask_todo, group.index, group.count),
+                                        progress=progress)
+        vae_stats.problems.extend(mask_stats.problems)
+        group.barrier()
     problems = plan.problems + vae_stats.problems + text_stats.problems
-    return CacheReport(plan, vae_stats, text_stats, len(vae_todo), len(text_todo), problems)
+    return CacheReport(plan, vae_stats, text_stats, len(vae_todo), len(text_todo), problems,
+                       mask_stats, len(mask_todo))

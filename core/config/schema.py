@@ -104,6 +104,17 @@ class DatasetConfig:
     keep_tokens: int = _f(0, label="Keep first tags", min=0, max=1000,
                           help="With tag shuffling: how many leading tags stay in place "
                                "(a trigger word first, say).")
+    # Trainer depth (issue 26): loss masks and regularization images.
+    masks: str = _f("", label="Loss masks folder", kind="path", advanced=True,
+                    help="Grayscale masks matched to images by relative path and file "
+                         "stem (photo.jpg -> photo.png): white is learned, black ignored, "
+                         "grey in between. Cached at latent resolution beside the "
+                         "latents. An image without a mask trains unmasked (the check "
+                         "names it). Must not be or lie inside an images or cache folder.")
+    regularization: bool = _f(False, label="Regularization images", advanced=True,
+                              help="Class images for prior preservation (DreamBooth): "
+                                   "sampled alongside the other datasets, their loss "
+                                   "weighted by train.prior_loss_weight.")
 
 
 @dataclass
@@ -177,6 +188,18 @@ class TrainConfig:
                                      "epoch (every checkpoint writes one too); 0 disables. "
                                      "LoRA runs only: a full fine-tune writes its model "
                                      "once, at the end.")
+    # Trainer depth (issue 26): regularization weight and a LoRA to start from.
+    prior_loss_weight: float = _f(1.0, label="Prior loss weight", min=0.0, max=1000.0,
+                                  advanced=True,
+                                  help="Weight of the loss on regularization datasets "
+                                       "(datasets.N.regularization); 1 weighs them like "
+                                       "the others, 0 ignores them.")
+    init_lora: str = _f("", label="Start from LoRA", kind="path", advanced=True,
+                        help="A LoRA file (diffusers pytorch_lora_weights.safetensors, or "
+                             "the kohya/ComfyUI file this tool writes) loaded into the "
+                             "adapter before step 1; its rank and target modules must "
+                             "match train.lora_rank and train.lora_targets. Empty starts "
+                             "from zero.")
 
 
 @dataclass

@@ -34,7 +34,7 @@ import torch
 
 SIZE_KEYS = ("original_size", "crop_top_left", "target_size")
 _KNOWN = {"latents", "prompt_embeds", "prompt_mask", "pooled_prompt_embeds", "path",
-          "caption", *SIZE_KEYS}
+          "caption", "loss_mask", *SIZE_KEYS}
 _MAX_NAMED = 4  # files named per group in a message; the rest are counted
 
 
@@ -128,6 +128,25 @@ def _size_ids(items: list[dict[str, Any]], paths: list[str], key: str) -> torch.
     return torch.tensor(rows, dtype=torch.long)
 
 
+def _loss_mask(items: list[dict[str, Any]], paths: list[str],
+               latents: torch.Tensor) -> torch.Tensor | None:
+    """[B, 1, H, W] loss weights when some item has a "loss_mask" (datasets.N.masks);
+    an item without one is all ones (trains unmasked). None when no item has one."""
+    if all(it.get("loss_mask") is None for it in items):
+        return None
+    rows = []
+    for it, p in zip(items, paths, strict=True):
+        mask = it.get("loss_mask")
+        if mask is None:
+            mask = torch.ones(1, *latents.shape[-2:])
+        elif tuple(mask.shape) != (1, *latents.shape[-2:]):
+            raise CollateError(f"{p}: its loss mask is {tuple(mask.shape)} but its latents "
+                               f"are {tuple(latents.shape[1:])}; the mask cache entry is "
+                               "stale, delete it to rebuild", [p])
+        rows.append(mask.float())
+    return torch.stack(rows)
+
+
 def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
     """One batch from cached items (see the module doc for shapes and errors)."""
     if not items:
@@ -148,6 +167,9 @@ def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
     for key in SIZE_KEYS:
         if _all_or_none(items, paths, key):
             batch[key] = _size_ids(items, paths, key)
+    mask = _loss_mask(items, paths, batch["latents"])
+    if mask is not None:
+        batch["loss_mask"] = mask
     batch["paths"] = paths
     batch["captions"] = [str(it.get("caption", "")) for it in items]
     for key in sorted({k for it in items for k in it} - _KNOWN - set(batch)):

@@ -113,5 +113,37 @@ def check_directory_conflicts(cfg: Config) -> list[Problem]:
         for b in images[i + 1:]:
             found.append(_pair(b, a, "both datasets read these images (allowed, but they "
                                      "are sampled twice)", level="warning"))
+    found.extend(_mask_conflicts(cfg, images, vae, text))
     problems = [p for p in found if p is not None]
-    return _missing_images(images) + problems
+    return _missing_images(images) + _missing_masks(cfg) + problems
+
+
+def _mask_folders(cfg: Config) -> list[Folder]:
+    return [Folder(f"datasets.{i}.masks", f"dataset '{ds.id}' masks", ds.masks)
+            for i, ds in enumerate(cfg.datasets) if ds.masks.strip()]
+
+
+def _mask_conflicts(cfg: Config, images: list[Folder], vae: list[Folder],
+                    text: Folder) -> list[Problem | None]:
+    """A masks folder equal to or inside an images folder would be scanned as training
+    images; inside a cache it mixes with (and is cleared with) cache files."""
+    found: list[Problem | None] = []
+    for masks in _mask_folders(cfg):
+        found.extend(_pair(masks, img, "the masks would be read as training images; "
+                                       "move the masks outside", either_way=False)
+                     for img in images)
+        found.extend(_pair(masks, cache, "masks must not live in a cache folder (clearing "
+                                         "the cache would delete them); move them outside",
+                           either_way=False) for cache in [*vae, text])
+    return found
+
+
+def _missing_masks(cfg: Config) -> list[Problem]:
+    out = []
+    for folder in _mask_folders(cfg):
+        path = real(folder.path)
+        if not path.is_dir():
+            what = "does not exist" if not path.exists() else "is a file, not a folder"
+            out.append(error(folder.key, f"{folder.label} folder {folder.path} {what}; "
+                                         "fix the path or clear the key to train unmasked"))
+    return out

@@ -32,6 +32,7 @@ class ImageItem:
     width: int  # after the EXIF orientation
     height: int
     caption: str
+    mask: Path | None = None  # datasets.N.masks: this image's loss mask, if it has one
 
 
 @dataclass
@@ -107,10 +108,26 @@ def index_dataset(
     out.problems.extend(reader.problems)
     _index_images(paths, reader, verify, out, progress)
     out.problems.extend(reader.entries_without_image(paths))
+    _attach_masks(ds, dataset_key, out)
     if not out.items:
         out.problems.append(error(key, f"no usable images in {root}: all {len(paths)} were "
                                        "skipped (see the warnings)"))
     return out
+
+
+def _attach_masks(ds: DatasetConfig, dataset_key: str, out: DatasetIndex) -> None:
+    """Each item's loss mask (core/data/masks.py); a missing masks folder is the conflict
+    check's error, so nothing is matched here then."""
+    if not ds.masks.strip() or not Path(ds.masks).is_dir() or not out.items:
+        return
+    from dataclasses import replace
+
+    from core.data.masks import match_masks
+
+    masks, problems = match_masks(out.root, Path(ds.masks), [i.path for i in out.items],
+                                  f"{dataset_key}.masks")
+    out.items = [replace(item, mask=m) for item, m in zip(out.items, masks, strict=True)]
+    out.problems.extend(problems)
 
 
 def _index_images(

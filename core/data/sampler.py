@@ -30,6 +30,11 @@ the epoch number, never on process-local state):
 Process k takes items [k*batch_size, (k+1)*batch_size) of each global batch: every process
 sees the same dataset and bucket at every micro-step, disjoint items, and the same number of
 micro-batches. Nothing here uses the global `random` state.
+
+Regularization datasets (prior preservation) are sampled by the same rules: their batches
+interleave with the others' (rule 5), `repeats` sets their share of the epoch, and since a
+micro-batch comes from one dataset on every process, every process weighs the same
+micro-step's loss by train.prior_loss_weight. The flag does not change the plan.
 """
 
 from __future__ import annotations
@@ -54,6 +59,9 @@ class SourceDataset:
     item_buckets: Sequence[BucketKey]
     repeats: int = 1
     probability: float = 1.0
+    # Class images for prior preservation (datasets.N.regularization): sampled like any
+    # dataset (the plan does not depend on it), their loss weighted by the trainer.
+    regularization: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,7 @@ class SampledBatch:
     micro_step: int  # micro-batch (0-based, counted since the start of training)
     accum_index: int  # 0 .. grad_accum-1 within the optimizer step
     is_fill: bool = False  # completes the epoch's last optimizer step (rule 6)
+    regularization: bool = False  # from a regularization dataset (the same on every rank)
 
 
 @dataclass(frozen=True)
@@ -88,6 +97,7 @@ class DatasetSummary:
     items_per_epoch: int  # items * repeats, or 0 when probability is 0
     micro_batches: int  # global batches per epoch drawn from this dataset
     padded: int  # extra item slots used to fill partial batches (rule 3)
+    regularization: bool = False
 
 
 class SamplerStateError(ValueError):
@@ -141,7 +151,8 @@ class MultiDatasetSampler:
             out.append(DatasetSummary(
                 id=d.id, items=len(d.item_buckets),
                 items_per_epoch=sum(slots), micro_batches=sum(batches),
-                padded=sum(b * self.global_batch_size for b in batches) - sum(slots)))
+                padded=sum(b * self.global_batch_size for b in batches) - sum(slots),
+                regularization=d.regularization))
         return out
 
     def micro_batches_per_epoch(self) -> int:
@@ -207,6 +218,7 @@ class MultiDatasetSampler:
             micro_step=micro_step,
             accum_index=micro_step % self.grad_accum,
             is_fill=batch.is_fill,
+            regularization=self.datasets[batch.dataset_index].regularization,
         )
 
     def epoch_batches(self, epoch: int) -> list[SampledBatch]:

@@ -69,6 +69,7 @@ class NoiseSample:
     timesteps: Any  # what the denoiser is given
     target: Any  # what its output is compared with
     weights: Any | None = None  # per-item loss weights, or None for uniform
+    mask: Any | None = None  # [B, 1, H, W] loss mask (datasets.N.masks), or None
 
 
 class ModelFamily(Protocol):

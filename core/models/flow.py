@@ -194,7 +194,7 @@ class FlowFamily:
              min_snr_gamma: float = 0.0) -> Any:
         """Per-item MSE against noise - latents, weighted by sample.weights, batch mean.
         min_snr_gamma is ignored: it is not defined for flow matching."""
-        return weighted_mse(prediction, sample.target, sample.weights)
+        return weighted_mse(prediction, sample.target, sample.weights, sample.mask)
 
     # ------------------------------------------------------------ LoRA
 

@@ -43,13 +43,30 @@ def standard_noise(shape: Any, generator: Any, device: Any) -> Any:
                        dtype=torch.float32).to(device)
 
 
-def weighted_mse(prediction: Any, target: Any, weights: Any | None = None) -> Any:
-    """Per-item MSE in float32, optionally weighted, then the batch mean."""
-    per_item = ((prediction.float() - target.float()) ** 2).reshape(
-        prediction.shape[0], -1).mean(dim=1)
+def weighted_mse(prediction: Any, target: Any, weights: Any | None = None,
+                 mask: Any | None = None) -> Any:
+    """Per-item MSE in float32, optionally masked and weighted, then the batch mean."""
+    error = (prediction.float() - target.float()) ** 2
+    if mask is None:
+        per_item = error.reshape(prediction.shape[0], -1).mean(dim=1)
+    else:
+        per_item = masked_mean(error, mask)
     if weights is not None:
         per_item = per_item * weights.to(per_item.device, per_item.dtype)
     return per_item.mean()
+
+
+def masked_mean(error: Any, mask: Any) -> Any:
+    """Per-item mean of `error` [B, C, H, W] over the mask's area (datasets.N.masks):
+    sum(error * mask) / (sum(mask) * C), mask [B, 1, H, W] in [0, 1]. An all-black mask
+    gives exactly 0 (and a zero gradient), not 0/0."""
+    m = mask.to(error.device, error.dtype)
+    b = error.shape[0]
+    total = (error * m).reshape(b, -1).sum(dim=1)
+    area = (m.expand_as(error)).reshape(b, -1).sum(dim=1)
+    # Dividing by a clamped area keeps every branch finite (torch.where would still
+    # propagate a NaN gradient from 0/0); total is 0 wherever area is 0.
+    return total / area.clamp(min=1e-12)
 
 
 # ---------------------------------------------------------------- DDPM

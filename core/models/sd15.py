@@ -187,7 +187,7 @@ class StableDiffusionFamily:
         if min_snr_gamma and min_snr_gamma > 0:
             w = min_snr_weights(c.noise_scheduler, sample.timesteps, min_snr_gamma)
             weights = w if weights is None else weights * w
-        return weighted_mse(prediction, sample.target, weights)
+        return weighted_mse(prediction, sample.target, weights, sample.mask)
 
     def lora_target_modules(self, scope: str = "attention") -> list[str]:
         return LORA_TARGETS + (LORA_TARGETS_EXTRA if scope == "all" else [])

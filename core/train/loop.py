@@ -91,6 +91,12 @@ def _no_grad() -> Any:
     return torch.no_grad()
 
 
+def prior_weight(cfg: Config, batch_plan: Any) -> float:
+    """train.prior_loss_weight for a micro-batch of a regularization dataset, else 1. A
+    micro-batch holds one dataset on every process, so all processes weigh it alike."""
+    return cfg.train.prior_loss_weight if batch_plan.regularization else 1.0
+
+
 def micro_step(setup: Setup, cfg: Config, batch_plan: Any) -> Any:
     """Forward and backward for one micro-batch; returns the detached loss."""
     acc, family, comps = setup.accelerator, setup.family, setup.components
@@ -105,9 +111,11 @@ def micro_step(setup: Setup, cfg: Config, batch_plan: Any) -> Any:
         batch = to_device(collate(items), acc.device, setup.weight_dtype)
         sample = family.noise_and_target(comps, batch["latents"],
                                          noise_offset=cfg.train.noise_offset)
+        sample.mask = batch.get("loss_mask")  # datasets.N.masks (None: unmasked)
         with acc.autocast():
             prediction = family.predict(comps, sample, batch)
         loss = family.loss(comps, prediction.float(), sample, cfg.train.min_snr_gamma)
+        loss = loss * prior_weight(cfg, batch_plan)
         acc.backward(loss)
         if acc.sync_gradients and cfg.train.max_grad_norm > 0:
             acc.clip_grad_norm_(setup.params, cfg.train.max_grad_norm)

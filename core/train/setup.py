@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.cache.dataset import CachedDataset, cached_datasets
-from core.cache.plan import TextJob, VaeJob
+from core.cache.plan import MaskJob, TextJob, VaeJob
 from core.cache.stage import build_caches
 from core.config import Config
 from core.data.sampler import MultiDatasetSampler
@@ -79,6 +79,23 @@ def add_trainable(family: ModelFamily, denoiser: Any, cfg: Config) -> list[Any]:
         denoiser.enable_gradient_checkpointing()
     denoiser.train()
     return [p for p in denoiser.parameters() if p.requires_grad]
+
+
+def start_from_lora(denoiser: Any, cfg: Config, reporter: Any) -> None:
+    """train.init_lora: the file's LoRA into the new adapter, before the optimizer sees
+    it (a resume then overwrites it with the checkpoint's weights)."""
+    if not cfg.train.init_lora or cfg.train.method != "lora":
+        return
+    from core.models.init_lora import InitLoraError, load_init_lora
+
+    try:
+        skipped = load_init_lora(denoiser, cfg.train.init_lora)
+    except InitLoraError as exc:
+        raise TrainingError(str(exc)) from None
+    reporter.say(f"started from LoRA {cfg.train.init_lora}")
+    if skipped:
+        reporter.say(f"note: train.init_lora: {skipped} text-encoder tensor(s) in the file "
+                     "were not loaded (only the denoiser's LoRA starts the run)")
 
 
 def add_text_encoder_lora(family: ModelFamily, components: Components, cfg: Config) -> list[Any]:
@@ -150,10 +167,12 @@ def make_lr_scheduler(optimizer: Any, cfg: Config) -> Any:
 
 def make_rebuild(family: ModelFamily, components: Components) -> Any:
     """Rebuild one cache entry that failed to load at train time."""
-    from core.cache.build import build_text_entries, build_vae_entries
+    from core.cache.build import build_mask_entries, build_text_entries, build_vae_entries
 
-    def rebuild(job: VaeJob | TextJob) -> None:
-        if isinstance(job, VaeJob):
+    def rebuild(job: VaeJob | TextJob | MaskJob) -> None:
+        if isinstance(job, MaskJob):
+            build_mask_entries([job])
+        elif isinstance(job, VaeJob):
             build_vae_entries(lambda px: family.encode_images(components, px), [job],
                               device=components.vae.device, dtype=components.vae.dtype)
         else:
@@ -235,6 +254,7 @@ def build_setup(cfg: Config, workspace: Path, accelerator: Any, reporter: Any) -
         cfg, workspace, accelerator, reporter, memory)
     base = components.denoiser
     params = add_trainable(family, base, cfg)
+    start_from_lora(base, cfg, reporter)
     text_params = add_text_encoder_lora(family, components, cfg)
     trained = list(components.text_encoders) if text_params else []
     optimizer = make_optimizer(params, cfg, text_params)

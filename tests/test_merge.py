@@ -1,0 +1,117 @@
+"""`--stage merge` and ops.merge_run: the run's final LoRA fused into its base as
+<output.dir>/merged/, a diffusers folder drawing what base + LoRA draws (tiny models, CPU).
+
+The run folder is made in-process (config.toml and a LoRA saved by the family, its weights
+made non-trivial), since the trainer is not what is tested here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import small_config
+
+from core import ops
+from core.config import save_config
+from core.models.adapters import adapter_config
+from core.models.registry import get_family
+from core.models.tiny import resolve_model_path
+
+# Per family: what the pipeline call needs besides the prompt (a short T5 for flux).
+CALL = {"sd15": {}, "flux": {"max_sequence_length": 16}}
+
+
+def make_run(tmp: Path, workspace: Path, family: str, *, lora: bool = True) -> Path:
+    """A finished LoRA run's folder: config.toml (model.path tiny:<family>) and, with
+    `lora`, lora/ written by the family's save_lora from a random non-zero adapter."""
+    cfg = small_config(tmp, family=family)
+    run = Path(cfg.output.dir)
+    run.mkdir(parents=True)
+    save_config(cfg, run / "config.toml")
+    if lora:
+        fam = get_family(family)
+        c = fam.load(resolve_model_path(f"tiny:{family}", workspace))
+        c.denoiser.add_adapter(adapter_config("lora", 4, 4.0, fam.lora_target_modules()))
+        g = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for p in c.denoiser.parameters():
+                if p.requires_grad:
+                    p.normal_(0, 0.3, generator=g)
+        fam.save_lora(c, run / "lora")
+    return run
+
+
+def image(pipe: object, family: str) -> torch.Tensor:
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe("a red circle", num_inference_steps=2, height=64, width=64, output_type="np",
+               generator=torch.Generator().manual_seed(0), **CALL[family])
+    return torch.from_numpy(out.images[0])
+
+
+def base_pipeline(family: str, workspace: Path) -> object:
+    fam = get_family(family)
+    return fam.validation_pipeline(fam.load(resolve_model_path(f"tiny:{family}", workspace)))
+
+
+@pytest.mark.parametrize("family", ["sd15", "flux"])
+def test_merged_folder_draws_what_base_plus_lora_draws(family: str, tmp_path: Path,
+                                                        tiny_workspace: Path):
+    from diffusers import DiffusionPipeline
+
+    run = make_run(tmp_path, tiny_workspace, family)
+    merged = ops.merge_run(run, tiny_workspace)
+    assert merged == run / "merged" and (merged / "model_index.json").exists()
+    assert not list(merged.rglob("*lora*"))  # fused: no adapter layers or files left
+
+    pipe = base_pipeline(family, tiny_workspace)
+    base = image(pipe, family)
+    pipe.load_lora_weights(str(run / "lora"))
+    with_lora = image(pipe, family)
+    from_merged = image(DiffusionPipeline.from_pretrained(str(merged),
+                                                          local_files_only=True), family)
+    assert (with_lora - base).abs().max() > 1e-2  # the LoRA changes the picture
+    assert torch.allclose(from_merged, with_lora, atol=2e-4), \
+        (from_merged - with_lora).abs().max()
+
+
+def test_lora_scale_zero_merges_to_the_base(tmp_path: Path, tiny_workspace: Path):
+    from diffusers import DiffusionPipeline
+
+    run = make_run(tmp_path, tiny_workspace, "sd15")
+    merged = ops.merge_run(run, tiny_workspace, lora_scale=0.0)
+    base = image(base_pipeline("sd15", tiny_workspace), "sd15")
+    got = image(DiffusionPipeline.from_pretrained(str(merged), local_files_only=True), "sd15")
+    assert torch.allclose(got, base, atol=2e-4)
+
+
+def _cli(run: Path, workspace: Path, *extra: str) -> int:
+    from app import main
+
+    return main(["--no-ui", "--workspace", str(workspace), "--config",
+                 str(run / "config.toml"), "--stage", "merge", *extra])
+
+
+def test_cli_merges_once_then_refuses_to_overwrite(tmp_path: Path, tiny_workspace: Path,
+                                                   capsys: pytest.CaptureFixture[str]):
+    run = make_run(tmp_path, tiny_workspace, "sd15")
+    assert _cli(run, tiny_workspace) == 0
+    assert f"merged model (base + LoRA at scale 1): {run / 'merged'}" in capsys.readouterr().out
+    stamp = (run / "merged" / "model_index.json").stat().st_mtime_ns
+    assert _cli(run, tiny_workspace, "--set", "merge.lora_scale=0.5") == 2
+    err = capsys.readouterr().err
+    assert f"{run / 'merged'} exists already; nothing was overwritten" in err
+    assert (run / "merged" / "model_index.json").stat().st_mtime_ns == stamp
+
+
+def test_cli_refuses_a_run_without_a_final_lora(tmp_path: Path, tiny_workspace: Path,
+                                                capsys: pytest.CaptureFixture[str]):
+    run = make_run(tmp_path, tiny_workspace, "sd15", lora=False)
+    assert _cli(run, tiny_workspace) == 2
+    err = capsys.readouterr().err
+    assert f"the run in {run} has no final LoRA" in err and "Traceback" not in err
+    assert not (run / "merged").exists()
+    empty = tmp_path / "elsewhere"
+    with pytest.raises(ops.OpError, match=f"{empty} holds no run"):
+        ops.merge_run(empty, tiny_workspace)

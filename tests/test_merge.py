@@ -115,3 +115,45 @@ def test_cli_refuses_a_run_without_a_final_lora(tmp_path: Path, tiny_workspace: 
     empty = tmp_path / "elsewhere"
     with pytest.raises(ops.OpError, match=f"{empty} holds no run"):
         ops.merge_run(empty, tiny_workspace)
+
+
+@pytest.mark.slow
+def test_runs_tab_merge_button_merges_then_refuses_beside_the_button(tmp_path: Path):
+    """In Chromium: the Runs tab's button merges the chosen run; a second click is
+    refused in the message beside it (merged/ is kept), not in an error toast."""
+    import time
+
+    from playwright.sync_api import sync_playwright
+    from test_ui_support import CHROMIUM_ARGS, chromium, running_app
+
+    from core.runs.registry import RunRecord, register_run
+    from core.runs.status import write_status
+
+    executable = chromium()
+    workspace = tmp_path / "ws"
+    run = make_run(workspace, workspace, "sd15")
+    write_status(run, state="done", step=10, max_steps=10)
+    register_run(workspace, RunRecord(str(run.resolve()), started_at=time.time()))
+    message = "document.querySelector('#runs-merge-message').innerText"
+    with running_app(workspace) as (_ctx, url), sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page.set_default_timeout(120_000)
+        try:
+            page.goto(url)
+            page.get_by_role("tab", name="Runs").click()
+            page.wait_for_function("document.querySelector('#runs-table').innerText"
+                                   ".includes('runs/run')")
+            page.click("#runs-merge")
+            page.wait_for_function(f"{message}.includes('merged (base + LoRA')")
+            assert "runs/run/merged, a diffusers folder" in page.inner_text(
+                "#runs-merge-message")
+            assert (run / "merged" / "model_index.json").exists()
+            page.click("#runs-merge")
+            page.wait_for_function(f"{message}.includes('exists already')")
+            text = page.inner_text("#runs-merge-message")
+            assert "runs/run/merged exists already; nothing was overwritten" in text, text
+            assert page.locator(".toast-body").count() == 0
+        finally:
+            page.screenshot(path=str(tmp_path / "merge.png"), full_page=True)
+            browser.close()

@@ -22,6 +22,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from core.config import Config, load_config, resolved
 from core.problems import ConfigError, Problem, error
@@ -129,4 +130,23 @@ def fused_pipeline(cfg: Config, workspace: Path, lora_dir: Path, scale: float) -
                            adapter_name="run")
     pipe.fuse_lora(lora_scale=scale, adapter_names=["run"])
     pipe.unload_lora_weights()
-    return pipe
+    return as_diffusers_pipeline(pipe)
+
+
+def as_diffusers_pipeline(pipe: Any) -> Any:
+    """The same modules in the nearest diffusers pipeline class: a family's validation
+    pipeline may be a subclass of its own (Qwen-Image's), whose name model_index.json
+    would record and `DiffusionPipeline.from_pretrained` could not find."""
+    import diffusers
+
+    cls = next(c for c in type(pipe).__mro__ if getattr(diffusers, c.__name__, None) is c)
+    if cls is type(pipe):
+        return pipe
+    return cls(**{name: module for name, module in pipe.components.items()
+                  if name in _init_names(cls)})
+
+
+def _init_names(cls: type) -> set[str]:
+    import inspect
+
+    return set(inspect.signature(cls.__init__).parameters) - {"self"}

@@ -159,3 +159,17 @@ def test_runs_tab_merge_button_merges_then_refuses_beside_the_button(tmp_path: P
         finally:
             page.screenshot(path=str(tmp_path / "merge.png"), full_page=True)
             browser.close()
+
+
+def test_merge_refuses_a_live_run_and_a_full_fine_tune(tmp_path: Path, tiny_workspace: Path):
+    from core.runs.status import write_status
+
+    run = make_run(tmp_path / "live", tiny_workspace, "sd15")
+    write_status(run, state="running", step=3, max_steps=10)
+    with pytest.raises(ops.OpError, match=f"the run in {run} is running; merge it once"):
+        ops.merge_run(run, tiny_workspace)
+    full = make_run(tmp_path / "full", tiny_workspace, "sd15", lora=False)
+    (full / "model").mkdir()
+    with pytest.raises(ops.OpError, match="is a full fine-tune"):
+        ops.merge_run(full, tiny_workspace)
+    assert not (run / "merged").exists() and not (full / "merged").exists()

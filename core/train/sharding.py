@@ -45,6 +45,8 @@ def enable_on_cpu(accelerator: Any, plugin: Any) -> None:
     if accelerator.distributed_type == DistributedType.MULTI_CPU:
         accelerator.state.distributed_type = DistributedType.FSDP
         accelerator.state.fsdp_plugin = plugin
+        if accelerator.mixed_precision != "no":  # what accelerate does on GPUs
+            plugin.set_mixed_precision(accelerator.mixed_precision)
         # Every later AcceleratorState() (set_seed's, say) copies PartialState's type
         # back in; accelerate writes FSDP there too when it sets FSDP up on GPUs.
         PartialState._shared_state["distributed_type"] = DistributedType.FSDP

@@ -41,10 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--config", metavar="FILE", help="TOML config to run")
     source.add_argument("--preset", metavar="NAME",
                         help="a preset from presets/ (e.g. demo) or a path to one")
-    headless.add_argument("--stage", choices=("check", "cache", "train", "all", "caption"),
+    headless.add_argument("--stage", choices=("check", "cache", "train", "all", "caption", "merge"),
                           default="all",
                           help="which stage to run (default all: check, cache, train; "
-                               "caption writes captions with [captioning].model)")
+                               "caption writes captions with [captioning].model; merge "
+                               "fuses the run's final LoRA into the base: "
+                               "<output.dir>/merged/)")
     headless.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append",
                           default=[], help="override a config key, e.g. train.max_steps=20 "
                                            "or datasets.0.repeats=3 (repeatable)")

@@ -133,6 +133,15 @@ def stage_train(cfg: Config, workspace: Path, resume: str | None,
     return exit_code_for_state(state)
 
 
+def stage_merge(cfg: Config, workspace: Path) -> int:
+    """Fuse the final LoRA of the run in output.dir into its base (no dataset check: the
+    merge reads only the run folder and the base model)."""
+    say(f"== merge: {ops.output_dir(cfg, workspace)}")
+    merged = ops.merge(cfg, workspace)
+    say(f"merged model (base + LoRA at scale {cfg.merge.lora_scale:g}): {merged}")
+    return EXIT_OK
+
+
 def run_headless(args: argparse.Namespace) -> int:
     workspace = Path(args.workspace).expanduser().absolute()
     try:
@@ -143,6 +152,8 @@ def run_headless(args: argparse.Namespace) -> int:
                 say(note)
         if args.stage == "caption":  # its own check: the diffusion model is not needed
             return stage_caption(cfg, workspace)
+        if args.stage == "merge":
+            return stage_merge(cfg, workspace)
         say("== check")
         report = ops.check(cfg, workspace)
         for line in report.lines():

@@ -21,6 +21,7 @@ from ui import (
     tab_config,
     tab_dataset,
     tab_runs,
+    tab_runs_merge,
     tab_train,
     tab_upload,
 )
@@ -55,6 +56,7 @@ def build_app(ctx: AppContext) -> gr.Blocks:
                 train = tab_train.build(form)
             with gr.Tab("Runs", id="runs") as runs_tab:
                 runs = tab_runs.build()
+                merge_row = tab_runs_merge.build(form)
             with gr.Tab("Config", id="config"):
                 config = tab_config.build_tab()
         live, preview = _wire(demo, ctx, form, bar, timer, tabs, runs_tab, dataset, cache,
@@ -62,6 +64,7 @@ def build_app(ctx: AppContext) -> gr.Blocks:
         tab_caption.wire(ctx, form, caption, timer, after=[live, preview])
         tab_upload.wire(ctx, form, dataset.upload, after=[live, preview])
         tab_cache.wire(ctx, form, cache, timer, cache_tab)
+        tab_runs_merge.wire(ctx, merge_row, runs.choice)
     return demo
 
 

@@ -8,6 +8,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from core.config.distributed import distributed_problems
 from core.config.schema import CONFIG_VERSION, FAMILIES, SECTION_TYPES, Config
 from core.models.registry import FLOW_FAMILIES, get_family
 from core.models.tiny import tiny_family, tiny_names
@@ -142,6 +143,7 @@ def _check_cross(cfg: Config) -> list[Problem]:
     out += _check_text_options(cfg)
     out += _check_ignored_keys(cfg)
     out += _check_lora_kind(cfg)
+    out += distributed_problems(cfg)
     if cfg.model.quantize != "none" and cfg.train.method == "full":
         out.append(error("model.quantize", f"{cfg.model.quantize} with train.method = \"full\": "
                                            "a quantized base cannot be fully fine-tuned; use "

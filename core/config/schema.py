@@ -17,6 +17,7 @@ CONFIG_VERSION = 1
 CAPTION_STRATEGIES = ("textfile", "filename", "jsonl", "instance_prompt")
 QUANTIZE_CHOICES = ("none", "int8", "fp8", "nf4")
 PREDICTION_TYPES = ("auto", "epsilon", "v_prediction")
+DISTRIBUTED_CHOICES = ("ddp", "fsdp", "deepspeed")  # launch.distributed (issue 26 item 7)
 
 
 def meta(
@@ -267,6 +268,24 @@ class LaunchConfig:
                                    advanced=True,
                                    help="Multi-machine runs: how long a machine waits for "
                                         "the others to join before it gives up.")
+    distributed: str = _f("ddp", label="Distributed strategy", choices=DISTRIBUTED_CHOICES,
+                          advanced=True,
+                          help="Several processes: ddp keeps a whole copy of the model on "
+                               "every process; fsdp (accelerate's FSDP2) shards the weights, "
+                               "gradients and optimizer state across them (full fine-tunes "
+                               "only); deepspeed is not available (refused at check).")
+
+
+# ---- issue 26 items 6-7 (merge; launch.distributed is in LaunchConfig)
+
+
+@dataclass
+class MergeConfig:
+    lora_scale: float = _f(1.0, label="Merge LoRA scale", min=0.0, max=10.0,
+                           help="--stage merge (and the Runs tab's Merge button): the "
+                                "weight of the run's final LoRA when it is fused into the "
+                                "base (1: as trained, as load_lora_weights applies it).")
+# ---- end of the issue 26 items 6-7 block
 
 
 @dataclass
@@ -281,6 +300,7 @@ class Config:
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     captioning: CaptioningConfig = field(default_factory=CaptioningConfig)
+    merge: MergeConfig = field(default_factory=MergeConfig)
 
 
 SECTIONS: tuple[str, ...] = tuple(f.name for f in fields(Config) if f.name != "version")

@@ -13,6 +13,9 @@ copy button. Facts behind the flags (checked with accelerate 1.15 on CPU):
   project root goes on PYTHONPATH) rather than by a file path.
 - `--quiet` drops the launcher's own CalledProcessError traceback when the trainer exits
   non-zero (the trainer's traceback is in train.log already).
+- launch.distributed = "fsdp" swaps `--multi_gpu` for `--use_fsdp` and FSDP2's flags;
+  on the CPU ACCELERATE_USE_CPU=1 still gives gloo (accelerate then leaves the state
+  MULTI_CPU, and the trainer turns FSDP on itself: core/train/sharding.py).
 - Several machines: each machine's launcher meets the others in torch's static rendezvous
   at main_process_ip:main_process_port. Without a timeout it waits there silently (600 s
   by default, then a traceback); `--rdzv_conf timeout=S` makes every launcher give up
@@ -116,6 +119,20 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _fsdp_flags() -> list[str]:
+    """launch.distributed = "fsdp": accelerate's FSDP2 plugin in place of --multi_gpu
+    (the two exclude each other). Each wrap unit is a block the denoiser names in its
+    `_no_split_modules` (transformer_based_wrap without class names reads them; the
+    size-based policy would shard bare ModuleLists, which fully_shard refuses). The
+    trainer builds the same plugin (core/train/sharding.py), so these flags show in
+    command.txt what the run does."""
+    return ["--use_fsdp", "--fsdp_version", "2",
+            "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP",
+            "--fsdp_state_dict_type", "FULL_STATE_DICT",
+            "--fsdp_reshard_after_forward", "true",
+            "--fsdp_cpu_ram_efficient_loading", "false"]
+
+
 def _launch_flags(cfg: Config) -> tuple[list[str], dict[str, str]]:
     launch = cfg.launch
     total = launch.num_processes * launch.num_machines
@@ -126,14 +143,15 @@ def _launch_flags(cfg: Config) -> tuple[list[str], dict[str, str]]:
         "--dynamo_backend", "no",
     ]
     env: dict[str, str] = {}
+    several = _fsdp_flags() if launch.distributed == "fsdp" else ["--multi_gpu"]
     if launch.cpu:
         if total > 1:
-            flags.append("--multi_gpu")
+            flags += several
             env["ACCELERATE_USE_CPU"] = "1"
         else:
             flags.append("--cpu")
     elif total > 1:
-        flags.append("--multi_gpu")
+        flags += several
     flags += ["--num_cpu_threads_per_process", str(_threads_per_process(cfg))]
     if launch.num_machines > 1:
         flags += [

@@ -11,6 +11,7 @@
       tensorboard/                            (logging.tensorboard: the event files)
       wandb/                                  (logging.wandb_project: W&B's local files)
       model/                                  (full fine-tunes)
+      merged/                                 (--stage merge: base + final LoRA fused)
       shared.token                            (multi-machine runs: rank 0's token)
       machines/<rank>/                        (multi-machine runs: machine <rank>'s own
                                                config.toml, command.txt, train.log,
@@ -152,6 +153,12 @@ class RunFolder:
     def model(self) -> Path:
         """A full fine-tune's diffusers folder."""
         return self.root / "model"
+
+    @property
+    def merged(self) -> Path:
+        """`--stage merge` (core/merge.py): the base with the final LoRA fused in, a
+        diffusers folder."""
+        return self.root / "merged"
 
     @property
     def shared_token(self) -> Path:

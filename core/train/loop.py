@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,10 +57,16 @@ def restore(setup: Setup, run_dir: Path, which: str, reporter: Reporter) -> int:
     if missing:
         raise TrainingError(f"checkpoint {folder} does not fit this model/method "
                             f"({len(missing)} trained weights missing, e.g. {missing[0]})")
-    with _no_grad():
-        for name, param in own.items():
-            param.copy_(weights[name].to(param.device, param.dtype))
-    setup.optimizer.load_state_dict(states["optimizer"])
+    if setup.sharded_class is not None:  # full states, resharded (core/train/sharding.py)
+        from core.train.sharding import load_full_state
+
+        load_full_state(setup.components.denoiser, setup.optimizer, weights,
+                        states["optimizer"])
+    else:
+        with _no_grad():
+            for name, param in own.items():
+                param.copy_(weights[name].to(param.device, param.dtype))
+        setup.optimizer.load_state_dict(states["optimizer"])
     setup.lr_scheduler.load_state_dict(states["scheduler"])
     if setup.ema is not None and "ema" in states:
         setup.ema.load_state_dict(states["ema"])
@@ -137,23 +146,34 @@ class Loop:
     def acc(self) -> Any:
         return self.s.accelerator
 
+    @property
+    def sharded(self) -> bool:
+        """FSDP: every forward all-gathers, so every process evaluates and validates."""
+        return self.s.sharded_class is not None
+
+    @property
+    def computes(self) -> bool:
+        """Whether this process runs eval and validation (only the main one reports)."""
+        return self.acc.is_main_process or self.sharded
+
     def eval(self, step: int) -> None:
         started = time.monotonic()
-        if self.acc.is_main_process and self.eval_set is not None:
+        if self.computes and self.eval_set is not None:
             unwrapped = _unwrapped(self.s.components)
             # A trained text encoder re-encodes the eval captions as it is now.
             text = batch_encoder(self.s.family, unwrapped) if self.s.trained_encoders else None
             with self.acc.autocast():
                 result = evaluate(self.s.family, unwrapped, self.eval_set, self.acc.device,
                                   self.s.weight_dtype, text)
-            self.reporter.eval(step, result, _since(started))
+            if self.acc.is_main_process:
+                self.reporter.eval(step, result, _since(started))
         self.acc.wait_for_everyone()
         if self.eval_set is not None:
             self.reporter.took("eval", time.monotonic() - started)
 
     def validate(self, step: int) -> None:
         started = time.monotonic()
-        if self.acc.is_main_process and self.cfg.validation.prompts:
+        if self.computes and self.cfg.validation.prompts:
             # The pipeline runs in the denoiser's dtype, from the prompts encoded up front,
             # or encoded now by the text encoders a LoRA trains.
             texts = self.s.validation_texts
@@ -161,12 +181,14 @@ class Loop:
                 texts = encode_validation_prompts(self.s.family,
                                                   _unwrapped(self.s.components),
                                                   self.cfg.validation.prompts)
-            paths = generate_validation_images(self.s.family, self.s.components,
-                                               self.cfg.validation, self.run_dir, step,
-                                               self.acc.device, texts)
-            self.reporter.validation(step, paths, self.cfg.validation.prompts,
-                                     _since(started))
-            write_validation_grid(self.run_dir, self.cfg.validation.prompts)
+            with _images_folder(self.run_dir, self.acc.is_main_process) as folder:
+                paths = generate_validation_images(self.s.family, self.s.components,
+                                                   self.cfg.validation, folder, step,
+                                                   self.acc.device, texts)
+            if self.acc.is_main_process:
+                self.reporter.validation(step, paths, self.cfg.validation.prompts,
+                                         _since(started))
+                write_validation_grid(self.run_dir, self.cfg.validation.prompts)
         self.acc.wait_for_everyone()
         if self.cfg.validation.prompts:
             self.reporter.took("validation", time.monotonic() - started)
@@ -177,9 +199,10 @@ class Loop:
         started = time.monotonic()
         state = TrainState(step=step, epoch=self.s.sampler.epoch,
                            sampler=self.s.sampler.state_dict())
+        trainable, optimizer = self.checkpoint_states()
         folder = save_checkpoint(
             self.run_dir, step, self.acc.process_index, self.acc.wait_for_everyone,
-            gather=_gather, trainable=trainable_state(self.s), optimizer=self.s.optimizer,
+            gather=_gather, trainable=trainable, optimizer=optimizer,
             scheduler=self.s.lr_scheduler, ema=self.s.ema, state=state,
             meta={"method": self.cfg.train.method, "family": self.cfg.model.family},
             keep=self.cfg.train.keep_checkpoints)
@@ -189,6 +212,16 @@ class Loop:
             self.reporter.event("checkpoint", step=step, path=str(folder))
             self.reporter.say(f"checkpoint saved: {folder}")
         self.save_lora_step(step)
+
+    def checkpoint_states(self) -> tuple[dict[str, Any], Any]:
+        """The trained weights and the optimizer to save; sharded, their full states
+        gathered to the main process (every process takes part)."""
+        if not self.sharded:
+            return trainable_state(self.s), self.s.optimizer
+        from core.train.sharding import Frozen, full_optimizer_state, full_state
+
+        model = self.s.components.denoiser
+        return full_state(model), Frozen(full_optimizer_state(model, self.s.optimizer))
 
     def write_lora(self, out_dir: Path) -> dict[str, Path]:
         """The LoRA files (diffusers + kohya/ComfyUI formats) of the current weights into
@@ -211,8 +244,15 @@ class Loop:
 
     def save_weights(self) -> None:
         """The trained LoRA (diffusers + kohya formats) or the full model."""
+        denoiser = self.s.base_denoiser
+        if self.sharded:  # gathered by every process; saved from a plain copy
+            from core.train.sharding import full_state, unsharded_copy
+
+            state = full_state(denoiser)
+            if self.acc.is_main_process:
+                denoiser = unsharded_copy(self.s.sharded_class, denoiser, state)
         if self.acc.is_main_process:
-            comps = _with_denoiser(_unwrapped(self.s.components), self.s.base_denoiser)
+            comps = _with_denoiser(_unwrapped(self.s.components), denoiser)
             if self.cfg.train.method == "lora":
                 files = self.write_lora(RunFolder(self.run_dir).lora)
                 self.reporter.say("LoRA saved: " + ", ".join(str(p) for p in files.values()))
@@ -296,6 +336,17 @@ class Loop:
             self.s.ema.copy_to(self.s.params)
         self.save_weights()
         self.reporter.memory(self.s.memory.snapshot("peak"))
+
+
+@contextlib.contextmanager
+def _images_folder(run_dir: Path, main: bool) -> Iterator[Path]:
+    """Where this process writes validation images: the run folder on the main process,
+    a scratch folder on the others (sharded runs draw on every process)."""
+    if main:
+        yield run_dir
+        return
+    with tempfile.TemporaryDirectory(prefix="validation-") as scratch:
+        yield Path(scratch)
 
 
 def _since(started: float) -> float:

@@ -67,10 +67,17 @@ def make_accelerator(cfg: Any, trackers: list[Any] | None = None) -> Any:
     # SDXL conditions on its first text encoder's penultimate layer, so a LoRA on that
     # encoder's last layer gets no gradient: DDP must be told to expect unused weights.
     ddp = DistributedDataParallelKwargs(find_unused_parameters=cfg.train.text_encoder_lora)
-    return Accelerator(mixed_precision=cfg.train.mixed_precision,
-                       gradient_accumulation_steps=cfg.train.grad_accum,
-                       cpu=cfg.launch.cpu, kwargs_handlers=[timeout, ddp],
-                       log_with=trackers or None, project_dir=cfg.output.dir)
+    from core.train import sharding
+
+    plugin = sharding.make_plugin() if sharding.wanted(cfg) else None  # launch.distributed
+    accelerator = Accelerator(mixed_precision=cfg.train.mixed_precision,
+                              gradient_accumulation_steps=cfg.train.grad_accum,
+                              cpu=cfg.launch.cpu, kwargs_handlers=[timeout, ddp],
+                              log_with=trackers or None, project_dir=cfg.output.dir,
+                              fsdp_plugin=plugin)
+    if plugin is not None:
+        sharding.enable_on_cpu(accelerator, plugin)
+    return accelerator
 
 
 def make_reporter(cfg: Any, accelerator: Any, run_dir: Path) -> Any:
@@ -137,6 +144,10 @@ def run(args: argparse.Namespace) -> int:
         set_seed(cfg.train.seed, device_specific=True)
         check_ranks(cfg, accelerator, reporter)
         setup = build_setup(cfg, workspace, accelerator, reporter)
+        if setup.sharded_class is not None:
+            from core.train.sharding import describe
+
+            reporter.say(describe(setup.components.denoiser, accelerator.num_processes))
         start = restore(setup, run_dir, args.resume, reporter) if args.resume else 0
         if accelerator.num_processes > 1:
             check_same_start(start, ranks_of(accelerator, cfg))

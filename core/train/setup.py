@@ -48,6 +48,9 @@ class Setup:
     texts: TrainTexts
     # Text encoders a LoRA trains (the unwrapped modules, for saving), or none.
     trained_encoders: list[Any] = dataclasses.field(default_factory=list)
+    # launch.distributed = "fsdp": the denoiser's class before sharding (for the
+    # unsharded copy model/ is saved from), else None (core/train/sharding.py).
+    sharded_class: type | None = None
 
 
 def _adapter(cfg: Config, targets: list[str]) -> Any:
@@ -268,9 +271,19 @@ def build_setup(cfg: Config, workspace: Path, accelerator: Any, reporter: Any) -
         ema.to(accelerator.device)
     # Trained text encoders are prepared beside the denoiser (DDP keeps their LoRA in
     # step across processes); the components then call the prepared modules.
+    model_class = type(base)
     model, *encoders, optimizer = accelerator.prepare(base, *trained, optimizer)
+    sharded = _sharded(accelerator)
+    if sharded:  # fully_shard put new (DTensor) parameters in place of the old ones
+        params = [p for p in model.parameters() if p.requires_grad]
     components = dataclasses.replace(components, denoiser=model,
                                      text_encoders=encoders or components.text_encoders)
     return Setup(accelerator, family, components, base, params, optimizer, lr_scheduler, ema,
                  datasets, sampler, resolve_dtype(accelerator.mixed_precision), texts,
-                 memory, train_texts, trained)
+                 memory, train_texts, trained, model_class if sharded else None)
+
+
+def _sharded(accelerator: Any) -> bool:
+    from core.train.sharding import is_sharded
+
+    return is_sharded(accelerator)

@@ -1,0 +1,152 @@
+"""`--stage merge` and the Runs tab's *Merge LoRA into base*: the run's final LoRA fused
+into its base model, saved as `<output.dir>/merged/`, a diffusers folder that loads with
+`DiffusionPipeline.from_pretrained` and draws what base + LoRA draws.
+
+The base loads through the family (core.startup.load_model, as the trainer loads it, in
+its stored dtype, unquantized), diffusers' `load_lora_weights` reads the run's
+`lora/pytorch_lora_weights.safetensors` (text-encoder LoRA included), `fuse_lora` folds
+it into the weights at `merge.lora_scale`, and `unload_lora_weights` drops the adapter
+layers, as diffusers' own "merge LoRAs" guide does. The pipeline is the family's
+validation pipeline, so merged/ has the same layout (and scheduler) as a full fine-tune's
+model/.
+
+Never overwrites: an existing merged/ is refused, naming it. The folder is written under
+a temp name and renamed, so merged/ is complete or absent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from core.config import Config, load_config, resolved
+from core.problems import ConfigError, Problem, error
+from core.runs.folder import LORA_WEIGHTS_NAME, RunFolder
+
+LIVE = ("queued", "starting", "running", "stopping")
+
+
+class MergeRefused(Exception):
+    """The merge cannot run; `problem` names the folder or key and what to do."""
+
+    def __init__(self, problem: Problem):
+        self.problem = problem
+        super().__init__(problem.message)
+
+
+@dataclass(frozen=True)
+class Merged:
+    folder: Path  # <output.dir>/merged
+    lora: Path  # the LoRA file fused in
+    base: str  # model.path of the run
+    lora_scale: float
+
+
+def _refuse(where: str, message: str) -> MergeRefused:
+    return MergeRefused(error(where, message))
+
+
+def merge_problem(run_dir: Path) -> Problem | None:
+    """Why `run_dir` cannot be merged (no run, a live run, no final diffusers LoRA, a
+    full fine-tune, merged/ already there), or None. Reads only."""
+    from core.models.adapters import LYCORIS_ONLY_NOTE
+    from core.runs.status import read_status
+
+    folder = RunFolder(run_dir)
+    where = str(folder.root)
+    if not folder.config.exists():
+        return error(where, f"{where} holds no run (no {folder.config.name}); choose a run "
+                            "folder (output.dir of a finished LoRA run)")
+    status = read_status(run_dir)
+    if status is not None and status.state in LIVE:
+        return error(where, f"the run in {where} is {status.state}; merge it once it has "
+                            "ended")
+    if folder.merged.exists():
+        return error(str(folder.merged), f"{folder.merged} exists already; nothing was "
+                     "overwritten: delete or rename it to merge again")
+    if folder.model.is_dir() and not folder.lora.is_dir():
+        return error(where, f"the run in {where} is a full fine-tune: its {folder.model} is "
+                            "the whole model already, there is no LoRA to merge")
+    if not folder.lora_weights.exists():
+        others = sorted(folder.lora.glob("*.safetensors")) if folder.lora.is_dir() else []
+        why = (f" ({LYCORIS_ONLY_NOTE})" if others else
+               " (the run has not finished: resume it to the end, or it saved no LoRA)")
+        return error(where, f"the run in {where} has no final LoRA {folder.lora_weights}"
+                            f"{why}; nothing to merge")
+    return None
+
+
+def run_config(run_dir: Path, workspace: Path) -> Config:
+    """The run's own config.toml (the base it trained on), paths resolved."""
+    path = RunFolder(run_dir).config
+    try:
+        return resolved(load_config(path), workspace)
+    except ConfigError as exc:
+        first = exc.problems[0] if exc.problems else error(str(path), "does not load")
+        raise _refuse(str(path), f"{path} does not load: {first}") from None
+
+
+def merge_run(run_dir: Path, workspace: Path, lora_scale: float | None = None) -> Merged:
+    """Fuse the run's final LoRA into its base and write merged/; `lora_scale` (None:
+    the run's merge.lora_scale) weights the LoRA. Raises MergeRefused."""
+    run_dir = Path(run_dir)
+    problem = merge_problem(run_dir)
+    if problem is not None:
+        raise MergeRefused(problem)
+    cfg = run_config(run_dir, workspace)
+    scale = cfg.merge.lora_scale if lora_scale is None else lora_scale
+    folder = RunFolder(run_dir)
+    pipe = fused_pipeline(cfg, workspace, folder.lora, scale)
+    tmp = folder.merged.with_name(f".tmp-{folder.merged.name}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        pipe.save_pretrained(str(tmp), safe_serialization=True)
+        if folder.merged.exists():  # made while this merge ran: keep the other one
+            raise _refuse(str(folder.merged), f"{folder.merged} appeared while merging; "
+                          "nothing was overwritten")
+        os.replace(tmp, folder.merged)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return Merged(folder.merged, folder.lora_weights, cfg.model.path, scale)
+
+
+def fused_pipeline(cfg: Config, workspace: Path, lora_dir: Path, scale: float) -> object:
+    """The base's pipeline with the LoRA in `lora_dir` fused in and its layers removed."""
+    from core.models.loading import ModelLoadError
+    from core.startup import load_model
+
+    alone = SimpleNamespace(device="cpu", main_process_first=contextlib.nullcontext)
+    try:
+        family, components = load_model(cfg, workspace, alone, dtype=None, device="cpu")
+    except ModelLoadError as exc:
+        raise MergeRefused(exc.problem) from None
+    pipe = family.validation_pipeline(components)
+    pipe.load_lora_weights(str(lora_dir), weight_name=LORA_WEIGHTS_NAME,
+                           adapter_name="run")
+    pipe.fuse_lora(lora_scale=scale, adapter_names=["run"])
+    pipe.unload_lora_weights()
+    return as_diffusers_pipeline(pipe)
+
+
+def as_diffusers_pipeline(pipe: Any) -> Any:
+    """The same modules in the nearest diffusers pipeline class: a family's validation
+    pipeline may be a subclass of its own (Qwen-Image's), whose name model_index.json
+    would record and `DiffusionPipeline.from_pretrained` could not find."""
+    import diffusers
+
+    cls = next(c for c in type(pipe).__mro__ if getattr(diffusers, c.__name__, None) is c)
+    if cls is type(pipe):
+        return pipe
+    return cls(**{name: module for name, module in pipe.components.items()
+                  if name in _init_names(cls)})
+
+
+def _init_names(cls: type) -> set[str]:
+    import inspect
+
+    return set(inspect.signature(cls.__init__).parameters) - {"self"}

@@ -1,0 +1,175 @@
+"""`--stage merge` and ops.merge_run: the run's final LoRA fused into its base as
+<output.dir>/merged/, a diffusers folder drawing what base + LoRA draws (tiny models, CPU).
+
+The run folder is made in-process (config.toml and a LoRA saved by the family, its weights
+made non-trivial), since the trainer is not what is tested here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import small_config
+
+from core import ops
+from core.config import save_config
+from core.models.adapters import adapter_config
+from core.models.registry import get_family
+from core.models.tiny import resolve_model_path
+
+# Per family: what the pipeline call needs besides the prompt (a short T5 for flux).
+CALL = {"sd15": {}, "flux": {"max_sequence_length": 16}, "qwen_image": {}}
+
+
+def make_run(tmp: Path, workspace: Path, family: str, *, lora: bool = True) -> Path:
+    """A finished LoRA run's folder: config.toml (model.path tiny:<family>) and, with
+    `lora`, lora/ written by the family's save_lora from a random non-zero adapter."""
+    cfg = small_config(tmp, family=family)
+    run = Path(cfg.output.dir)
+    run.mkdir(parents=True)
+    save_config(cfg, run / "config.toml")
+    if lora:
+        fam = get_family(family)
+        c = fam.load(resolve_model_path(f"tiny:{family}", workspace))
+        c.denoiser.add_adapter(adapter_config("lora", 4, 4.0, fam.lora_target_modules()))
+        g = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for p in c.denoiser.parameters():
+                if p.requires_grad:
+                    p.normal_(0, 0.3, generator=g)
+        fam.save_lora(c, run / "lora")
+    return run
+
+
+def image(pipe: object, family: str) -> torch.Tensor:
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe(prompt="a red circle", num_inference_steps=2, height=64, width=64, output_type="np",
+               generator=torch.Generator().manual_seed(0), **CALL[family])
+    return torch.from_numpy(out.images[0])
+
+
+def base_pipeline(family: str, workspace: Path) -> object:
+    fam = get_family(family)
+    return fam.validation_pipeline(fam.load(resolve_model_path(f"tiny:{family}", workspace)))
+
+
+# qwen_image: its validation pipeline is the family's own subclass, which merged/'s
+# model_index.json must not name (DiffusionPipeline could not load it).
+@pytest.mark.parametrize("family", ["sd15", "flux", "qwen_image"])
+def test_merged_folder_draws_what_base_plus_lora_draws(family: str, tmp_path: Path,
+                                                        tiny_workspace: Path):
+    from diffusers import DiffusionPipeline
+
+    run = make_run(tmp_path, tiny_workspace, family)
+    merged = ops.merge_run(run, tiny_workspace)
+    assert merged == run / "merged" and (merged / "model_index.json").exists()
+    assert not list(merged.rglob("*lora*"))  # fused: no adapter layers or files left
+
+    pipe = base_pipeline(family, tiny_workspace)
+    base = image(pipe, family)
+    pipe.load_lora_weights(str(run / "lora"))
+    with_lora = image(pipe, family)
+    from_merged = image(DiffusionPipeline.from_pretrained(str(merged),
+                                                          local_files_only=True), family)
+    assert (with_lora - base).abs().max() > 1e-2  # the LoRA changes the picture
+    assert torch.allclose(from_merged, with_lora, atol=2e-4), \
+        (from_merged - with_lora).abs().max()
+
+
+def test_lora_scale_zero_merges_to_the_base(tmp_path: Path, tiny_workspace: Path):
+    from diffusers import DiffusionPipeline
+
+    run = make_run(tmp_path, tiny_workspace, "sd15")
+    merged = ops.merge_run(run, tiny_workspace, lora_scale=0.0)
+    base = image(base_pipeline("sd15", tiny_workspace), "sd15")
+    got = image(DiffusionPipeline.from_pretrained(str(merged), local_files_only=True), "sd15")
+    assert torch.allclose(got, base, atol=2e-4)
+
+
+def _cli(run: Path, workspace: Path, *extra: str) -> int:
+    from app import main
+
+    return main(["--no-ui", "--workspace", str(workspace), "--config",
+                 str(run / "config.toml"), "--stage", "merge", *extra])
+
+
+def test_cli_merges_once_then_refuses_to_overwrite(tmp_path: Path, tiny_workspace: Path,
+                                                   capsys: pytest.CaptureFixture[str]):
+    run = make_run(tmp_path, tiny_workspace, "sd15")
+    assert _cli(run, tiny_workspace) == 0
+    assert f"merged model (base + LoRA at scale 1): {run / 'merged'}" in capsys.readouterr().out
+    stamp = (run / "merged" / "model_index.json").stat().st_mtime_ns
+    assert _cli(run, tiny_workspace, "--set", "merge.lora_scale=0.5") == 2
+    err = capsys.readouterr().err
+    assert f"{run / 'merged'} exists already; nothing was overwritten" in err
+    assert (run / "merged" / "model_index.json").stat().st_mtime_ns == stamp
+
+
+def test_cli_refuses_a_run_without_a_final_lora(tmp_path: Path, tiny_workspace: Path,
+                                                capsys: pytest.CaptureFixture[str]):
+    run = make_run(tmp_path, tiny_workspace, "sd15", lora=False)
+    assert _cli(run, tiny_workspace) == 2
+    err = capsys.readouterr().err
+    assert f"the run in {run} has no final LoRA" in err and "Traceback" not in err
+    assert not (run / "merged").exists()
+    empty = tmp_path / "elsewhere"
+    with pytest.raises(ops.OpError, match=f"{empty} holds no run"):
+        ops.merge_run(empty, tiny_workspace)
+
+
+@pytest.mark.slow
+def test_runs_tab_merge_button_merges_then_refuses_beside_the_button(tmp_path: Path):
+    """In Chromium: the Runs tab's button merges the chosen run; a second click is
+    refused in the message beside it (merged/ is kept), not in an error toast."""
+    import time
+
+    from playwright.sync_api import sync_playwright
+    from test_ui_support import CHROMIUM_ARGS, chromium, running_app
+
+    from core.runs.registry import RunRecord, register_run
+    from core.runs.status import write_status
+
+    executable = chromium()
+    workspace = tmp_path / "ws"
+    run = make_run(workspace, workspace, "sd15")
+    write_status(run, state="done", step=10, max_steps=10)
+    register_run(workspace, RunRecord(str(run.resolve()), started_at=time.time()))
+    message = "document.querySelector('#runs-merge-message').innerText"
+    with running_app(workspace) as (_ctx, url), sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page.set_default_timeout(120_000)
+        try:
+            page.goto(url)
+            page.get_by_role("tab", name="Runs").click()
+            page.wait_for_function("document.querySelector('#runs-table').innerText"
+                                   ".includes('runs/run')")
+            page.click("#runs-merge")
+            page.wait_for_function(f"{message}.includes('merged (base + LoRA')")
+            assert "runs/run/merged, a diffusers folder" in page.inner_text(
+                "#runs-merge-message")
+            assert (run / "merged" / "model_index.json").exists()
+            page.click("#runs-merge")
+            page.wait_for_function(f"{message}.includes('exists already')")
+            text = page.inner_text("#runs-merge-message")
+            assert "runs/run/merged exists already; nothing was overwritten" in text, text
+            assert page.locator(".toast-body").count() == 0
+        finally:
+            page.screenshot(path=str(tmp_path / "merge.png"), full_page=True)
+            browser.close()
+
+
+def test_merge_refuses_a_live_run_and_a_full_fine_tune(tmp_path: Path, tiny_workspace: Path):
+    from core.runs.status import write_status
+
+    run = make_run(tmp_path / "live", tiny_workspace, "sd15")
+    write_status(run, state="running", step=3, max_steps=10)
+    with pytest.raises(ops.OpError, match=f"the run in {run} is running; merge it once"):
+        ops.merge_run(run, tiny_workspace)
+    full = make_run(tmp_path / "full", tiny_workspace, "sd15", lora=False)
+    (full / "model").mkdir()
+    with pytest.raises(ops.OpError, match="is a full fine-tune"):
+        ops.merge_run(full, tiny_workspace)
+    assert not (run / "merged").exists() and not (full / "merged").exists()

@@ -151,3 +151,21 @@ def test_resume_continues_exactly_the_uninterrupted_run(tmp_path: Path, tiny_wor
     lora = _sorted_values(run / "lora" / "step_000002" / "pytorch_lora_weights.safetensors")
     trained = _sorted_values(run / "checkpoints" / "step_000002" / "trainable.safetensors")
     assert torch.equal(lora, trained) == (optimizer != "adamw_schedulefree")
+
+
+def test_check_says_which_package_a_missing_optimizer_needs(monkeypatch) -> None:
+    """`--stage check` names the package (pytorch-optimizer) before a run would fail on it;
+    the package is installed here, so its absence is simulated."""
+    import importlib.util
+
+    from core.check import optimizer_problems
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "pytorch_optimizer" else real(name, *a))
+    cfg = Config()
+    cfg.train.optimizer = "lion"
+    [problem] = optimizer_problems(cfg)
+    assert problem.where == "train.optimizer" and "pip install pytorch-optimizer" in problem.message
+    cfg.train.optimizer = "adafactor"  # transformers, which is there
+    assert optimizer_problems(cfg) == []

@@ -146,9 +146,18 @@ def optimizer_problems(cfg: Config) -> list[Problem]:
     imports it only after loading the model)."""
     from importlib.util import find_spec
 
-    if cfg.train.optimizer == "adamw8bit" and find_spec("bitsandbytes") is None:
+    from core.train.optimizers import OPTIMIZERS
+
+    name = cfg.train.optimizer
+    spec = OPTIMIZERS.get(name)
+    if spec is None or find_spec(spec.module.split(".")[0]) is not None:
+        return []
+    if name == "adamw8bit":
         return [error("train.optimizer", ADAMW8BIT_MISSING)]
-    return []
+    package = spec.package.split(" ")[0]
+    return [error("train.optimizer", f"\"{name}\" needs the {package} package, which is "
+                                     f"not installed: pip install {package}, or use "
+                                     "optimizer \"adamw\"")]
 
 
 def init_lora_problems(cfg: Config) -> list[Problem]:

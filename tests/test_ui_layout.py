@@ -47,3 +47,21 @@ def test_model_config_sits_beside_model_path_in_the_training_tab(page) -> None:
     assert "f-model-prediction_type" in _ids(advanced)
     shown = set(_ids(train))
     assert {f"f-model-{f.name}" for f in fields(ModelConfig)} <= shown, "every model key"
+
+
+def test_the_optimizer_and_flow_objective_keys_sit_in_advanced_settings(page) -> None:
+    """Issue 26 items 1-2: each new train key is a field of the advanced accordion, and
+    the optimizer dropdown offers every optimizer."""
+    import gradio as gr
+
+    from core.train.optimizers import OPTIMIZER_NAMES
+
+    advanced = next(b for b in _descendants(page) if getattr(b, "elem_id", "") == "advanced")
+    keys = ("optimizer", "optimizer_beta1", "optimizer_beta2", "optimizer_eps",
+            "prodigy_d_coef", "prodigy_safeguard_warmup", "timestep_sampling", "logit_mean",
+            "logit_std", "mode_scale", "flow_shift", "loss_weighting", "guidance")
+    assert {f"f-train-{k}" for k in keys} <= set(_ids(advanced))
+    dropdown = next(c for c in _descendants(advanced)
+                    if getattr(c, "elem_id", "") == "f-train-optimizer")
+    assert isinstance(dropdown, gr.Dropdown)
+    assert [c[0] for c in dropdown.choices] == list(OPTIMIZER_NAMES)

@@ -10,9 +10,11 @@ from typing import Any
 
 from core.config.distributed import distributed_problems
 from core.config.schema import CONFIG_VERSION, FAMILIES, SECTION_TYPES, Config
-from core.models.registry import FLOW_FAMILIES, get_family
+from core.models.objectives import MODE_SCALE
+from core.models.registry import FLOW_FAMILIES, GUIDANCE_FAMILIES, get_family
 from core.models.tiny import tiny_family, tiny_names
 from core.problems import Problem, error
+from core.train.optimizers import OPTIMIZERS, OPTION_DEFAULTS
 
 # ---------------------------------------------------------------- paths
 
@@ -138,6 +140,8 @@ def _check_cross(cfg: Config) -> list[Problem]:
     if cfg.launch.cpu and cfg.train.mixed_precision == "fp16":
         out.append(error("train.mixed_precision", "fp16 does not run on the CPU; use bf16 or no"))
     out += _check_flow_family(cfg)
+    out += _check_flow_objective(cfg)
+    out += _check_optimizer(cfg)
     out += _check_turbo_validation(cfg)
     out += _check_qwen_validation_steps(cfg)
     out += _check_text_options(cfg)
@@ -163,6 +167,73 @@ def _check_flow_family(cfg: Config) -> list[Problem]:
     if cfg.train.noise_offset > 0:
         out.append(error("train.noise_offset", f"{flows} (its noise is not a DDPM "
                                                "schedule's); set it to 0"))
+    return out
+
+
+# train.* keys of the flow objective and their "family default" values.
+FLOW_KEYS = {"timestep_sampling": "auto", "logit_mean": 0.0, "logit_std": 1.0,
+             "mode_scale": MODE_SCALE, "flow_shift": 0.0, "loss_weighting": "auto"}
+
+
+def _check_flow_objective(cfg: Config) -> list[Problem]:
+    """The flow-matching keys on an epsilon/v family (an error naming each), train.guidance
+    on a family without guidance-distilled models, and keys the chosen sampling ignores."""
+    t, family = cfg.train, cfg.model.family
+    out: list[Problem] = []
+    if family not in FLOW_FAMILIES:
+        for key, default in FLOW_KEYS.items():
+            if getattr(t, key) != default:
+                out.append(error(f"train.{key}", f"applies to flow-matching families only "
+                                                 f"({', '.join(FLOW_FAMILIES)}); {family} "
+                                                 f"trains by epsilon/v prediction: set it "
+                                                 f"to {_toml(default)}"))
+    if t.guidance and family not in GUIDANCE_FAMILIES:
+        out.append(error("train.guidance", f"applies to guidance-distilled models only "
+                                           f"({', '.join(GUIDANCE_FAMILIES)} dev); set it to 0 "
+                                           f"for {family}"))
+    if family not in FLOW_FAMILIES or t.timestep_sampling == "auto":
+        return out
+    ignored = {"logit_mean": t.timestep_sampling not in ("logit_normal", "sigmoid"),
+               "logit_std": t.timestep_sampling not in ("logit_normal", "sigmoid"),
+               "mode_scale": t.timestep_sampling != "mode",
+               "flow_shift": t.timestep_sampling == "sigmoid"}
+    for key, unused in ignored.items():
+        if unused and getattr(t, key) != FLOW_KEYS[key]:
+            out.append(Problem("warning", f"train.{key}", f"has no effect with "
+                                                          f"train.timestep_sampling = "
+                                                          f"\"{t.timestep_sampling}\""))
+    return out
+
+
+def _toml(value: Any) -> str:
+    return f'"{value}"' if isinstance(value, str) else f"{value:g}"
+
+
+def _check_optimizer(cfg: Config) -> list[Problem]:
+    """Option keys the chosen optimizer ignores (warnings) and schedule-free's and
+    Prodigy's own rules."""
+    t = cfg.train
+    spec = OPTIMIZERS[t.optimizer] if t.optimizer in OPTIMIZERS else None
+    if spec is None:  # an unknown choice is reported by the section check
+        return []
+    out = [Problem("warning", f"train.{key}", f"has no effect with train.optimizer = "
+                                              f"\"{t.optimizer}\"")
+           for key, default in OPTION_DEFAULTS.items()
+           if key not in spec.keys and getattr(t, key) != default]
+    if t.optimizer == "adamw_schedulefree":
+        if t.ema:
+            out.append(error("train.ema", "with train.optimizer = \"adamw_schedulefree\": "
+                                          "schedule-free already averages the weights it "
+                                          "evaluates and saves; set train.ema = false"))
+        if t.lr_scheduler != "constant":
+            out.append(Problem("warning", "train.lr_scheduler",
+                               f"is \"{t.lr_scheduler}\": adamw_schedulefree replaces the "
+                               "decay schedule; use \"constant\" (warm-up steps still "
+                               "apply)"))
+    if t.optimizer == "prodigy" and t.learning_rate < 0.1:
+        out.append(Problem("warning", "train.learning_rate",
+                           f"is {t.learning_rate:g}: prodigy estimates the step size "
+                           "itself and the rate multiplies it; use about 1.0"))
     return out
 
 

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any, get_type_hints
 
 from core.models.adapters import LORA_KINDS
+from core.models.objectives import LOSS_WEIGHTINGS, MODE_SCALE, TIMESTEP_SAMPLINGS
 from core.models.registry import FAMILY_NAMES as FAMILIES
+from core.train.optimizers import OPTIMIZER_NAMES
 
 CONFIG_VERSION = 1
 CAPTION_STRATEGIES = ("textfile", "filename", "jsonl", "instance_prompt")
@@ -151,8 +153,17 @@ class TrainConfig:
     lr_scheduler: str = _f("constant", label="LR schedule", advanced=True,
                            choices=("constant", "linear", "cosine"))
     lr_warmup_steps: int = _f(0, label="Warm-up steps", min=0, max=10_000_000, advanced=True)
-    optimizer: str = _f("adamw", label="Optimizer", choices=("adamw", "adamw8bit"),
-                        advanced=True, help="adamw8bit needs bitsandbytes.")
+    optimizer: str = _f("adamw", label="Optimizer", choices=OPTIMIZER_NAMES,
+                        advanced=True,
+                        help="adamw (torch); adamw8bit (bitsandbytes, CUDA); prodigy "
+                             "(estimates its own step size: learning_rate is a multiplier, "
+                             "usually 1.0); adafactor (transformers; factored second "
+                             "moments, little memory); lion (one state, sign updates: use "
+                             "a rate 3-10x below AdamW's); came (confidence-guided, "
+                             "factored); adamw_schedulefree (no decay schedule needed: "
+                             "eval, validation and saved weights use its averaged "
+                             "weights). The last four come from pytorch-optimizer; the "
+                             "train.optimizer_* keys set their options.")
     weight_decay: float = _f(0.01, label="Weight decay", min=0.0, max=10.0, advanced=True)
     max_grad_norm: float = _f(1.0, label="Gradient clip norm", min=0.0, max=1e6, advanced=True,
                               help="0 disables clipping.")
@@ -201,6 +212,64 @@ class TrainConfig:
                              "adapter before step 1; its rank and target modules must "
                              "match train.lora_rank and train.lora_targets. Empty starts "
                              "from zero.")
+    # -- Optimizer options and the flow-matching objective (issue 26, items 1 and 2).
+    # 0 / "auto" keeps the optimizer's or the family's own default, so existing configs
+    # train exactly as before.
+    optimizer_beta1: float = _f(0.0, label="Optimizer beta1", min=0.0, max=1.0,
+                                advanced=True,
+                                help="First-moment decay of adamw, adamw8bit, prodigy, "
+                                     "lion, came, adamw_schedulefree (adafactor: turns its "
+                                     "first moment on); 0 keeps the optimizer's default.")
+    optimizer_beta2: float = _f(0.0, label="Optimizer beta2", min=0.0, max=1.0,
+                                advanced=True,
+                                help="Second-moment decay (lion: its update interpolation); "
+                                     "0 keeps the optimizer's default.")
+    optimizer_eps: float = _f(0.0, label="Optimizer epsilon", min=0.0, max=1.0,
+                              advanced=True,
+                              help="adamw, adamw8bit, prodigy, adamw_schedulefree: the "
+                                   "denominator's epsilon; 0 keeps the optimizer's default.")
+    prodigy_d_coef: float = _f(1.0, label="Prodigy d_coef", min=0.0, max=1000.0,
+                               min_exclusive=True, advanced=True,
+                               help="prodigy: scales its estimated step size (below 1 for "
+                                    "a smaller one).")
+    prodigy_safeguard_warmup: bool = _f(False, label="Prodigy safeguard warm-up",
+                                        advanced=True,
+                                        help="prodigy: keep the step-size estimate from "
+                                             "growing too fast during an LR warm-up.")
+    timestep_sampling: str = _f("auto", label="Timestep sampling",
+                                choices=("auto", *TIMESTEP_SAMPLINGS), advanced=True,
+                                help="Flow families: how training noise levels are drawn. "
+                                     "auto: the family's own (logit_normal for sd3, flux, "
+                                     "flux2, chroma; uniform for z_image, qwen_image); "
+                                     "logit_normal (SD3 paper), uniform, mode (SD3 paper's "
+                                     "mode sampling, train.mode_scale), sigmoid (kohya's: "
+                                     "logit-normal, never shifted).")
+    logit_mean: float = _f(0.0, label="Logit-normal mean", min=-10.0, max=10.0,
+                           advanced=True,
+                           help="logit_normal/sigmoid sampling: above 0 trains more at "
+                                "high noise.")
+    logit_std: float = _f(1.0, label="Logit-normal std", min=0.0, max=10.0,
+                          min_exclusive=True, advanced=True,
+                          help="logit_normal/sigmoid sampling: its spread.")
+    mode_scale: float = _f(MODE_SCALE, label="Mode sampling scale", min=-1.0, max=1.75,
+                           advanced=True,
+                           help="mode sampling: above 0 trains more at middle noise, below "
+                                "at the ends (SD3 paper; diffusers' default 1.29).")
+    flow_shift: float = _f(0.0, label="Flow shift", min=0.0, max=100.0, advanced=True,
+                           help="Flow families: shift of the training noise levels, "
+                                "s*t/(1+(s-1)*t), above 1 for more noise. 0: the family's "
+                                "own (the scheduler's shift, e.g. 3 for SD3; none where "
+                                "the scheduler shifts by resolution at inference: flux, "
+                                "flux2, chroma, qwen_image).")
+    loss_weighting: str = _f("auto", label="Loss weighting",
+                             choices=("auto", *LOSS_WEIGHTINGS), advanced=True,
+                             help="Flow families: per-sample loss weights as diffusers' "
+                                  "compute_loss_weighting_for_sd3; auto: the family's "
+                                  "own (none).")
+    guidance: float = _f(0.0, label="Training guidance", min=0.0, max=100.0, advanced=True,
+                         help="Guidance-distilled flux/flux2 (FLUX.1-dev, FLUX.2-dev): the "
+                              "guidance value given to the model in training. 0: the "
+                              "family's own, 1.0 (diffusers' Flux script uses 3.5).")
 
 
 @dataclass

@@ -6,7 +6,11 @@ FlowMatchEulerDiscreteScheduler.timesteps (Flux's predict divides by 1000 again,
 FluxPipeline does).
 
 Sigma sampling (`FlowFamily.timestep_sampling`, see objectives.sample_sigmas):
-"logit_normal" (default, the SD3 paper's) or "uniform". Then the family's static shift:
+"logit_normal" (default, the SD3 paper's), "uniform", "mode" or "sigmoid". A run's
+train.timestep_sampling, logit_mean, logit_std, mode_scale, flow_shift and loss_weighting
+reach the family as `Components.flow` (objectives.FlowTraining); what they leave at "auto"
+or 0 is the family's own default, `flow_settings` resolves both. Then the static shift
+(train.flow_shift, or the family's):
 SD3 uses its scheduler's `shift` (3.0 for SD3 medium), like diffusers' SD3 script, which
 indexes the shifted scheduler sigmas; Flux's scheduler uses dynamic (resolution-dependent)
 shifting at inference, and diffusers' Flux script trains unshifted, so Flux uses shift 1.
@@ -38,7 +42,9 @@ from core.models.lora_files import (
 )
 from core.models.modules import encode_latents, freeze
 from core.models.objectives import (
+    MODE_SCALE,
     SIGMA_EPS,
+    FlowTraining,
     flow_noise_and_target,
     loss_weights,
     sample_sigmas,
@@ -61,6 +67,7 @@ class FlowFamily:
     timestep_sampling = "logit_normal"
     logit_mean = 0.0
     logit_std = 1.0
+    mode_scale = MODE_SCALE
     loss_weighting = "none"
 
     # ------------------------------------------------------------ loading
@@ -174,13 +181,30 @@ class FlowFamily:
             sigmas = sigmas.clamp(SIGMA_EPS, 1.0 - SIGMA_EPS)
         noisy, target = flow_noise_and_target(latents, sigmas, noise)
         return NoiseSample(noisy=noisy, timesteps=sigmas * n_train, target=target,
-                           weights=loss_weights(sigmas, self.loss_weighting))
+                           weights=loss_weights(sigmas, self.flow_settings(c).loss_weighting))
+
+    def flow_settings(self, c: Components) -> FlowTraining:
+        """The run's choices (`c.flow`) with every unset one the family's own: its
+        class attributes and `train_shift`. Every field is set in the result."""
+        run = c.flow if c.flow is not None else FlowTraining()
+
+        def pick(value: Any, default: Any) -> Any:
+            return default if value is None else value
+
+        return FlowTraining(
+            timestep_sampling=run.timestep_sampling or self.timestep_sampling,
+            logit_mean=pick(run.logit_mean, self.logit_mean),
+            logit_std=pick(run.logit_std, self.logit_std),
+            mode_scale=pick(run.mode_scale, self.mode_scale),
+            shift=run.shift or self.train_shift(c),
+            loss_weighting=run.loss_weighting or self.loss_weighting)
 
     def draw_sigmas(self, c: Components, n: int, generator: Any, device: Any) -> Any:
-        """n training sigmas: `timestep_sampling` with the static shift (a family whose
-        training script samples otherwise overrides this)."""
-        return sample_sigmas(n, generator, device, self.timestep_sampling, self.logit_mean,
-                             self.logit_std, self.train_shift(c))
+        """n training sigmas: the run's or family's sampling with the static shift (a
+        family whose training script samples otherwise overrides this)."""
+        s = self.flow_settings(c)
+        return sample_sigmas(n, generator, device, s.timestep_sampling, s.logit_mean,
+                             s.logit_std, s.shift, s.mode_scale)
 
     def check_text_length(self, batch: dict[str, Any], expected: int) -> None:
         """Embeddings always have the fixed length; another means a stale text cache."""

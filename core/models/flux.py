@@ -11,10 +11,18 @@ FluxPipeline._pack_latents, builds img_ids with _prepare_latent_image_ids, and u
 the output, as diffusers' train_dreambooth_lora_flux.py does, so prediction and target
 are both [B, 16, h, w].
 
+Timestep sampling (train.timestep_sampling = "auto"): logit-normal (mean 0, std 1),
+unshifted, where diffusers' train_dreambooth_lora_flux.py defaults to uniform
+(--weighting_scheme none). Kept on purpose: the SD3 paper (Esser et al. 2024, which
+FLUX.1 follows) found logit-normal sampling better than uniform for rectified flow, and
+the trainers most Flux LoRAs come from sample so too (kohya sd-scripts' and SimpleTuner's
+"sigmoid" default, ai-toolkit's); it is also what every earlier run here used. Set
+train.timestep_sampling = "uniform" for the diffusers script's law.
+
 Guidance: guidance-distilled models (FLUX.1-dev, `guidance_embeds=True`) are given the
 guidance value `train_guidance` = 1.0 during training, as ai-toolkit and SimpleTuner
-do for LoRA training (diffusers' script uses 3.5; set the attribute, or a loaded model's
-`Components.guidance`, to change it).
+do for LoRA training (diffusers' script uses 3.5; train.guidance, which sets a loaded
+model's `Components.guidance`, changes it).
 Models without guidance embeddings (FLUX.1-schnell) get None. Validation uses the
 pipeline's default guidance_scale unless the caller passes one.
 

@@ -25,12 +25,14 @@ A cache therefore belongs to one VAE; the model fingerprint already keys it.
 
 Timesteps: FLUX.2's scheduler uses dynamic shifting (at inference `compute_empirical_mu`
 of the image's token count and the step count); the training scripts index the
-scheduler's unshifted training sigmas, so training uses shift 1 (flow.py train_shift),
-with the project's logit-normal or uniform sampling.
+scheduler's unshifted training sigmas, so training uses shift 1 (flow.py train_shift).
+Sampling defaults to logit-normal (mean 0, std 1) where diffusers' FLUX.2 scripts default
+to uniform, for the reasons flux.py gives; train.timestep_sampling = "uniform" gives theirs.
 
 Guidance: follows the transformer config's `guidance_embeds`. FLUX.2-dev is
 guidance-distilled (True): it is given `train_guidance` = 1.0, the value diffusers'
-README_flux2.md passes (`--guidance_scale=1`) for dev and klein. klein (base and
+README_flux2.md passes (`--guidance_scale=1`) for dev and klein (train.guidance changes
+it; the script's own default is 3.5). klein (base and
 distilled) has no guidance embedding (False) and gets None. Validation: klein base uses
 true classifier-free guidance with the empty prompt's embeddings as the negative;
 step-distilled klein (`is_distilled` in model_index.json) and dev ignore it.

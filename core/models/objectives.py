@@ -9,13 +9,22 @@ Flow matching (sd3, flux), the rectified flow of diffusers' train_dreambooth_lor
 and _flux.py:
     noisy  = (1 - sigma) * latents + sigma * noise
     target = noise - latents                (the velocity the transformer predicts)
-with sigma in (0, 1) per item, drawn by `sample_sigmas`:
+with sigma in (0, 1) per item, drawn by `sample_sigmas` (train.timestep_sampling); u is
+drawn as diffusers' training_utils.compute_density_for_timestep_sampling draws it:
 - "logit_normal": sigma = sigmoid(N(logit_mean, logit_std)), the SD3 paper's choice
-  (Esser et al. 2024, "rf/lognorm(0.00, 1.00)"); also kohya's/SimpleTuner's "sigmoid"
-  sampling for Flux. Concentrates training on middle noise levels.
+  (Esser et al. 2024, "rf/lognorm(0.00, 1.00)"). Concentrates training on middle noise.
 - "uniform": sigma ~ U(0, 1), diffusers' Flux script default ("none" weighting scheme).
-then shifted by the family's static shift: sigma' = s*sigma / (1 + (s-1)*sigma), and
-clamped to [1e-3, 1 - 1e-3] so neither the clean nor the pure-noise end is degenerate.
+- "mode": the SD3 paper's mode sampling, u ~ U(0, 1),
+  sigma = 1 - u - mode_scale * (cos^2(pi u / 2) - 1 + u) (scale 1.29 as diffusers).
+- "sigmoid": kohya sd-scripts' and SimpleTuner's name for the logit-normal draw
+  sigmoid(logit_std * N(0, 1) + logit_mean), taken as drawn: never shifted (kohya applies
+  its discrete_flow_shift only to its "shift" sampling).
+then (all but "sigmoid") shifted by the run's or family's static shift:
+sigma' = s*sigma / (1 + (s-1)*sigma), and clamped to [1e-3, 1 - 1e-3] so neither the clean
+nor the pure-noise end is degenerate. diffusers' scripts index their descending sigma
+table with u, so their sigma is about 1 - u: the same law for uniform, mode (symmetric
+about 1/2) and logit_normal at mean 0; with logit_mean > 0 theirs favours low noise and
+this project's (the SD3 paper's convention) high noise.
 `loss_weights` gives diffusers' `compute_loss_weighting_for_sd3` schemes: "none",
 "sigma_sqrt" (sigma^-2) or "cosmap" (2 / (pi * (1 - 2 sigma + 2 sigma^2))); they are the
 flow counterparts of min-SNR, which does not apply to flow matching.
@@ -27,11 +36,27 @@ the same draws whatever device trains.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 SIGMA_EPS = 1e-3
-TIMESTEP_SAMPLINGS = ("logit_normal", "uniform")
+TIMESTEP_SAMPLINGS = ("logit_normal", "uniform", "mode", "sigmoid")
 LOSS_WEIGHTINGS = ("none", "sigma_sqrt", "cosmap")
+MODE_SCALE = 1.29  # diffusers' scripts' --mode_scale default
+
+
+@dataclass(frozen=True)
+class FlowTraining:
+    """A run's flow-matching choices (train.timestep_sampling, ...), kept on the loaded
+    model (`Components.flow`). None means the family's own default (FlowFamily's class
+    attributes and its scheduler's shift)."""
+
+    timestep_sampling: str | None = None
+    logit_mean: float | None = None
+    logit_std: float | None = None
+    mode_scale: float | None = None
+    shift: float | None = None
+    loss_weighting: str | None = None
 
 
 def standard_noise(shape: Any, generator: Any, device: Any) -> Any:
@@ -144,21 +169,35 @@ def shift_sigmas(sigmas: Any, shift: float) -> Any:
 
 def sample_sigmas(n: int, generator: Any = None, device: Any = "cpu",
                   scheme: str = "logit_normal", logit_mean: float = 0.0,
-                  logit_std: float = 1.0, shift: float = 1.0) -> Any:
+                  logit_std: float = 1.0, shift: float = 1.0,
+                  mode_scale: float = MODE_SCALE) -> Any:
     """n sigmas in (0, 1) drawn with `generator` on its own device, then moved."""
+    u = timestep_density(n, generator, device, scheme, logit_mean, logit_std, mode_scale)
+    u = u.clamp(SIGMA_EPS, 1.0 - SIGMA_EPS)
+    if scheme == "sigmoid":  # taken as drawn (see the module docstring)
+        return u.to(device)
+    return shift_sigmas(u, shift).to(device)
+
+
+def timestep_density(n: int, generator: Any = None, device: Any = "cpu",
+                     scheme: str = "logit_normal", logit_mean: float = 0.0,
+                     logit_std: float = 1.0, mode_scale: float = MODE_SCALE) -> Any:
+    """u in [0, 1] as compute_density_for_timestep_sampling draws it (tests compare the
+    two), on the generator's device. logit-normal is randn * std + mean, which equals
+    torch.normal(mean, std) up to rounding and keeps earlier runs' draws."""
     import torch
 
     gen_device = generator.device if generator is not None else device
-    if scheme == "logit_normal":
+    if scheme in ("logit_normal", "sigmoid"):
         normal = torch.randn(n, generator=generator, device=gen_device, dtype=torch.float32)
-        u = torch.sigmoid(normal * logit_std + logit_mean)
-    elif scheme == "uniform":
-        u = torch.rand(n, generator=generator, device=gen_device, dtype=torch.float32)
-    else:
+        return torch.sigmoid(normal * logit_std + logit_mean)
+    if scheme not in ("uniform", "mode"):
         raise ValueError(f"unknown timestep sampling {scheme!r}; use one of "
                          f"{', '.join(TIMESTEP_SAMPLINGS)}")
-    u = u.clamp(SIGMA_EPS, 1.0 - SIGMA_EPS)
-    return shift_sigmas(u, shift).to(device)
+    u = torch.rand(n, generator=generator, device=gen_device, dtype=torch.float32)
+    if scheme == "mode":
+        u = 1 - u - mode_scale * (torch.cos(math.pi * u / 2) ** 2 - 1 + u)
+    return u
 
 
 def loss_weights(sigmas: Any, scheme: str) -> Any | None:

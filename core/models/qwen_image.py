@@ -154,16 +154,20 @@ class QwenImageFamily(FlowFamily):
     # ------------------------------------------------------------ training
 
     def draw_sigmas(self, c: Components, n: int, generator: Any, device: Any) -> Any:
-        """The script's draw: uniform u, then the scheduler's training sigma table
-        indexed by floor(u * num_train_timesteps) (unshifted for dynamic shifting)."""
+        """Uniform (the default): the script's draw, u then the scheduler's training sigma
+        table indexed by floor(u * num_train_timesteps), shifted by the run's flow_shift
+        or the scheduler's static shift (none for dynamic shifting). Any other sampling
+        draws as every flow family does."""
         import torch
 
-        cfg = c.noise_scheduler.config
-        steps = int(cfg.get("num_train_timesteps", 1000))
-        table = torch.linspace(1, steps, steps, dtype=torch.float32).flip(0) / steps
-        if not cfg.get("use_dynamic_shifting", False):
-            shift = float(cfg.get("shift", 1.0))
-            table = shift * table / (1 + (shift - 1) * table)
+        from core.models.objectives import shift_sigmas
+
+        s = self.flow_settings(c)
+        if s.timestep_sampling != "uniform":
+            return super().draw_sigmas(c, n, generator, device)
+        steps = int(c.noise_scheduler.config.get("num_train_timesteps", 1000))
+        table = shift_sigmas(torch.linspace(1, steps, steps, dtype=torch.float32).flip(0)
+                             / steps, s.shift)
         draw_on = generator.device if generator is not None else device
         u = torch.rand(n, generator=generator, device=draw_on, dtype=torch.float32)
         return table[(u * steps).long().cpu()].to(device)

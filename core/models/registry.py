@@ -13,6 +13,9 @@ FAMILY_NAMES: tuple[str, ...] = ("sd15", "sd2", "sdxl", "sd3", "flux", "flux2", 
 # Families trained by flow matching: their target is fixed, so model.prediction_type (the
 # epsilon/v choice of the others) must stay "auto". Each FAMILY's `prediction` agrees.
 FLOW_FAMILIES: tuple[str, ...] = ("sd3", "flux", "flux2", "chroma", "z_image", "qwen_image")
+# Families with guidance-distilled models (FLUX.1-dev, FLUX.2-dev: a guidance embedding
+# given a value in training, train.guidance). Each FAMILY's `train_guidance` agrees.
+GUIDANCE_FAMILIES: tuple[str, ...] = ("flux", "flux2")
 
 
 def list_families() -> list[str]:

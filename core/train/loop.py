@@ -25,6 +25,7 @@ from core.train.checkpoint import (
 )
 from core.train.evaluation import EvalSet, build_eval_set, evaluate
 from core.train.grid import write_validation_grid
+from core.train.optimizers import averaged_weights
 from core.train.report import Reporter
 from core.train.saves import ema_weights, epoch_save_due, save_lora_step
 from core.train.setup import Setup, TrainingError
@@ -162,7 +163,7 @@ class Loop:
             unwrapped = _unwrapped(self.s.components)
             # A trained text encoder re-encodes the eval captions as it is now.
             text = batch_encoder(self.s.family, unwrapped) if self.s.trained_encoders else None
-            with self.acc.autocast():
+            with self.averaged(), self.acc.autocast():
                 result = evaluate(self.s.family, unwrapped, self.eval_set, self.acc.device,
                                   self.s.weight_dtype, text)
             if self.acc.is_main_process:
@@ -181,7 +182,8 @@ class Loop:
                 texts = encode_validation_prompts(self.s.family,
                                                   _unwrapped(self.s.components),
                                                   self.cfg.validation.prompts)
-            with _images_folder(self.run_dir, self.acc.is_main_process) as folder:
+            with self.averaged(), _images_folder(self.run_dir,
+                                                 self.acc.is_main_process) as folder:
                 paths = generate_validation_images(self.s.family, self.s.components,
                                                    self.cfg.validation, folder, step,
                                                    self.acc.device, texts)
@@ -237,33 +239,44 @@ class Loop:
             return
         self.last_lora_step = step
         if self.acc.is_main_process:
-            with ema_weights(self.s.ema, self.s.params):
+            with ema_weights(self.s.ema, self.s.params), self.averaged():
                 files = save_lora_step(self.run_dir, step, self.write_lora)
             self.reporter.lora_saved(step, files)
         self.acc.wait_for_everyone()
 
-    def save_weights(self) -> None:
-        """The trained LoRA (diffusers + kohya formats) or the full model."""
-        denoiser = self.s.base_denoiser
-        if self.sharded:  # gathered by every process; saved from a plain copy
-            from core.train.sharding import full_state, unsharded_copy
+    def averaged(self) -> Any:
+        """A schedule-free optimizer's averaged weights for the duration (eval,
+        validation, every save), its training weights bit for bit after; a no-op for
+        other optimizers (core/train/optimizers.py)."""
+        return averaged_weights(self.s.optimizer, self.s.params)
 
-            state = full_state(denoiser)
+    def save_weights(self) -> None:
+        """The trained LoRA (diffusers + kohya formats) or the full model; a schedule-free
+        optimizer's averaged weights, gathered first when the model is sharded."""
+        with self.averaged():
+            denoiser = self.s.base_denoiser
+            if self.sharded:  # gathered by every process; saved from a plain copy
+                from core.train.sharding import full_state, unsharded_copy
+
+                state = full_state(denoiser)
+                if self.acc.is_main_process:
+                    denoiser = unsharded_copy(self.s.sharded_class, denoiser, state)
             if self.acc.is_main_process:
-                denoiser = unsharded_copy(self.s.sharded_class, denoiser, state)
-        if self.acc.is_main_process:
-            comps = _with_denoiser(_unwrapped(self.s.components), denoiser)
-            if self.cfg.train.method == "lora":
-                files = self.write_lora(RunFolder(self.run_dir).lora)
-                self.reporter.say("LoRA saved: " + ", ".join(str(p) for p in files.values()))
-                if "diffusers" not in files:
-                    self.reporter.say(f"note: {LYCORIS_ONLY_NOTE}")
-            else:
-                pipe = self.s.family.validation_pipeline(comps)
-                model_dir = RunFolder(self.run_dir).model
-                pipe.save_pretrained(str(model_dir), safe_serialization=True)
-                self.reporter.say(f"model saved: {model_dir}")
+                self._save_weights(denoiser)
         self.acc.wait_for_everyone()
+
+    def _save_weights(self, denoiser: Any) -> None:
+        comps = _with_denoiser(_unwrapped(self.s.components), denoiser)
+        if self.cfg.train.method == "lora":
+            files = self.write_lora(RunFolder(self.run_dir).lora)
+            self.reporter.say("LoRA saved: " + ", ".join(str(p) for p in files.values()))
+            if "diffusers" not in files:
+                self.reporter.say(f"note: {LYCORIS_ONLY_NOTE}")
+        else:
+            pipe = self.s.family.validation_pipeline(comps)
+            model_dir = RunFolder(self.run_dir).model
+            pipe.save_pretrained(str(model_dir), safe_serialization=True)
+            self.reporter.say(f"model saved: {model_dir}")
 
     def loss_and_stop(self, losses: list[Any]) -> tuple[float, bool]:
         """The step's mean loss over every process and whether any process was asked to

@@ -145,18 +145,35 @@ def make_optimizer(params: list[Any], cfg: Config, text_params: list[Any] | None
 
 
 def _optimizer(params: Any, cfg: Config) -> Any:
-    import torch
+    """train.optimizer with its option keys (core/train/optimizers.py)."""
+    from core.train.optimizers import OptimizerUnavailable, build_optimizer
 
-    if cfg.train.optimizer == "adamw8bit":
-        try:
-            import bitsandbytes as bnb
-        except ImportError:
-            raise TrainingError("train.optimizer = \"adamw8bit\" needs bitsandbytes: "
-                                "pip install bitsandbytes (CUDA only), or use \"adamw\"") from None
-        return bnb.optim.AdamW8bit(params, lr=cfg.train.learning_rate,
-                                   weight_decay=cfg.train.weight_decay)
-    return torch.optim.AdamW(params, lr=cfg.train.learning_rate,
-                             weight_decay=cfg.train.weight_decay)
+    try:
+        return build_optimizer(params, cfg.train)
+    except OptimizerUnavailable as exc:
+        raise TrainingError(str(exc)) from None
+
+
+def apply_objective(family: ModelFamily, components: Components, cfg: Config) -> None:
+    """The run's flow-matching choices and training guidance onto the loaded model (the
+    config check has refused them for families they do not apply to). "auto" and 0 stay
+    None: the family's own default."""
+    from core.models.modules import unwrap
+    from core.models.objectives import FlowTraining
+
+    t = cfg.train
+    auto = None if t.timestep_sampling == "auto" else t.timestep_sampling
+    components.flow = FlowTraining(
+        timestep_sampling=auto, logit_mean=t.logit_mean, logit_std=t.logit_std,
+        mode_scale=t.mode_scale, shift=t.flow_shift or None,
+        loss_weighting=None if t.loss_weighting == "auto" else t.loss_weighting)
+    if not t.guidance:
+        return
+    if not getattr(unwrap(components.denoiser).config, "guidance_embeds", False):
+        raise TrainingError(f"train.guidance = {t.guidance:g}, but {cfg.model.path} is not "
+                            f"guidance-distilled (its {family.name} transformer has no "
+                            "guidance embedding); set train.guidance = 0")
+    components.guidance = t.guidance
 
 
 def make_lr_scheduler(optimizer: Any, cfg: Config) -> Any:
@@ -255,6 +272,7 @@ def build_setup(cfg: Config, workspace: Path, accelerator: Any, reporter: Any) -
     memory = MemoryTracker(accelerator.device)
     family, components, datasets, sampler, texts, train_texts = load_and_place(
         cfg, workspace, accelerator, reporter, memory)
+    apply_objective(family, components, cfg)
     base = components.denoiser
     params = add_trainable(family, base, cfg)
     start_from_lora(base, cfg, reporter)

@@ -35,7 +35,13 @@ bench-ui: $(STAMP)
 	$(PY) bench/ui_latency.py
 
 # Needs a CUDA GPU for measured figures; without one it prints the estimates only.
-bench-gpu: $(STAMP)
+# requirements-gpu.txt adds bitsandbytes (nf4, adamw8bit) for the GPU.
+GPU_STAMP := $(VENV)/.installed-gpu-stamp
+$(GPU_STAMP): $(STAMP) requirements-gpu.txt
+	$(PY) -m pip install --disable-pip-version-check -q -r requirements-gpu.txt
+	touch $(GPU_STAMP)
+
+bench-gpu: $(GPU_STAMP)
 	$(PY) bench/gpu_memory.py
 
 clean-venv:

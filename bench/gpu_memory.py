@@ -1,7 +1,7 @@
 """Benchmark: GPU memory of each family's LoRA preset, measured against the goals and
 the estimate `--stage check` prints.
 
-    python bench/gpu_memory.py [--families sd15,sdxl,sd3,flux] [--steps 10]
+    python bench/gpu_memory.py [--families sd15,sdxl,sd3,flux,...] [--steps 10]
                                [--quantize int8|fp8|none] [--out results.json]
                                [--estimate-only] [--workspace DIR] [--keep]
 
@@ -14,8 +14,14 @@ the median interval between step events with nothing else between them.
 
 Goals (peak of the whole run): Flux LoRA 512 px, batch 1, int8, gradient checkpointing
 <= 20 GiB; SDXL LoRA 1024 px, batch 1, bf16 <= 14 GiB; SD1.5 LoRA 512 px, batch 4
-<= 8 GiB; SD3 at its preset's resolution, batch 1: reported only. Without a CUDA GPU only
-the estimates are printed.
+<= 8 GiB; SD3 at its preset's resolution, batch 1: reported only. FLUX.2, Chroma, Z-Image
+and Qwen-Image at their presets' 1024 px, batch 1 (Qwen-Image int8, the others
+unquantized): <= 23 GiB of tensors, what their tests' estimates promise ("fits a 24 GB
+card": an RTX 4090's 24 GiB less the CUDA context and the allocator's slack). Without a
+CUDA GPU only the estimates are printed.
+
+On a GPU machine install requirements-gpu.txt first (`make bench-gpu` does): bitsandbytes,
+for model.quantize = "nf4" and train.optimizer = "adamw8bit".
 """
 
 from __future__ import annotations
@@ -49,13 +55,18 @@ class Case:
     resolution: int | None  # None: the preset's
     batch: int
     goal_gib: float | None  # None: reported only
+    quantized: bool = False  # the preset quantizes its base: --quantize picks the scheme
 
 
 CASES = {
     "sd15": Case("sd15", "sd15-lora", 512, 4, 8.0),
     "sdxl": Case("sdxl", "sdxl-lora", 1024, 1, 14.0),
     "sd3": Case("sd3", "sd3-lora", None, 1, None),
-    "flux": Case("flux", "flux-lora", 512, 1, 20.0),
+    "flux": Case("flux", "flux-lora", 512, 1, 20.0, quantized=True),
+    "flux2": Case("flux2", "flux2-lora", None, 1, 23.0),
+    "chroma": Case("chroma", "chroma-lora", None, 1, 23.0),
+    "z_image": Case("z_image", "z-image-lora", None, 1, 23.0),
+    "qwen_image": Case("qwen_image", "qwen-image-lora", None, 1, 23.0, quantized=True),
 }
 
 
@@ -70,7 +81,7 @@ def overrides(case: Case, steps: int, quantize: str) -> list[str]:
     if case.resolution:  # validation at the training resolution, as a user would
         items += [f"datasets.0.resolution={case.resolution}",
                   f"validation.resolution={case.resolution}"]
-    if case.family == "flux":
+    if case.quantized:
         items.append(f"model.quantize={quantize}")
     return items
 
@@ -171,8 +182,14 @@ def gpu_line() -> str | None:
 
     if not torch.cuda.is_available():
         return None
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:  # requirements-gpu.txt: nf4 and adamw8bit need it
+        bnb = f"bitsandbytes {version('bitsandbytes')}"
+    except PackageNotFoundError:
+        bnb = "no bitsandbytes (pip install -r requirements-gpu.txt)"
     props = torch.cuda.get_device_properties(0)
-    return f"{props.name}, {props.total_memory / GIB:.1f} GiB; torch {torch.__version__}"
+    return f"{props.name}, {props.total_memory / GIB:.1f} GiB; torch {torch.__version__}; {bnb}"
 
 
 def verdict(case: Case, row: dict[str, Any]) -> str:
@@ -214,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated, from {', '.join(CASES)}")
     parser.add_argument("--steps", type=int, default=10, help="training steps per run")
     parser.add_argument("--quantize", choices=("int8", "fp8", "none"), default="int8",
-                        help="model.quantize for flux (the goal is set for int8 or fp8)")
+                        help="model.quantize for the presets that quantize (flux, qwen_image; "
+                             "the goals are set for int8 or fp8)")
     parser.add_argument("--out", type=Path, default=None, help="also write the table as JSON")
     parser.add_argument("--estimate-only", action="store_true",
                         help="no training: the estimates only (runs without a GPU)")

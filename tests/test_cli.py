@@ -7,7 +7,6 @@ import re
 import subprocess
 from pathlib import Path
 
-import pytest
 from conftest import PYTHON, REPO, write_shapes
 
 from core.config import Config, DatasetConfig, save_config
@@ -193,16 +192,19 @@ def test_a_run_without_a_checkpoint_is_not_offered_a_resume(tmp_path: Path, stat
 
 
 def test_adamw8bit_without_bitsandbytes_is_an_error_at_check(tmp_path: Path):
-    from importlib.util import find_spec
-
-    if find_spec("bitsandbytes") is not None:
-        pytest.skip("bitsandbytes is installed here: adamw8bit is usable")
     write_shapes(tmp_path / "data/a", 2)
     cfg = Config(datasets=[DatasetConfig(id="a", images="data/a", vae_cache="cache/a",
                                          resolution=64)])
     save_config(cfg, tmp_path / "run.toml")
-    done = app("--no-ui", "--config", str(tmp_path / "run.toml"), "--workspace", str(tmp_path),
-               "--stage", "check", "--set", "train.optimizer=adamw8bit")
+    # requirements.txt installs bitsandbytes: the app runs here as on a machine without it.
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site/sitecustomize.py").write_text(
+        "import sys\nsys.modules['bitsandbytes'] = None  # find_spec: None; import fails\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    done = subprocess.run([PYTHON, str(REPO / "app.py"), "--no-ui", "--config",
+                           str(tmp_path / "run.toml"), "--workspace", str(tmp_path), "--stage",
+                           "check", "--set", "train.optimizer=adamw8bit"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
     out = done.stdout + done.stderr
     assert "error: train.optimizer:" in out

@@ -215,10 +215,11 @@ def test_a_flux_folder_is_refused_naming_the_family(folder, tmp_path) -> None:
         FLUX.load(str(folder))
 
 
-def test_preset_check_passes_and_fits_a_24gb_card(tmp_path: Path) -> None:
+def test_preset_check_passes_and_its_estimate_fits_24gb(tmp_path: Path) -> None:
     """`--stage check` of presets/chroma-lora.toml on Chroma1-HD's real sizes (random:chroma
     reads the shipped configs, builds nothing): it passes and its estimate, at 1024 px in
-    bf16 without quantization, leaves room on a 24 GB card."""
+    bf16 without quantization, leaves room on a 24 GB card (an estimate, not a
+    measurement: bench/gpu_memory.py measures)."""
     import re
     import subprocess
 

@@ -257,6 +257,7 @@ def test_single_file_is_refused_with_what_to_do(tmp_path: Path) -> None:
 
 
 def test_preset_check_prints_an_estimate_that_fits_24gb(tmp_path: Path) -> None:
+    """The check's estimate, not a measurement (bench/gpu_memory.py measures)."""
     write_shapes(tmp_path / "data/mydata", 2)
     done = subprocess.run(
         [PYTHON, "app.py", "--no-ui", "--workspace", str(tmp_path), "--preset",

@@ -4,6 +4,7 @@ a tenth of the step lines in the UI's log, and no advisories that ask nothing of
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from core.runs.follow import RunFollower
 from core.runs.progress import format_step_line
@@ -77,3 +78,23 @@ def test_library_advisories_are_dropped_and_other_warnings_kept():
     assert handlers[names[0]].seen == ["Could not import module 'Foo'"]
     assert handlers[names[1]].seen == ["a real torchao error"]
     assert len(logging.getLogger(names[0]).filters) == 1
+
+
+def test_bitsandbytes_import_notice_is_dropped():
+    """bitsandbytes (requirements.txt) logs at import, on CPUs with AVX-512 BF16, that an
+    optional hub kernel is missing; the launched programs import it through diffusers."""
+    import subprocess
+    import sys
+
+    code = ("from core.startup import quiet_library_notices\n"
+            "quiet_library_notices()\n"
+            "import logging\n"
+            "logging.getLogger('bitsandbytes.backends.cpu.ops').warning("
+            "'Failed to load CPU gemm_4bit_forward from kernels-community: x')\n"
+            "logging.getLogger('bitsandbytes.backends.cpu.ops').warning('kept')\n"
+            "import bitsandbytes\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    assert "Failed to load CPU gemm_4bit_forward" not in done.stderr
+    assert "kept" in done.stderr

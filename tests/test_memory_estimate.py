@@ -1,7 +1,7 @@
 """The per-GPU memory estimate `--stage check` prints: exact weight, LoRA and optimizer
 bytes from meta-device models (compared with the real tiny models, loaded), the check's
-`memory:` line, no side effects on the workspace, and the full-size Flux figures that
-decide whether a 24 GB card is enough."""
+`memory:` line, no side effects on the workspace, and the full-size Flux figures it
+estimates against a 24 GB card (an estimate: bench/gpu_memory.py measures on a GPU)."""
 
 from __future__ import annotations
 
@@ -285,9 +285,8 @@ def flux_estimate(quantize: str) -> MemoryEstimate:
     return estimate
 
 
-@pytest.mark.skipif(not (full_size_dir("flux") / "model_index.json").is_file(),
-                    reason="core/models/full_size/flux/ has no configs yet")
-def test_flux_dev_needs_more_than_24gb_cards_offer_unless_quantized() -> None:
+def test_flux_dev_estimate_exceeds_24gb_unless_quantized() -> None:
+    """The estimate's figures, not a measurement (bench/gpu_memory.py measures on a GPU)."""
     none, int8 = flux_estimate("none"), flux_estimate("int8")
     frozen = part(none.parts, "frozen weights")
     assert 11.8e9 * 2 < frozen < 12.0e9 * 2  # FLUX.1-dev's 11.9 B parameters in bf16
@@ -299,8 +298,6 @@ def test_flux_dev_needs_more_than_24gb_cards_offer_unless_quantized() -> None:
 # ---------------------------------------------------------------- activation calibration
 
 
-@pytest.mark.skipif(not (full_size_dir("sd15") / "model_index.json").is_file(),
-                    reason="core/models/full_size/sd15/ has no configs yet")
 def test_activation_formula_matches_a_fake_tensor_measurement_of_full_size_sd15() -> None:
     """The calibration of memory_activations.py, pinned on its cheapest case: full-size
     SD1.5 at 512 px, batch 1, no checkpointing (fake tensors: seconds, no memory). The

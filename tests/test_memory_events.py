@@ -7,8 +7,6 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
-
 from core.runs.memory import GIB, MIB, fmt_bytes, format_memory, memory_phases
 from core.train import memory as memory_mod
 from core.train.memory import MEMORY_PHASES, MemoryTracker, host_rss_bytes
@@ -64,7 +62,9 @@ class FakeAllocator:
         self.resets += 1
 
 
-def test_cuda_tracker_splits_peaks_by_interval_and_keeps_the_run_peak(monkeypatch):
+def test_cuda_tracker_on_faked_cuda_counters_splits_peaks_and_keeps_the_run_peak(monkeypatch):
+    """torch.cuda's allocator counters are faked (FakeAllocator): this checks the
+    tracker's bookkeeping, not a GPU's figures (bench/gpu_memory.py measures those)."""
     import torch
 
     fake = FakeAllocator()
@@ -142,7 +142,6 @@ def test_fmt_bytes():
 
 
 def test_the_run_view_shows_the_line_as_the_events_arrive(tmp_path: Path):
-    pytest.importorskip("gradio")
     from core.runs.follow import RunFollower
     from ui.run_views import Following, progress_html
 

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from core.config import Config
 from core.train.setup import TrainingError, make_optimizer
 
 
-@pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is not None,
-                    reason="bitsandbytes is installed here")
-def test_adamw8bit_without_bitsandbytes_says_what_to_do():
+def test_adamw8bit_without_bitsandbytes_says_what_to_do(monkeypatch):
+    import sys
+
     import torch
 
+    monkeypatch.setitem(sys.modules, "bitsandbytes", None)  # as if not installed
     cfg = Config()
     cfg.train.optimizer = "adamw8bit"
     with pytest.raises(TrainingError, match="needs bitsandbytes: pip install bitsandbytes"):

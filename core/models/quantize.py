@@ -94,6 +94,25 @@ def quantize_frozen(module: Any, scheme: str, device: Any) -> None:
         raise ValueError(f"unknown model.quantize {scheme!r}; use none, int8, fp8 or nf4")
 
 
+def quantized_layers(module: Any) -> dict[str, Any]:
+    """What `module` holds now, read from its weights (not from the config): of its
+    quantizable layers (`linear_layers`), how many hold a quantized weight (`quantized`:
+    a torchao tensor subclass or bitsandbytes' Params4bit), and how many of each weight
+    type (`weight_types`). The trainer records it, so a run shows what it trained on."""
+    import torch
+
+    types: dict[str, int] = {}
+    linear = 0
+    for name, child in module.named_modules():
+        if quantizable(name, child):
+            linear += 1
+            kind = type(child.weight)
+            if kind not in (torch.nn.Parameter, torch.Tensor):
+                types[kind.__name__] = types.get(kind.__name__, 0) + 1
+    return {"linear_layers": linear, "quantized": sum(types.values()),
+            "weight_types": dict(sorted(types.items()))}
+
+
 def _quantize_torchao(module: Any, scheme: str, device: Any) -> None:
     """torchao weight-only: int8 or float8_e4m3 weights with one scale per output row,
     dequantized in the forward; peft wraps them as TorchaoLoraLinear."""

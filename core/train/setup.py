@@ -16,7 +16,7 @@ from core.config import Config
 from core.data.sampler import MultiDatasetSampler
 from core.models.loading import resolve_dtype
 from core.models.modules import cast_encoders, move_encoders, release_device_memory
-from core.models.quantize import quantize_frozen
+from core.models.quantize import quantize_frozen, quantized_layers
 from core.startup import load_model, process_group
 from core.train.memory import MemoryTracker
 from core.train.texts import TrainTexts, make_train_texts
@@ -263,9 +263,21 @@ def load_and_place(cfg: Config, workspace: Path, accelerator: Any, reporter: Any
         move_encoders(c, "cpu")
     release_device_memory(accelerator.device)
     quantize_frozen(c.denoiser, cfg.model.quantize, accelerator.device)
+    if cfg.model.quantize != "none":
+        _report_quantized(cfg.model.quantize, c.denoiser, reporter)
     c.denoiser.to(accelerator.device)
     reporter.memory(memory.snapshot("cached"))
     return family, c, datasets, sampler, texts, train_texts
+
+
+def _report_quantized(scheme: str, denoiser: Any, reporter: Any) -> None:
+    """A `quantized` event and a log line: what the denoiser's weights hold after
+    quantize_frozen, counted from the weights themselves."""
+    found = quantized_layers(denoiser)
+    reporter.event("quantized", scheme=scheme, **found)
+    kinds = ", ".join(f"{n} {kind}" for kind, n in found["weight_types"].items()) or "none"
+    reporter.say(f"model.quantize {scheme}: {found['quantized']} of {found['linear_layers']} "
+                 f"linear layers of the denoiser quantized ({kinds})")
 
 
 def build_setup(cfg: Config, workspace: Path, accelerator: Any, reporter: Any) -> Setup:

@@ -7,6 +7,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 from conftest import PYTHON, REPO, write_shapes
 
 from core.config import Config, DatasetConfig, save_config

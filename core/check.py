@@ -137,7 +137,7 @@ def logging_problems(cfg: Config) -> list[Problem]:
 
 
 ADAMW8BIT_MISSING = ("\"adamw8bit\" needs the bitsandbytes package, which is not "
-                     "installed: pip install bitsandbytes (CUDA only), or use "
+                     "installed: pip install bitsandbytes, or use "
                      "optimizer \"adamw\"")
 
 

@@ -38,7 +38,7 @@ class OptimizerSpec:
 
 OPTIMIZERS: dict[str, OptimizerSpec] = {
     "adamw": OptimizerSpec("torch.optim", "AdamW", "torch", (*BETAS, "optimizer_eps")),
-    "adamw8bit": OptimizerSpec("bitsandbytes.optim", "AdamW8bit", "bitsandbytes (CUDA only)",
+    "adamw8bit": OptimizerSpec("bitsandbytes.optim", "AdamW8bit", "bitsandbytes",
                                (*BETAS, "optimizer_eps")),
     "prodigy": OptimizerSpec("pytorch_optimizer", "Prodigy", "pytorch-optimizer",
                              (*BETAS, "optimizer_eps", "prodigy_d_coef",

@@ -13,8 +13,8 @@ import torch
 from safetensors import safe_open
 
 from core.models import loading
-from core.models.chroma import FAMILY as CHROMA
-from core.models.flux import FAMILY as FLUX
+from core.models.families.chroma import FAMILY as CHROMA
+from core.models.families.flux import FAMILY as FLUX
 from core.models.tiny import build_tiny_folder
 
 PROMPTS = ["a red circle on a white ground", "a"]

@@ -18,9 +18,9 @@ import torch
 from safetensors import safe_open
 
 from core.models import loading
-from core.models.flux import FAMILY as FLUX
+from core.models.families.flux import FAMILY as FLUX
+from core.models.families.sd3 import FAMILY as SD3
 from core.models.registry import get_family
-from core.models.sd3 import FAMILY as SD3
 from core.models.tiny import build_tiny_folder
 
 FAMILIES = {"sd3": SD3, "flux": FLUX}

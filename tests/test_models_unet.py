@@ -374,7 +374,7 @@ def test_materialize_reuses_and_replaces_half_builds(workspace, tiny_paths, tmp_
 
 
 def test_crashed_build_leaves_nothing_loadable(tmp_path, monkeypatch) -> None:
-    import core.models.tiny.sd15 as tiny_sd15
+    import core.models.families.sd15.tiny as tiny_sd15
 
     def crash(out_dir: Path, seed: int = 0) -> None:
         (Path(out_dir) / "unet").mkdir(parents=True)

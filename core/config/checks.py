@@ -10,8 +10,9 @@ from typing import Any
 
 from core.config.distributed import distributed_problems
 from core.config.schema import CONFIG_VERSION, FAMILIES, SECTION_TYPES, Config
+from core.models.base import FamilyDefaults
 from core.models.objectives import MODE_SCALE
-from core.models.registry import FLOW_FAMILIES, GUIDANCE_FAMILIES, get_family
+from core.models.registry import families, get_family, list_families
 from core.models.tiny import tiny_family, tiny_names
 from core.problems import Problem, error
 from core.train.optimizers import OPTIMIZERS, OPTION_DEFAULTS
@@ -142,8 +143,7 @@ def _check_cross(cfg: Config) -> list[Problem]:
     out += _check_flow_family(cfg)
     out += _check_flow_objective(cfg)
     out += _check_optimizer(cfg)
-    out += _check_turbo_validation(cfg)
-    out += _check_qwen_validation_steps(cfg)
+    out += _family(cfg).config_problems(cfg)  # the family's own checks
     out += _check_text_options(cfg)
     out += _check_ignored_keys(cfg)
     out += _check_lora_kind(cfg)
@@ -155,9 +155,25 @@ def _check_cross(cfg: Config) -> list[Problem]:
     return out
 
 
+def _family(cfg: Config) -> Any:
+    """The chosen family, or one with the defaults (no checks of its own) where
+    model.family is unknown (a problem reported with the model keys)."""
+    name = cfg.model.family
+    return get_family(name) if name in list_families() else FamilyDefaults()
+
+
+def _names(flags: list[bool]) -> list[str]:
+    """The family names, in order, where `flags` (one per family) is true."""
+    return [f.name for f, flag in zip(families(), flags, strict=True) if flag]
+
+
+def _is_flow(name: str) -> bool:
+    return name in list_families() and get_family(name).prediction == "flow_matching"
+
+
 def _check_flow_family(cfg: Config) -> list[Problem]:
     """Keys of the epsilon/v families that mean nothing to a flow-matching family."""
-    if cfg.model.family not in FLOW_FAMILIES:
+    if not _is_flow(cfg.model.family):
         return []
     out = []
     flows = f"does not apply to {cfg.model.family}, which trains by flow matching"
@@ -180,18 +196,20 @@ def _check_flow_objective(cfg: Config) -> list[Problem]:
     on a family without guidance-distilled models, and keys the chosen sampling ignores."""
     t, family = cfg.train, cfg.model.family
     out: list[Problem] = []
-    if family not in FLOW_FAMILIES:
+    flow_families = _names([f.prediction == "flow_matching" for f in families()])
+    guidance_families = _names([f.train_guidance is not None for f in families()])
+    if family not in flow_families:
         for key, default in FLOW_KEYS.items():
             if getattr(t, key) != default:
                 out.append(error(f"train.{key}", f"applies to flow-matching families only "
-                                                 f"({', '.join(FLOW_FAMILIES)}); {family} "
+                                                 f"({', '.join(flow_families)}); {family} "
                                                  f"trains by epsilon/v prediction: set it "
                                                  f"to {_toml(default)}"))
-    if t.guidance and family not in GUIDANCE_FAMILIES:
+    if t.guidance and family not in guidance_families:
         out.append(error("train.guidance", f"applies to guidance-distilled models only "
-                                           f"({', '.join(GUIDANCE_FAMILIES)} dev); set it to 0 "
+                                           f"({', '.join(guidance_families)} dev); set it to 0 "
                                            f"for {family}"))
-    if family not in FLOW_FAMILIES or t.timestep_sampling == "auto":
+    if family not in flow_families or t.timestep_sampling == "auto":
         return out
     ignored = {"logit_mean": t.timestep_sampling not in ("logit_normal", "sigmoid"),
                "logit_std": t.timestep_sampling not in ("logit_normal", "sigmoid"),
@@ -237,37 +255,15 @@ def _check_optimizer(cfg: Config) -> list[Problem]:
     return out
 
 
-def _check_turbo_validation(cfg: Config) -> list[Problem]:
-    """Z-Image-Turbo is distilled to sample in 8-9 steps without classifier-free
-    guidance (its model card: guidance_scale 0); the validation default of 5 would
-    sample it with guidance, and its images would not show what the LoRA does."""
-    if (cfg.model.family != "z_image" or "turbo" not in cfg.model.path.lower()
-            or cfg.validation.guidance_scale == 0):
-        return []
-    return [Problem("warning", "validation.guidance_scale",
-                    f"is {cfg.validation.guidance_scale:g} for {cfg.model.path}, a Turbo "
-                    "model distilled to sample without guidance: set it to 0 (and "
-                    "validation.steps to 9)")]
-
-
-def _check_qwen_validation_steps(cfg: Config) -> list[Problem]:
-    """Qwen-Image's scheduler stretches its sigmas to end at `shift_terminal`; with one
-    sampling step that stretch divides by zero and the validation image is NaN."""
-    if cfg.model.family != "qwen_image" or not cfg.validation.prompts:
-        return []
-    if cfg.validation.steps >= 2:
-        return []
-    return [error("validation.steps", f"{cfg.validation.steps} sampling step gives NaN images "
-                                      "with Qwen-Image's scheduler; use 2 or more")]
-
-
 def _check_text_options(cfg: Config) -> list[Problem]:
     """train.text_encoder_lora needs CLIP encoders and a LoRA run; keep_tokens needs
     shuffle_tags."""
     out: list[Problem] = []
-    if cfg.train.text_encoder_lora and cfg.model.family in FLOW_FAMILIES:
+    if cfg.train.text_encoder_lora and _is_flow(cfg.model.family):
+        able = _names([f.text_encoder_lora_targets is not None for f in families()])
+        listed = " and ".join([", ".join(able[:-1]), able[-1]] if len(able) > 1 else able)
         out.append(error("train.text_encoder_lora", f"is not supported for "
-                                                    f"{cfg.model.family} (sd15, sd2 and sdxl "
+                                                    f"{cfg.model.family} ({listed} "
                                                     "only); set it to false"))
     elif cfg.train.text_encoder_lora and cfg.train.method != "lora":
         out.append(error("train.text_encoder_lora", "needs train.method = \"lora\"; set "

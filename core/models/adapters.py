@@ -43,8 +43,6 @@ from typing import Any
 LORA_KINDS: tuple[str, ...] = ("lora", "dora", "lokr", "loha")
 # Kinds diffusers' load_lora_weights can load into every family here.
 DIFFUSERS_KINDS: tuple[str, ...] = ("lora", "dora")
-# Families whose diffusers pipeline also loads LoKr (see the module docstring).
-DIFFUSERS_LOKR_FAMILIES: tuple[str, ...] = ("z_image", "flux2")
 LYCORIS_ONLY_NOTE = ("train.lora_kind lokr/loha: diffusers' load_lora_weights cannot load "
                      "this kind into this pipeline (LoKr loads only into Z-Image and FLUX.2, "
                      "LoHa into none), so no pytorch_lora_weights.safetensors is written, only "
@@ -53,7 +51,10 @@ LYCORIS_ONLY_NOTE = ("train.lora_kind lokr/loha: diffusers' load_lora_weights ca
 
 def diffusers_kinds(family: str) -> tuple[str, ...]:
     """The adapter kinds whose diffusers file `family`'s pipeline loads."""
-    return DIFFUSERS_KINDS + (("lokr",) if family in DIFFUSERS_LOKR_FAMILIES else ())
+    from core.models.registry import get_family
+
+    # The family says whether its pipeline loads LoKr (`diffusers_lokr`, module docstring).
+    return DIFFUSERS_KINDS + (("lokr",) if get_family(family).diffusers_lokr else ())
 
 # peft's adapter parameters by kind, as get_peft_model_state_dict names them.
 _PARAMS: dict[str, tuple[str, ...]] = {

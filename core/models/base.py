@@ -75,6 +75,31 @@ class NoiseSample:
     mask: Any | None = None  # [B, 1, H, W] loss mask (datasets.N.masks), or None
 
 
+class FamilyDefaults:
+    """The defaults of the optional family members shared code reads (core/config,
+    core/train, full_size, memory, loading): StableDiffusionFamily and FlowFamily inherit
+    them, and a family sets only those that differ. Shared code reads these members and
+    never a family's name, so a new family folder needs no change outside it."""
+
+    # flux/flux2: guidance value a guidance-distilled model gets in training (None: the
+    # family has no guidance-distilled models, and train.guidance is refused at check).
+    train_guidance: float | None = None
+    # Text tokens the prompt is padded to (T5/Qwen); None where the tokenizer decides.
+    max_sequence_length: int | None = None
+    # Validation hands the pipeline a list of per-prompt embeds (Z-Image), not a tensor.
+    list_prompt_embeds: bool = False
+    # The pipeline keyword validation passes the text mask as (Chroma), or None.
+    pipeline_mask_kwarg: str | None = None
+    # Text-encoder modules train.text_encoder_lora adapts; None: not supported.
+    text_encoder_lora_targets: list[str] | None = None
+    # Whether diffusers' load_lora_weights of this pipeline loads LoKr (core/models/adapters).
+    diffusers_lokr: bool = False
+
+    def config_problems(self, cfg: Any) -> list[Any]:
+        """This family's own checks of a Config at --stage check (Problems)."""
+        return []
+
+
 class ModelFamily(Protocol):
     name: str  # "sd15"
     prediction: str  # "epsilon" | "v_prediction" | "flow_matching"
@@ -82,6 +107,16 @@ class ModelFamily(Protocol):
     # Whether `loss` applies train.min_snr_gamma (the check warns where it is ignored).
     # StableDiffusionFamily says True, FlowFamily False: a family on either inherits it.
     uses_min_snr: bool
+    # Optional members with defaults in FamilyDefaults (see there).
+    train_guidance: float | None
+    max_sequence_length: int | None
+    list_prompt_embeds: bool
+    pipeline_mask_kwarg: str | None
+    text_encoder_lora_targets: list[str] | None
+    diffusers_lokr: bool
+
+    def config_problems(self, cfg: Any) -> list[Any]:
+        """This family's own checks of a Config at --stage check (Problems)."""
 
     def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",
              config: str | None = None) -> Components:

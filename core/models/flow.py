@@ -33,7 +33,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.adapters import adapter_kind, diffusers_kinds
-from core.models.base import Components, NoiseSample
+from core.models.base import Components, FamilyDefaults, NoiseSample
 from core.models.lora_files import (
     adapter_weights,
     base_weights,
@@ -53,7 +53,7 @@ from core.models.objectives import (
 )
 
 
-class FlowFamily:
+class FlowFamily(FamilyDefaults):
     """What SD3 and Flux share; subclasses set the class attributes and the text/predict
     parts. Training knobs are attributes so a trainer may override them per instance."""
 

@@ -1,32 +1,75 @@
-"""Find a model family by name without importing torch until one is used."""
+"""Find a model family by name without importing torch until one is used.
+
+The families are the packages under core/models/families/ (one folder each, see that
+package's docstring), discovered with pkgutil: adding a folder adds a family, and no list
+of names is kept by hand. Importing a family package is cheap (torch, diffusers and
+transformers load inside its functions).
+"""
 
 from __future__ import annotations
 
+import functools
 import importlib
+import pkgutil
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from core.models.base import ModelFamily
 
-FAMILY_NAMES: tuple[str, ...] = ("sd15", "sd2", "sdxl", "sd3", "flux", "flux2", "chroma",
-                                  "z_image", "qwen_image")
-# Families trained by flow matching: their target is fixed, so model.prediction_type (the
-# epsilon/v choice of the others) must stay "auto". Each FAMILY's `prediction` agrees.
-FLOW_FAMILIES: tuple[str, ...] = ("sd3", "flux", "flux2", "chroma", "z_image", "qwen_image")
-# Families with guidance-distilled models (FLUX.1-dev, FLUX.2-dev: a guidance embedding
-# given a value in training, train.guidance). Each FAMILY's `train_guidance` agrees.
-GUIDANCE_FAMILIES: tuple[str, ...] = ("flux", "flux2")
+_PACKAGE = "core.models.families"
+
+
+@functools.cache
+def _modules() -> dict[str, ModuleType]:
+    """Every family package by name, in ORDER (then name). The packages only declare
+    ORDER and import their family.py on first use of FAMILY, so this imports nothing else
+    (core.config.schema reads the names while core.config is being imported)."""
+    package = importlib.import_module(_PACKAGE)
+    names = sorted({m.name for m in pkgutil.iter_modules(package.__path__) if m.ispkg})
+    modules = {name: importlib.import_module(f"{_PACKAGE}.{name}") for name in names}
+    return dict(sorted(modules.items(), key=lambda kv: (getattr(kv[1], "ORDER", 1000),
+                                                        kv[0])))
 
 
 def list_families() -> list[str]:
-    """Every family name, in display order (no heavy import)."""
-    return list(FAMILY_NAMES)
+    """Every family name, in display order."""
+    return list(_modules())
+
+
+def family_module(name: str) -> ModuleType:
+    """The package core.models.families.<name> (its folder is `family_folder`)."""
+    modules = _modules()
+    if name not in modules:
+        raise ValueError(f"unknown model family {name!r}; choose one of "
+                         f"{', '.join(modules)}")
+    return modules[name]
 
 
 def get_family(name: str) -> ModelFamily:
-    """The `FAMILY` object of core.models.<name>; imports that module on first use."""
-    if name not in FAMILY_NAMES:
-        raise ValueError(f"unknown model family {name!r}; choose one of "
-                         f"{', '.join(FAMILY_NAMES)}")
-    module = importlib.import_module(f"core.models.{name}")
-    return module.FAMILY
+    """The `FAMILY` object of core.models.families.<name> (imports its family.py)."""
+    family = family_module(name).FAMILY
+    if family.name != name:
+        raise RuntimeError(f"core/models/families/{name}: FAMILY.name is {family.name!r}, "
+                           f"not its folder's name {name!r}; make them the same")
+    return family
+
+
+def families() -> list[ModelFamily]:
+    """Every FAMILY, in display order."""
+    return [get_family(name) for name in _modules()]
+
+
+def __getattr__(attr: str) -> tuple[str, ...]:
+    """FAMILY_NAMES, FLOW_FAMILIES and GUIDANCE_FAMILIES, computed from the families on
+    first use (a module attribute, so `from registry import FAMILY_NAMES` works)."""
+    if attr == "FAMILY_NAMES":
+        return tuple(list_families())
+    # Trained by flow matching: their target is fixed, so model.prediction_type (the
+    # epsilon/v choice of the others) must stay "auto".
+    if attr == "FLOW_FAMILIES":
+        return tuple(f.name for f in families() if f.prediction == "flow_matching")
+    # Guidance-distilled models (a guidance embedding given train.guidance in training).
+    if attr == "GUIDANCE_FAMILIES":
+        return tuple(f.name for f in families() if f.train_guidance is not None)
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")

@@ -109,7 +109,7 @@ def add_text_encoder_lora(family: ModelFamily, components: Components, cfg: Conf
 
     if not cfg.train.text_encoder_lora:
         return []
-    targets = getattr(family, "text_encoder_lora_targets", None)
+    targets = family.text_encoder_lora_targets
     if not targets:  # the config check refuses this first; a clear error all the same
         raise TrainingError(f"train.text_encoder_lora is not supported for "
                             f"{family.name}; set it to false")

@@ -60,8 +60,8 @@ def encode_validation_prompts(family: ModelFamily, components: Components,
     encoded = [{k: v.detach().cpu() for k, v in item.items()}
                for item in family.encode_prompts(components, [*prompts, ""])]
     return ValidationTexts(prompts=encoded[:-1], negative=encoded[-1],
-                           as_list=bool(getattr(family, "list_prompt_embeds", False)),
-                           mask_kwarg=getattr(family, "pipeline_mask_kwarg", None))
+                           as_list=family.list_prompt_embeds,
+                           mask_kwarg=family.pipeline_mask_kwarg)
 
 
 def generate_validation_images(family: ModelFamily, components: Components,

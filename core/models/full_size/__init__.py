@@ -1,7 +1,8 @@
 """Full-size architectures with random weights: `random:<family>` in model.path.
 
-<family>/ holds the real model's configs in diffusers-folder layout (model_index.json,
-<component>/config.json, scheduler/scheduler_config.json), no weights.
+core/models/families/<family>/full_size/ holds the real model's configs in diffusers-folder
+layout (model_index.json, <component>/config.json, scheduler/scheduler_config.json), no
+weights.
 """
 
 from __future__ import annotations
@@ -12,5 +13,7 @@ RANDOM_PREFIX = "random:"
 
 
 def full_size_dir(family: str) -> Path:
-    """The folder of configs for random:<family>."""
-    return Path(__file__).parent / family
+    """The folder of configs for random:<family>: full_size/ in the family's folder."""
+    from core.models.registry import family_module
+
+    return Path(family_module(family).__file__).parent / "full_size"

@@ -15,21 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from core.models.full_size import RANDOM_PREFIX, full_size_dir
-from core.models.registry import FAMILY_NAMES
+from core.models.registry import get_family, list_families
 from core.problems import Problem, error
 
-# model_index.json `_class_name` of each family's real checkpoint (diffusers' pipelines).
-PIPELINE_CLASSES = {
-    "sd15": "StableDiffusionPipeline",
-    "sd2": "StableDiffusionPipeline",
-    "sdxl": "StableDiffusionXLPipeline",
-    "sd3": "StableDiffusion3Pipeline",
-    "flux": "FluxPipeline",
-    "z_image": "ZImagePipeline",
-    "chroma": "ChromaPipeline",
-    "qwen_image": "QwenImagePipeline",
-    "flux2": "Flux2KleinPipeline",
-}
 MODEL_PREFIXES = ("unet", "transformer", "vae", "text_encoder")
 
 
@@ -44,10 +32,10 @@ def random_family(path: str) -> str | None:
 
 
 def require_family(family: str) -> None:
-    if family not in FAMILY_NAMES:
+    if family not in list_families():
         raise FullSizeConfigError(
             f"unknown model 'random:{family}'; choose one of "
-            + ", ".join(RANDOM_PREFIX + f for f in FAMILY_NAMES))
+            + ", ".join(RANDOM_PREFIX + f for f in list_families()))
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -96,18 +84,20 @@ def check_random_source(path: str, family: str, where: str = "model.path") -> li
     name = random_family(path)
     if name is None:
         return []
-    if name not in FAMILY_NAMES:
+    if name not in list_families():
         return [error(where, f"{path} names an unknown family {name!r}; use one of "
-                      + ", ".join(RANDOM_PREFIX + f for f in FAMILY_NAMES))]
+                      + ", ".join(RANDOM_PREFIX + f for f in list_families()))]
     if name != family:
         return [error(where, f"{path} is a {name} model but model.family is {family}; "
                       f"use {RANDOM_PREFIX}{family}")]
     try:
         index = model_index(name)
-        if index.get("_class_name") != PIPELINE_CLASSES[name]:
+        # The real checkpoint's pipeline: the family's own (flux2: klein's).
+        expected = get_family(name).pipeline_class_name
+        if index.get("_class_name") != expected:
             raise FullSizeConfigError(f"{full_size_dir(name)}/model_index.json names "
                                       f"{index.get('_class_name')!r}, not "
-                                      f"{PIPELINE_CLASSES[name]}")
+                                      f"{expected}")
         for component in (*model_components(name), "scheduler"):
             component_config(name, component)
     except FullSizeConfigError as exc:

@@ -4,7 +4,7 @@ them like any diffusers folder.
 
 - materialize.py: `resolve_model_path("tiny:sd15", workspace)` builds a workspace's
   tiny model once (atomically, under a lock) and returns its folder.
-- <family>.py: `build(out_dir, seed)`, one per family in registry.FAMILY_NAMES, found by
+- core/models/families/<family>/tiny.py: `build(out_dir, seed)`, one per family, found by
   `tiny_builder(family)`.
 - shapes/: `tiny:sd15-shapes`, the demo's base: the tiny SD1.5 with trained weights
   (weights.safetensors, made by shapes/pretrain.py), so the demo shows what it learned.

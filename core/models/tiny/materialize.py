@@ -1,6 +1,6 @@
 """Tiny models, built offline once per workspace: `tiny:<name>` in model.path.
 
-Each family has a random one, `tiny:<family>` (core/models/tiny/<family>.py), which the
+Each family has a random one, `tiny:<family>` (core/models/families/<family>/tiny.py), which the
 tests use; `TRAINED_TINY` adds trained ones of a family, such as the demo's
 `tiny:sd15-shapes`, whose committed weights the build loads.
 
@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from core.models.registry import FAMILY_NAMES
+from core.models.registry import list_families
 
 TINY_PREFIX = "tiny:"
 TINY_SEED = 0
@@ -39,12 +39,12 @@ TRAINED_TINY = {"sd15-shapes": ("sd15", "core.models.tiny.shapes")}
 
 def tiny_names() -> list[str]:
     """Every name `tiny:<name>` accepts."""
-    return [*FAMILY_NAMES, *TRAINED_TINY]
+    return [*list_families(), *TRAINED_TINY]
 
 
 def tiny_family(name: str) -> str | None:
     """The family of the tiny model `name` (None for an unknown name)."""
-    if name in FAMILY_NAMES:
+    if name in list_families():
         return name
     return TRAINED_TINY[name][0] if name in TRAINED_TINY else None
 
@@ -53,7 +53,7 @@ def tiny_builder(name: str) -> Callable[[Path, int], None]:
     """The `build(out_dir, seed)` of the tiny model's module, imported on first use
     (torch and diffusers load only then)."""
     _require_known(name)
-    module = TRAINED_TINY[name][1] if name in TRAINED_TINY else f"core.models.tiny.{name}"
+    module = TRAINED_TINY[name][1] if name in TRAINED_TINY else f"core.models.families.{name}.tiny"
     return importlib.import_module(module).build
 
 

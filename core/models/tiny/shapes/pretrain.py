@@ -93,7 +93,7 @@ def train_vae(s: PretrainSettings) -> Any:
     import torch
     import torch.nn.functional as F
 
-    from core.models.tiny.sd15 import SD_VAE_SCALING
+    from core.models.families.sd15.tiny import SD_VAE_SCALING
     from core.models.tiny.vae import tiny_vae
 
     torch.manual_seed(s.seed + 1)
@@ -159,7 +159,7 @@ def reuse_vae(path: Path, s: PretrainSettings) -> Any:
     these VAE settings (the metadata must keep describing the file)."""
     import torch
 
-    from core.models.tiny.sd15 import SD_VAE_SCALING
+    from core.models.families.sd15.tiny import SD_VAE_SCALING
     from core.models.tiny.shapes import load_weights
     from core.models.tiny.vae import tiny_vae
 
@@ -219,7 +219,7 @@ def train_unet(s: PretrainSettings, latents: Any, captions: list[str],
     import torch
     import torch.nn.functional as F
 
-    from core.models.tiny.sd15 import tiny_unet
+    from core.models.families.sd15.tiny import tiny_unet
     from core.models.tiny.shapes import zero_snr_scheduler
 
     torch.manual_seed(s.seed)

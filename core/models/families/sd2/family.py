@@ -10,7 +10,7 @@ StableDiffusionFamily's; `_check_loaded` there tells SD1 from SD2 by the text wi
 
 from __future__ import annotations
 
-from core.models.sd15 import StableDiffusionFamily
+from core.models.families.sd15.family import StableDiffusionFamily
 
 
 class StableDiffusion2Family(StableDiffusionFamily):

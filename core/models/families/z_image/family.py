@@ -58,6 +58,7 @@ FEED_FORWARD = ["feed_forward.w1", "feed_forward.w2", "feed_forward.w3"]
 
 class ZImageFamily(FlowFamily):
     name = "z_image"
+    diffusers_lokr = True  # its pipeline loads LoKr files (core/models/adapters.py)
     text_encoder_count = 1
     pipeline_class_name = "ZImagePipeline"
     max_sequence_length = 512
@@ -178,6 +179,20 @@ class ZImageFamily(FlowFamily):
             vae=c.vae, text_encoder=c.text_encoders[0], tokenizer=c.tokenizers[0])
         pipe.set_progress_bar_config(disable=True)
         return pipe
+
+
+    def config_problems(self, cfg: Any) -> list[Any]:
+        """Z-Image-Turbo is distilled to sample in 8-9 steps without classifier-free
+        guidance (its model card: guidance_scale 0); the validation default of 5 would
+        sample it with guidance, and its images would not show what the LoRA does."""
+        from core.problems import Problem
+
+        if "turbo" not in cfg.model.path.lower() or cfg.validation.guidance_scale == 0:
+            return []
+        return [Problem("warning", "validation.guidance_scale",
+                        f"is {cfg.validation.guidance_scale:g} for {cfg.model.path}, a Turbo "
+                        "model distilled to sample without guidance: set it to 0 (and "
+                        "validation.steps to 9)")]
 
 
 FAMILY = ZImageFamily()

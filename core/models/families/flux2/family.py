@@ -71,6 +71,7 @@ LORA_EXTRA = ["attn.add_k_proj", "attn.add_q_proj", "attn.add_v_proj", "attn.to_
 
 class Flux2Family(FlowFamily):
     name = "flux2"
+    diffusers_lokr = True  # its pipeline loads LoKr files (core/models/adapters.py)
     text_encoder_count = 1
     pipeline_class_name = KLEIN  # save_lora_weights: both pipelines share Flux2LoraLoaderMixin
     max_sequence_length = 512
@@ -251,7 +252,7 @@ class Flux2Family(FlowFamily):
         FLUX.2 (a Flux model there) maps through flux_to_diffusers, q/k/v as slices of the
         fused weight (see flux2_lora.py)."""
         from core.models.adapters import adapter_kind
-        from core.models.flux2_lora import save_bfl_lora
+        from core.models.families.flux2.lora import save_bfl_lora
 
         if adapter_kind(config) == "lora":
             return save_bfl_lora(peft_sd, config, path)

@@ -211,4 +211,15 @@ class QwenImageFamily(FlowFamily):
         return pipe
 
 
+    def config_problems(self, cfg: Any) -> list[Any]:
+        """Qwen-Image's scheduler stretches its sigmas to end at `shift_terminal`; with one
+        sampling step that stretch divides by zero and the validation image is NaN."""
+        from core.problems import error
+
+        if not cfg.validation.prompts or cfg.validation.steps >= 2:
+            return []
+        return [error("validation.steps", f"{cfg.validation.steps} sampling step gives NaN "
+                                          "images with Qwen-Image's scheduler; use 2 or more")]
+
+
 FAMILY = QwenImageFamily()

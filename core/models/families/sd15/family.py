@@ -21,7 +21,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.adapters import DIFFUSERS_KINDS, adapter_kind
-from core.models.base import Components, NoiseSample
+from core.models.base import Components, FamilyDefaults, NoiseSample
 from core.models.lora_files import (
     adapter_weights,
     base_weights,
@@ -44,7 +44,7 @@ LORA_TARGETS_EXTRA = ["conv1", "conv2", "conv_shortcut", "time_emb_proj", "proj_
                       "ff.net.0.proj", "ff.net.2"]
 
 
-class StableDiffusionFamily:
+class StableDiffusionFamily(FamilyDefaults):
     """SD 1.x; subclasses change the class attributes and override what differs."""
 
     name = "sd15"

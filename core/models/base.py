@@ -81,6 +81,7 @@ class FamilyDefaults:
     them, and a family sets only those that differ. Shared code reads these members and
     never a family's name, so a new family folder needs no change outside it."""
 
+    name: str = ""
     # flux/flux2: guidance value a guidance-distilled model gets in training (None: the
     # family has no guidance-distilled models, and train.guidance is refused at check).
     train_guidance: float | None = None
@@ -94,6 +95,41 @@ class FamilyDefaults:
     text_encoder_lora_targets: list[str] | None = None
     # Whether diffusers' load_lora_weights of this pipeline loads LoKr (core/models/adapters).
     diffusers_lokr: bool = False
+    # Memory estimate (core/models/memory.py): text tokens attended beside the padded
+    # max_sequence_length (SD3's CLIP tokens), and the latent patch the family packs
+    # itself before the transformer (Flux-style 2x2 packing: 2; its configs say 1).
+    extra_text_tokens: int = 0
+    latent_packing: int = 1
+    # A transformer config the MMDiT activation formula cannot read as is: a staticmethod
+    # config -> (MMDiT-shaped config, patch size) (Z-Image), or None.
+    activation_layout: Any = None
+    # random:<family> (core/models/full_size/build.py): the scheduler class training
+    # uses (None: the one model_index.json names) and the CLIP tokenizers that pad with
+    # "!" as OpenCLIP's do in the real model (the others pad with end-of-text).
+    train_scheduler: str | None = None
+    bang_padded_tokenizers: tuple[str, ...] = ()
+
+    # Original-format single files (core/models/loading.py): key fragments that mark this
+    # family's checkpoints, and the order families are tried in (lower first: the most
+    # specific, whose keys include another family's). model_index.json `_class_name`
+    # prefix of its diffusers pipelines ("" : none).
+    single_file_markers: tuple[str, ...] = ()
+    single_file_rank: int = 100
+    pipeline_prefix: str = ""
+
+    def single_file_problems(self, config: str, prediction_type: str) -> list[Any]:
+        """--stage check of a usable single-file model.path of this family: warnings
+        about what diffusers' default configs for it mean (Problems)."""
+        return []
+
+    def random_qwen_tokenizer(self, folder: Path) -> Any:
+        """random:<family>: the tiny Qwen tokenizer (and template) of a family whose real
+        model has a Qwen2 tokenizer, written to `folder` and loaded."""
+        raise NotImplementedError(f"{self.name}: no tiny Qwen tokenizer for random:")
+
+    def random_settings(self, c: Components) -> None:
+        """random:<family>: the per-family Components settings `load` would set (a random
+        model is built without a pipeline)."""
 
     def config_problems(self, cfg: Any) -> list[Any]:
         """This family's own checks of a Config at --stage check (Problems)."""
@@ -114,6 +150,20 @@ class ModelFamily(Protocol):
     pipeline_mask_kwarg: str | None
     text_encoder_lora_targets: list[str] | None
     diffusers_lokr: bool
+    extra_text_tokens: int
+    latent_packing: int
+    activation_layout: Any
+    train_scheduler: str | None
+    bang_padded_tokenizers: tuple[str, ...]
+    single_file_markers: tuple[str, ...]
+    single_file_rank: int
+    pipeline_prefix: str
+
+    def single_file_problems(self, config: str, prediction_type: str) -> list[Any]: ...
+
+    def random_qwen_tokenizer(self, folder: Path) -> Any: ...
+
+    def random_settings(self, c: Components) -> None: ...
 
     def config_problems(self, cfg: Any) -> list[Any]:
         """This family's own checks of a Config at --stage check (Problems)."""

@@ -70,6 +70,12 @@ class FlowFamily(FamilyDefaults):
     mode_scale = MODE_SCALE
     loss_weighting = "none"
 
+    def random_settings(self, c: Components) -> None:
+        """What `_components_from_pipeline` sets: the text length and, for a
+        guidance-distilled family, the guidance value."""
+        c.max_sequence_length = self.max_sequence_length
+        c.guidance = self.train_guidance
+
     # ------------------------------------------------------------ loading
 
     def _pipeline_class(self) -> Any:

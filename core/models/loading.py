@@ -29,36 +29,6 @@ SourceKind = Literal["folder", "file", "hub"]
 # A hub id is "owner/name" (an optional "@revision" is not supported by from_pretrained).
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
-# Telltale key fragments of original-format (A1111/ComfyUI) single-file checkpoints,
-# most specific first: SDXL also has the SD UNet keys, Flux/SD3 have neither; Chroma has
-# Flux's block names plus its approximator (diffusers' own "chroma" detection key).
-_FAMILY_KEY_MARKERS: tuple[tuple[str, str], ...] = (
-    ("distilled_guidance_layer.", "chroma"),
-    ("single_stream_modulation.", "flux2"),  # FLUX.2 (before flux: it has double_blocks too)
-    ("double_blocks.", "flux"),
-    ("joint_blocks.", "sd3"),
-    # Z-Image's main blocks modulate with adaLN_modulation.0 (Lumina2's, alike otherwise,
-    # with .1), in both its original and diffusers layouts.
-    ("layers.0.adaLN_modulation.0.weight", "z_image"),
-    ("txt_norm.", "qwen_image"),  # Qwen-Image's text RMSNorm (diffusers and ComfyUI names)
-    ("conditioner.embedders.1", "sdxl"),
-    ("cond_stage_model.model.", "sd2"),
-    ("cond_stage_model.transformer.", "sd15"),
-)
-
-# model_index.json `_class_name` prefixes of the diffusers pipelines each family uses.
-_PIPELINE_FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("StableDiffusionXL", ("sdxl",)),
-    ("StableDiffusion3", ("sd3",)),
-    ("Flux2", ("flux2",)),  # before "Flux", which it starts with
-    ("Flux", ("flux",)),
-    ("ZImage", ("z_image",)),
-    ("Chroma", ("chroma",)),
-    ("QwenImage", ("qwen_image",)),
-    ("StableDiffusion", ("sd15", "sd2")),
-)
-
-
 class ModelLoadError(Exception):
     """A model cannot be loaded; `problem` names the path and what to do."""
 
@@ -181,11 +151,14 @@ def read_model_index(folder: str) -> dict[str, Any]:
 
 def folder_families(folder: str) -> tuple[str, ...]:
     """Families whose pipeline class the folder's model_index.json names (empty: unknown)."""
+    from core.models.registry import families
+
     name = str(read_model_index(folder).get("_class_name", ""))
-    for prefix, families in _PIPELINE_FAMILIES:
-        if name.startswith(prefix):
-            return families
-    return ()
+    # The longest matching `pipeline_prefix` wins ("StableDiffusionXL" over
+    # "StableDiffusion", "Flux2" over "Flux"); families sharing it all match (sd15, sd2).
+    matches = [f for f in families() if f.pipeline_prefix and name.startswith(f.pipeline_prefix)]
+    longest = max((len(f.pipeline_prefix) for f in matches), default=0)
+    return tuple(f.name for f in matches if len(f.pipeline_prefix) == longest)
 
 
 def check_folder_family(folder: str, family: str) -> None:
@@ -222,11 +195,14 @@ def safetensors_keys(path: str) -> list[str]:
 
 def detect_checkpoint_family(keys: list[str]) -> str | None:
     """The family an original-format checkpoint looks like, from its key names."""
-    for marker, family in _FAMILY_KEY_MARKERS:
-        if any(marker in k for k in keys):
-            return family
-    if any(k.startswith("model.diffusion_model.input_blocks.") for k in keys):
-        return "sd15"
+    from core.models.registry import families
+
+    # Each family's telltale key fragments (`single_file_markers`), the most specific
+    # families first (`single_file_rank`): SDXL also has the SD UNet keys, FLUX.2 and
+    # Chroma have Flux's block names.
+    for family in sorted(families(), key=lambda f: f.single_file_rank):
+        if any(marker in k for marker in family.single_file_markers for k in keys):
+            return family.name
     return None
 
 
@@ -391,13 +367,9 @@ def check_model_config(path: str, config: str, family: str,
     problem = single_file_config_problem(path, config, family)
     if problem is not None:
         return [problem]
-    if family == "sd2" and not config and prediction_type == "auto":
-        return [warning("model.prediction_type", "is auto and model.config is empty, so "
-                        "this SD2 single file trains with diffusers' default SD2 configs "
-                        "(768 px, v_prediction); for an SD2-base (512 px, epsilon) file set "
-                        "model.prediction_type = \"epsilon\" or model.config to an SD2-base "
-                        "diffusers folder")]
-    return []
+    from core.models.registry import get_family
+
+    return get_family(family).single_file_problems(config, prediction_type)
 
 
 def check_model_source(path: str, family: str, where: str = "model.path",

@@ -339,8 +339,8 @@ def text_tokens(family: str) -> int:
     to, and SD3's CLIP tokens before them."""
     from core.models.registry import get_family
 
-    t5 = int(getattr(get_family(family), "max_sequence_length", 0) or 0)
-    return t5 + (CLIP_TOKENS if family == "sd3" else 0)
+    spec = get_family(family)
+    return int(spec.max_sequence_length or 0) + spec.extra_text_tokens
 
 
 def activation_bytes(sizes: ModelSizes, shape: StepShape) -> int:
@@ -351,13 +351,13 @@ def activation_bytes(sizes: ModelSizes, shape: StepShape) -> int:
     if d.kind == "unet":
         return act.unet_activation_bytes(d.config, shape)
     # A family whose transformer config is not MMDiT-shaped (Z-Image) says how it counts.
-    layout = getattr(get_family(sizes.family), "activation_layout", None)
+    family = get_family(sizes.family)
+    layout = family.activation_layout
     if layout is not None:
         config, patch = layout(d.config)
         return act.mmdit_activation_bytes(config, shape, text_tokens(sizes.family), patch)
     # Flux, Chroma and FLUX.2 pack 2x2 latent patches themselves (configs say patch_size 1).
-    packs = sizes.family in ("flux", "chroma", "flux2")
-    patch = int(d.config.get("patch_size", 1) or 1) * (2 if packs else 1)
+    patch = int(d.config.get("patch_size", 1) or 1) * family.latent_packing
     return act.mmdit_activation_bytes(d.config, shape, text_tokens(sizes.family), patch)
 
 
@@ -382,8 +382,10 @@ def caching_activation_bytes(cfg: Config, sizes: ModelSizes,
         text_config = encoder.config.get("text_config") or {}
         tokens = text_tokens(sizes.family) if t5 or lm or text_config else int(
             encoder.config.get("max_position_embeddings", CLIP_TOKENS))
-        if t5 and sizes.family == "sd3":
-            tokens -= CLIP_TOKENS
+        if t5:  # the T5 encoder reads only its own tokens (SD3's CLIP ones come beside)
+            from core.models.registry import get_family
+
+            tokens -= get_family(sizes.family).extra_text_tokens
         peaks.append(act.text_encode_bytes({**encoder.config, **text_config}, tokens,
                                            CACHE_TEXT_BATCH, wbytes, eager_scores=t5))
     return max(peaks)

@@ -28,13 +28,6 @@ from core.models.full_size.spec import (
     require_family,
 )
 
-# The families whose loader (StableDiffusionFamily) trains with a DDPMScheduler built
-# from the folder's scheduler config, whatever inference scheduler the index names.
-DDPM_FAMILIES = ("sd15", "sd2", "sdxl")
-# CLIP tokenizers that pad with "!" in the real models (OpenCLIP's); the others pad with
-# the end-of-text token.
-BANG_PADDED = {("sd2", "tokenizer"), ("sdxl", "tokenizer_2"), ("sd3", "tokenizer_2")}
-
 
 def random_fingerprint(family: str, seed: int = 0) -> str:
     """What caches record for random:<family>: the weights depend on nothing else (the
@@ -57,9 +50,11 @@ def build_module(family: str, name: str, dtype: Any, device: Any = "cpu",
 def _tokenizers(family: str) -> list[Any]:
     """The family's tokenizers, in component order, from the tiny builders; their files
     live in a temporary folder only while they load."""
+    from core.models.registry import get_family
     from core.models.tiny.clip import EOS_TOKEN, clip_tokenizer
     from core.models.tiny.t5 import t5_tokenizer
 
+    spec = get_family(family)
     names = sorted(n for n in component_specs(family) if n.startswith("tokenizer"))
     out = []
     with tempfile.TemporaryDirectory(prefix="random-tokenizers-") as tmp:
@@ -68,53 +63,22 @@ def _tokenizers(family: str) -> list[Any]:
             if cls.startswith("T5"):
                 out.append(t5_tokenizer(Path(tmp) / name)[0])
             elif cls.startswith("Qwen2"):  # each Qwen family's tiny tokenizer and template
-                out.append(_qwen_tokenizer(family, Path(tmp) / name))
+                out.append(spec.random_qwen_tokenizer(Path(tmp) / name))
             else:
-                pad = "!" if (family, name) in BANG_PADDED else EOS_TOKEN
+                # OpenCLIP's tokenizers pad with "!" in the real models, CLIP's with EOS.
+                pad = "!" if name in spec.bang_padded_tokenizers else EOS_TOKEN
                 out.append(clip_tokenizer(Path(tmp) / name, pad_token=pad))
     return out
-
-
-def _qwen_tokenizer(family: str, folder: Path) -> Any:
-    """The tiny Qwen tokenizer of the family's tiny build: Qwen3's chat template for
-    Z-Image and FLUX.2-klein, Qwen2.5-VL's prompt template for Qwen-Image."""
-    if family == "qwen_image":
-        from core.models.tiny.qwen import qwen_tokenizer
-
-        return qwen_tokenizer(folder)
-    if family == "flux2":
-        from core.models.tiny.flux2_qwen3 import qwen_tokenizer as flux2_tokenizer
-
-        return flux2_tokenizer(folder)[0]
-    from core.models.tiny.z_image_qwen3 import qwen_tokenizer as z_image_tokenizer
-
-    return z_image_tokenizer(folder)
 
 
 def _scheduler(family: str) -> Any:
     import diffusers
 
-    config = component_config(family, "scheduler")
-    name = "DDPMScheduler" if family in DDPM_FAMILIES else config["_class_name"]
-    return getattr(diffusers, name).from_config(config)
-
-
-def _family_settings(c: Components) -> None:
-    """What the families' own `_components_from_pipeline` set (sd3.py, flux.py)."""
     from core.models.registry import get_family
 
-    family = get_family(c.family)
-    if c.family in ("sd3", "flux", "flux2", "chroma", "z_image", "qwen_image"):
-        c.max_sequence_length = getattr(family, "max_sequence_length", None)
-    if c.family == "sd3":
-        c.has_t5 = len(c.text_encoders) == 3
-    if c.family in ("flux", "flux2"):
-        c.guidance = getattr(family, "train_guidance", None)
-    if c.family == "flux2":
-        from core.models.full_size.spec import model_index
-
-        c.pipeline_class = model_index("flux2")["_class_name"]
-        c.is_distilled = bool(model_index("flux2").get("is_distilled", False))
+    config = component_config(family, "scheduler")
+    name = get_family(family).train_scheduler or config["_class_name"]
+    return getattr(diffusers, name).from_config(config)
 
 
 def build_random(family: str, dtype: Any = None, device: Any = "cpu",
@@ -126,6 +90,7 @@ def build_random(family: str, dtype: Any = None, device: Any = "cpu",
 
     from core.models.loading import resolve_dtype
     from core.models.modules import freeze
+    from core.models.registry import get_family
 
     require_family(family)
     dtype = resolve_dtype(dtype) or torch.float32
@@ -139,6 +104,6 @@ def build_random(family: str, dtype: Any = None, device: Any = "cpu",
         denoiser=modules["unet"] if "unet" in modules else modules["transformer"],
         text_encoders=[modules[n] for n in encoders], tokenizers=_tokenizers(family),
         noise_scheduler=_scheduler(family))
-    _family_settings(c)
+    get_family(family).random_settings(c)  # what the family's `load` sets
     freeze((c.vae, c.denoiser, *c.text_encoders), device)
     return c

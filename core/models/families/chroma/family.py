@@ -69,9 +69,15 @@ LORA_TARGETS = [
 
 class ChromaFamily(FlowFamily):
     name = "chroma"
+    # Original-format single files and diffusers folders (core/models/loading.py).
+    # Flux's block names plus its approximator (diffusers' own "chroma" detection key)
+    single_file_markers = ("distilled_guidance_layer.",)
+    single_file_rank = 10
+    pipeline_prefix = "Chroma"
     text_encoder_count = 1
     pipeline_class_name = "ChromaPipeline"
     max_sequence_length = 512
+    latent_packing = 2  # 2x2 latent patches packed before the transformer
     # The ChromaPipeline argument validation gives the text mask to (core/train/validation.py).
     pipeline_mask_kwarg = "prompt_attention_mask"
 

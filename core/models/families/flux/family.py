@@ -48,9 +48,14 @@ LORA_TARGETS = [
 
 class FluxFamily(FlowFamily):
     name = "flux"
+    # Original-format single files and diffusers folders (core/models/loading.py).
+    single_file_markers = ("double_blocks.",)
+    single_file_rank = 30
+    pipeline_prefix = "Flux"
     text_encoder_count = 2
     pipeline_class_name = "FluxPipeline"
     max_sequence_length = 512
+    latent_packing = 2  # 2x2 latent patches packed before the transformer
     train_guidance = 1.0
 
     # ------------------------------------------------------------ loading

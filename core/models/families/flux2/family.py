@@ -71,11 +71,30 @@ LORA_EXTRA = ["attn.add_k_proj", "attn.add_q_proj", "attn.add_v_proj", "attn.to_
 
 class Flux2Family(FlowFamily):
     name = "flux2"
+    # Original-format single files and diffusers folders (core/models/loading.py).
+    # before flux: FLUX.2 has double_blocks too
+    single_file_markers = ("single_stream_modulation.",)
+    single_file_rank = 20
+    pipeline_prefix = "Flux2"
     diffusers_lokr = True  # its pipeline loads LoKr files (core/models/adapters.py)
     text_encoder_count = 1
     pipeline_class_name = KLEIN  # save_lora_weights: both pipelines share Flux2LoraLoaderMixin
     max_sequence_length = 512
+    latent_packing = 2  # 2x2 latent patches packed before the transformer
     train_guidance = 1.0
+
+    def random_settings(self, c: Components) -> None:
+        from core.models.full_size.spec import model_index
+
+        super().random_settings(c)
+        index = model_index(self.name)
+        c.pipeline_class = index["_class_name"]
+        c.is_distilled = bool(index.get("is_distilled", False))
+
+    def random_qwen_tokenizer(self, folder: Path) -> Any:
+        from core.models.tiny.flux2_qwen3 import qwen_tokenizer
+
+        return qwen_tokenizer(folder)[0]
 
     # ------------------------------------------------------------ loading
 

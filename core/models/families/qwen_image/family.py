@@ -87,10 +87,21 @@ def _validation_pipeline_class() -> Any:
 
 class QwenImageFamily(FlowFamily):
     name = "qwen_image"
+    # Original-format single files and diffusers folders (core/models/loading.py).
+    # its text RMSNorm (diffusers and ComfyUI names)
+    single_file_markers = ("txt_norm.",)
+    single_file_rank = 60
+    pipeline_prefix = "QwenImage"
     text_encoder_count = 1
     pipeline_class_name = "QwenImagePipeline"
     max_sequence_length = 512
     timestep_sampling = "uniform"
+
+    def random_qwen_tokenizer(self, folder: Any) -> Any:
+        """random:qwen_image's tokenizer: the tiny build's (core/models/full_size/build.py)."""
+        from core.models.tiny.qwen import qwen_tokenizer
+
+        return qwen_tokenizer(folder)
 
     # ------------------------------------------------------------ loading
 

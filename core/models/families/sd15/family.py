@@ -48,11 +48,19 @@ class StableDiffusionFamily(FamilyDefaults):
     """SD 1.x; subclasses change the class attributes and override what differs."""
 
     name = "sd15"
+    # Original-format single files and diffusers folders (core/models/loading.py).
+    # last: any SD UNet's keys
+    single_file_markers = ("cond_stage_model.transformer.", "model.diffusion_model.input_blocks.")
+    single_file_rank = 90
+    pipeline_prefix = "StableDiffusion"
     prediction = "epsilon"
     text_encoder_count = 1
     uses_min_snr = True  # min-SNR weights the epsilon and v losses (loss below)
     pipeline_class_name = "StableDiffusionPipeline"
     text_encoder_lora_targets = TEXT_ENCODER_LORA_TARGETS  # train.text_encoder_lora
+    # Training's scheduler, built from the folder's scheduler config whatever inference
+    # scheduler the index names (random:<family> builds it alike).
+    train_scheduler = "DDPMScheduler"
 
     # ------------------------------------------------------------ loading
 

@@ -10,12 +10,31 @@ StableDiffusionFamily's; `_check_loaded` there tells SD1 from SD2 by the text wi
 
 from __future__ import annotations
 
+from typing import Any
+
 from core.models.families.sd15.family import StableDiffusionFamily
 
 
 class StableDiffusion2Family(StableDiffusionFamily):
     name = "sd2"
+    # Original-format single files and diffusers folders (core/models/loading.py).
+    single_file_markers = ("cond_stage_model.model.",)
+    single_file_rank = 80
+    pipeline_prefix = "StableDiffusion"
     prediction = "v_prediction"
+    bang_padded_tokenizers = ("tokenizer",)  # OpenCLIP's pads with "!"
+
+    def single_file_problems(self, config: str, prediction_type: str) -> list[Any]:
+        """diffusers reads an SD2 file without model.config as SD2-768 (v_prediction)."""
+        from core.problems import warning
+
+        if config or prediction_type != "auto":
+            return []
+        return [warning("model.prediction_type", "is auto and model.config is empty, so "
+                        "this SD2 single file trains with diffusers' default SD2 configs "
+                        "(768 px, v_prediction); for an SD2-base (512 px, epsilon) file set "
+                        "model.prediction_type = \"epsilon\" or model.config to an SD2-base "
+                        "diffusers folder")]
 
 
 FAMILY = StableDiffusion2Family()

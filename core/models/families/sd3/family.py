@@ -29,9 +29,15 @@ LORA_TARGETS = [
 
 class SD3Family(FlowFamily):
     name = "sd3"
+    # Original-format single files and diffusers folders (core/models/loading.py).
+    single_file_markers = ("joint_blocks.",)
+    single_file_rank = 40
+    pipeline_prefix = "StableDiffusion3"
     text_encoder_count = 3
     pipeline_class_name = "StableDiffusion3Pipeline"
     max_sequence_length = 256
+    extra_text_tokens = 77  # the CLIP tokens the transformer attends to beside T5's
+    bang_padded_tokenizers = ("tokenizer_2",)  # OpenCLIP's pads with "!"
 
     # ------------------------------------------------------------ loading
 
@@ -54,6 +60,10 @@ class SD3Family(FlowFamily):
             has_t5=pipe.text_encoder_3 is not None)
 
     # ------------------------------------------------------------ text
+
+    def random_settings(self, c: Components) -> None:
+        super().random_settings(c)
+        c.has_t5 = len(c.text_encoders) == 3
 
     def encode_prompts(self, c: Components, prompts: list[str]) -> list[dict[str, Any]]:
         """Per prompt: prompt_embeds [77 + 256, D_t5], prompt_mask, pooled_prompt_embeds."""

@@ -28,7 +28,13 @@ def time_ids(original_size: Any, crop_top_left: Any, target_size: Any) -> Any:
 
 class StableDiffusionXLFamily(StableDiffusionFamily):
     name = "sdxl"
+    # Original-format single files and diffusers folders (core/models/loading.py).
+    # before sd15/sd2: SDXL also has the SD UNet keys
+    single_file_markers = ("conditioner.embedders.1",)
+    single_file_rank = 70
+    pipeline_prefix = "StableDiffusionXL"
     prediction = "epsilon"
+    bang_padded_tokenizers = ("tokenizer_2",)  # OpenCLIP's pads with "!"
     text_encoder_count = 2
     pipeline_class_name = "StableDiffusionXLPipeline"
 

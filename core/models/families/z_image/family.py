@@ -58,6 +58,12 @@ FEED_FORWARD = ["feed_forward.w1", "feed_forward.w2", "feed_forward.w3"]
 
 class ZImageFamily(FlowFamily):
     name = "z_image"
+    # Original-format single files and diffusers folders (core/models/loading.py).
+    # main blocks modulate with adaLN_modulation.0 (Lumina2's, alike otherwise, with .1),
+    # in both its original and diffusers layouts
+    single_file_markers = ("layers.0.adaLN_modulation.0.weight",)
+    single_file_rank = 50
+    pipeline_prefix = "ZImage"
     diffusers_lokr = True  # its pipeline loads LoKr files (core/models/adapters.py)
     text_encoder_count = 1
     pipeline_class_name = "ZImagePipeline"
@@ -66,6 +72,12 @@ class ZImageFamily(FlowFamily):
     # ZImagePipeline takes a list of per-prompt [L, D] embeddings, not a padded batch
     # (core/train/validation.py reads this).
     list_prompt_embeds = True
+
+    def random_qwen_tokenizer(self, folder: Any) -> Any:
+        """random:z_image's tokenizer: the tiny build's (core/models/full_size/build.py)."""
+        from core.models.tiny.z_image_qwen3 import qwen_tokenizer
+
+        return qwen_tokenizer(folder)
 
     # ------------------------------------------------------------ loading
 

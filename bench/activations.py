@@ -4,7 +4,7 @@ against the formula `--stage check` prints (core/models/memory_activations.py).
     python bench/activations.py [--families sd15,sdxl,sd3,flux] [--quick]
 
 No GPU and no real memory: each denoiser is built from its config on the meta device
-(the full-size configs of core/models/full_size/<family>/), given the trainer's LoRA
+(the full-size configs of core/models/families/<family>/full_size/), given the trainer's LoRA
 (rank 16 on the family's attention targets, fp32) on a frozen bf16 base, and turned into
 fake tensors (torch's FakeTensorMode: shapes and dtypes, no storage). One forward, the
 loss and one backward run under torch's MemTracker, which follows every storage the
@@ -167,7 +167,7 @@ def latent_scale(folder: Path) -> int:
 
 def step_inputs(family: str, config: dict[str, Any], latent: int, batch: int,
                 dtype: torch.dtype) -> tuple[torch.Tensor, dict[str, Any]]:
-    """The noisy latents and the denoiser's keyword arguments, as core/models/<family>.py
+    """The noisy latents and the denoiser's keyword arguments, as families/<family>/family.py
     `predict` passes them (text embeddings padded to the lengths the trainer caches)."""
     b = batch
     if family in ("sd15", "sd2", "sdxl"):

@@ -105,7 +105,7 @@ def test_auto_keeps_each_familys_own_draws_exactly(loaded: Any, family: str) -> 
 def test_family_defaults_are_pinned(loaded: Any) -> None:
     """What "auto" means per family. Flux and FLUX.2 keep logit-normal where diffusers'
     scripts default to uniform (the SD3 paper's finding, kohya/SimpleTuner/ai-toolkit's
-    default, and every earlier run; see core/models/flux.py)."""
+    default, and every earlier run; see core/models/families/flux/family.py)."""
     want = {"sd3": ("logit_normal", 3.0), "flux": ("logit_normal", 1.0),
             "flux2": ("logit_normal", 1.0), "chroma": ("logit_normal", 1.0),
             "z_image": ("uniform", None), "qwen_image": ("uniform", 1.0)}

@@ -24,7 +24,7 @@ the project's value explicitly, and the comment says so:
   with the latents, i.e. the flow loss times sigma^2; diffusers PR #8917 made it optional
   because rectified flow trains better without it, and the Flux script dropped it), and
   T5 at the pipeline's 256 tokens (the script's --max_sequence_length defaults to 77).
-- Flux: --guidance_scale=1.0 (the script's default 3.5; see core/models/flux.py).
+- Flux: --guidance_scale=1.0 (the script's default 3.5; see core/models/families/flux/family.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Each family's default training timestep law, pinned: the draws a family's own
 noise_and_target makes (no timesteps given) on its real model's scheduler config
-(core/models/full_size/<family>/scheduler), compared as a distribution (a KS statistic over
+(core/models/families/<family>/full_size/scheduler), compared as a distribution (a KS statistic over
 5000 draws), not by a median that uniform and logit-normal share.
 
 test_reference_loss.py checks that each sampling scheme matches the diffusers scripts when

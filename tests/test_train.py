@@ -200,7 +200,7 @@ FAMILY_OPTIONS = {
     "sd3": {"ema": True, "lr_scheduler": "cosine", "lr_warmup_steps": 1},
     "flux": {"method": "full", "lr_scheduler": "linear"},
     "z_image": {"lora_targets": "all", "gradient_checkpointing": True},
-    # checkpointing: its single blocks must still get the text mask (core/models/chroma.py)
+    # checkpointing: its single blocks must still get the text mask (families/chroma/family.py)
     "chroma": {"gradient_checkpointing": True, "mixed_precision": "bf16"},
     "qwen_image": {"lora_targets": "all"},
     "flux2": {"lora_targets": "all"},

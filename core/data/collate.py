@@ -15,7 +15,7 @@ Most families encode at one fixed length, padded as their pipelines pad at infer
 never need padding here and the denoiser sees the padding tokens it sees at inference.
 Z-Image encodes each prompt at its own length: collate pads, and its `predict` gives the
 transformer only the rows the mask marks, as ZImagePipeline passes them. Chroma gives its
-transformer the mask (the tokens it attends to, see core/models/chroma.py). (The UNet
+transformer the mask (the tokens it attends to, see families/chroma/family.py). (The UNet
 accepts an encoder_attention_mask, but masking what the pipelines leave unmasked would
 change what training fits; SD3's and Flux's transformers take no text mask.) The mask
 marks the real tokens for whoever needs them.

@@ -1,8 +1,9 @@
 """The protocol every model family implements.
 
-A family module (core/models/sd15.py, ...) exposes a module-level `FAMILY` object that
-satisfies `ModelFamily`. Heavy imports (torch, diffusers, transformers) happen inside the
-module, which the registry imports only when the family is used.
+A family folder (core/models/families/<name>/, found by the registry) exposes a `FAMILY`
+object that satisfies `ModelFamily`; optional members default in `FamilyDefaults`, so
+shared code reads them without asking which family it is. Heavy imports (torch,
+diffusers, transformers) happen inside functions, so importing a family stays cheap.
 
 Tensor conventions:
 - pixels: float [B, 3, H, W] in [-1, 1]; H and W are multiples of 64.
@@ -25,7 +26,7 @@ Tensor conventions:
 
 Errors: `load` raises core.models.loading.ModelLoadError, whose `.problem` (a Problem)
 names the path or hub id and what to do. `registry.get_family` raises ValueError for an
-unknown name. Tiny models live apart from the families, in core/models/tiny/:
+unknown name. Each family's tiny builder is its folder's tiny.py; core/models/tiny/:
 `core.models.tiny.resolve_model_path("tiny:sd15", workspace)` turns `tiny:<family>` into
 a built folder before `load`.
 
@@ -93,7 +94,7 @@ class FamilyDefaults:
     pipeline_mask_kwarg: str | None = None
     # Text-encoder modules train.text_encoder_lora adapts; None: not supported.
     text_encoder_lora_targets: list[str] | None = None
-    # Whether diffusers' load_lora_weights of this pipeline loads LoKr (core/models/adapters).
+    # Whether diffusers' load_lora_weights of this pipeline loads LoKr (core/models/adapters.py).
     diffusers_lokr: bool = False
     # Memory estimate (core/models/memory.py): text tokens attended beside the padded
     # max_sequence_length (SD3's CLIP tokens), and the latent patch the family packs

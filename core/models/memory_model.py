@@ -1,7 +1,7 @@
 """The sizes a memory estimate needs, read from a model's configs without loading weights.
 
 Where the configs come from (`model_source`): a local diffusers folder; `random:<family>`
-the full-size configs in core/models/full_size/<family>/; `tiny:<family>` the workspace's
+the full-size configs in core/models/families/<family>/full_size/; `tiny:<family>` the workspace's
 built tiny model, or a throwaway build in a temporary folder (a check writes nothing to
 the workspace); a hub id the HF cache only (a check downloads nothing); a single-file
 .safetensors the tensor shapes in its header, with the architecture (LoRA layers,

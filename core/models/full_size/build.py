@@ -1,6 +1,6 @@
 """`random:<family>`: the real architecture of a family's usual checkpoint (SD1.5, SD2.1,
 SDXL base, SD3.5 medium, FLUX.1-dev, Qwen-Image) with random weights, built offline from the configs
-shipped in core/models/full_size/<family>/, to measure memory and speed at real sizes
+shipped in core/models/families/<family>/full_size/, to measure memory and speed at real sizes
 without a download. What it is for and its sizes: docs/random-models.md.
 
 Each module is instantiated on the meta device, then given storage on `device` in

@@ -1,6 +1,6 @@
 """Tiny models for every family, built offline from configs: the demo's model and
-the tests'. Apart from the production families (core/models/<family>.py), which load
-them like any diffusers folder.
+the tests'. The families (core/models/families/<family>/family.py) load them like any
+diffusers folder.
 
 - materialize.py: `resolve_model_path("tiny:sd15", workspace)` builds a workspace's
   tiny model once (atomically, under a lock) and returns its folder.

@@ -45,7 +45,7 @@ the Flux branch (`flux_to_diffusers`, "transformer.<diffusers module>" keys) ont
 BFL-named weights (double_blocks / single_blocks, the same names as Flux): the shared
 `lora_comfyui.safetensors` writer is that layout.
 
-Flow matching and LoRA file details: see flow.py. The tiny model: core/models/tiny/chroma.py.
+Flow matching and LoRA file details: see flow.py. The tiny model: tiny.py.
 """
 
 from __future__ import annotations

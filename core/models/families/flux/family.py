@@ -26,7 +26,7 @@ model's `Components.guidance`, changes it).
 Models without guidance embeddings (FLUX.1-schnell) get None. Validation uses the
 pipeline's default guidance_scale unless the caller passes one.
 
-Flow matching and LoRA details: see flow.py. The tiny model: core/models/tiny/flux.py.
+Flow matching and LoRA details: see flow.py. The tiny model: tiny.py.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ true classifier-free guidance with the empty prompt's embeddings as the negative
 step-distilled klein (`is_distilled` in model_index.json) and dev ignore it.
 
 LoRA: diffusers' script targets (see LORA_TARGETS); files in flux2_lora.py.
-Flow matching: see flow.py. The tiny model: core/models/tiny/flux2.py.
+Flow matching: see flow.py. The tiny model: tiny.py.
 """
 
 from __future__ import annotations

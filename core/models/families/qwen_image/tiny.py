@@ -13,7 +13,7 @@ from core.models.tiny.qwen import qwen_tokenizer, tiny_qwen_vl
 
 DIM = 32  # Qwen2.5-VL width = joint_attention_dim
 Z_DIM = 16  # latent channels, as the real VAE
-# Qwen/Qwen-Image scheduler/scheduler_config.json (see core/models/full_size/qwen_image).
+# Qwen/Qwen-Image scheduler/scheduler_config.json (see core/models/families/qwen_image/full_size).
 SCHEDULER = {"num_train_timesteps": 1000, "shift": 1.0, "use_dynamic_shifting": True,
              "base_shift": 0.5, "max_shift": 0.9, "base_image_seq_len": 256,
              "max_image_seq_len": 8192, "shift_terminal": 0.02,

@@ -8,7 +8,7 @@ The pooled embedding is both CLIPs' projected pooled outputs concatenated. A mod
 without its T5 (text_encoder_3 missing) loads with text_encoder_3=None and the pipeline's
 zero T5 states, which the mask marks as padding.
 
-Flow matching and LoRA details: see flow.py. The tiny model: core/models/tiny/sd3.py.
+Flow matching and LoRA details: see flow.py. The tiny model: tiny.py.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ LoRA: diffusers' script targets the attention projections (to_q/to_k/to_v/to_out
 every block (main layers and both refiners); "all" adds the SwiGLU feed-forwards. The
 files: see flow.py; ComfyUI reads the same "transformer.<module>" names for Z-Image (its
 Lumina2 branch of model_lora_keys_unet, through comfy.utils.z_image_to_diffusers, which
-also fuses to_q/to_k/to_v into its qkv weight). The tiny model: core/models/tiny/z_image.py.
+also fuses to_q/to_k/to_v into its qkv weight). The tiny model: tiny.py.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ pipelines attend to the padding too), so `prompt_mask` only marks the real token
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,28 @@ from core.models.objectives import (
     standard_noise,
     weighted_mse,
 )
+
+
+def pack_2x2(noisy: Any, family: str, vae: Any) -> tuple[Any, Any, Callable[[Any], Any]]:
+    """Flux-style latent packing (Flux, Chroma; their pipelines share these helpers):
+    latents [B, C, h, w] as 2x2-patch tokens [B, h*w/4, 4C], their img_ids, and the
+    function that unpacks the transformer's output back to [B, C, h, w]. The memory
+    estimate counts the same packing (`latent_packing` = 2)."""
+    from diffusers import FluxPipeline
+
+    b, ch, h, w = noisy.shape
+    if h % 2 or w % 2:
+        raise ValueError(f"{family} latents must have even height and width, got {h}x{w}: "
+                         "use image sides that are multiples of 16 pixels")
+    packed = FluxPipeline._pack_latents(noisy, b, ch, h, w)
+    img_ids = FluxPipeline._prepare_latent_image_ids(b, h // 2, w // 2, noisy.device,
+                                                     noisy.dtype)
+    scale = 2 ** (len(vae.config.block_out_channels) - 1)
+
+    def unpack(out: Any) -> Any:
+        return FluxPipeline._unpack_latents(out, h * scale, w * scale, scale)
+
+    return packed, img_ids, unpack
 
 
 class FlowFamily(FamilyDefaults):

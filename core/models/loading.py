@@ -226,6 +226,30 @@ def checked_source(path: str, family: str) -> SourceKind:
     return kind
 
 
+def configs_offline(config: str) -> bool:
+    """The one offline rule of single-file loading (`local_files_only`): a local folder
+    never needs the hub; a hub id is read from the HF cache when the hub is unreachable,
+    so nothing waits on a minute of retries."""
+    return (bool(config) and Path(config).is_dir()) or not hub_reachable()
+
+
+def load_single_file_transformer(model_cls: Any, path: str, config: str, family: str,
+                                 dtype: Any = None) -> Any:
+    """A single file holding only the diffusion model (FLUX.2's, Z-Image's ComfyUI
+    files): `model_cls.from_single_file` with the transformer/ config of `config`
+    (model.config), offline by `configs_offline`; failures name the file and config."""
+    kwargs: dict[str, Any] = {"config": config, "subfolder": "transformer",
+                              "local_files_only": configs_offline(config)}
+    if dtype is not None:
+        kwargs["torch_dtype"] = dtype
+    try:
+        return model_cls.from_single_file(path, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - every loader failure becomes one message
+        raise ModelLoadError(path, f"cannot load this {family} single-file transformer with "
+                             f"model.config = {config!r}: {type(exc).__name__}: "
+                             f"{str(exc)[:300]}. {CONFIG_HINT}") from exc
+
+
 def load_single_file(pipeline_cls: Any, path: str, family: str, dtype: Any = None,
                      config: str | None = None, **kwargs: Any) -> Any:
     """`pipeline_cls.from_single_file` with errors that name the file or model.config
@@ -244,10 +268,7 @@ def load_single_file(pipeline_cls: Any, path: str, family: str, dtype: Any = Non
         kwargs["dtype"] = dtype
     if config:
         kwargs["config"] = config
-    # A local folder never needs the hub; a hub id is read from the HF cache when the hub
-    # is unreachable (checked above), so nothing waits on a minute of retries.
-    local = bool(config) and Path(config).is_dir()
-    kwargs.setdefault("local_files_only", local or not hub_reachable())
+    kwargs.setdefault("local_files_only", configs_offline(config or ""))
     source = f"model.config = {config!r}" if config else "diffusers' default configs"
     try:
         pipe = pipeline_cls.from_single_file(path, **kwargs)

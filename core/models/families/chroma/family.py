@@ -55,7 +55,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from core.models.base import Components, NoiseSample
-from core.models.flow import FlowFamily
+from core.models.flow import FlowFamily, pack_2x2
 from core.models.modules import unwrap
 
 # Flux's targets (train_dreambooth_lora_flux.py's default): Chroma's blocks have the same
@@ -105,20 +105,14 @@ class ChromaFamily(FlowFamily):
     def predict(self, c: Components, sample: NoiseSample, batch: dict[str, Any]) -> Any:
         """Pack, run the transformer with img/txt ids and the text mask, unpack."""
         import torch
-        from diffusers import ChromaPipeline
 
         self.check_text_length(batch, self.sequence_length(c))
         model = c.denoiser
         inner = unwrap(model)
         dtype = inner.dtype
         noisy = sample.noisy.to(dtype)
-        b, ch, h, w = noisy.shape
-        if h % 2 or w % 2:
-            raise ValueError(f"chroma latents must have even height and width, got {h}x{w}: "
-                             "use image sides that are multiples of 16 pixels")
-        device = noisy.device
-        packed = ChromaPipeline._pack_latents(noisy, b, ch, h, w)
-        img_ids = ChromaPipeline._prepare_latent_image_ids(b, h // 2, w // 2, device, dtype)
+        b, device = noisy.shape[0], noisy.device
+        packed, img_ids, unpack = pack_2x2(noisy, self.name, c.vae)
         embeds = batch["prompt_embeds"].to(device, dtype)
         txt_ids = torch.zeros(embeds.shape[1], 3, device=device, dtype=dtype)
         text_mask = batch["prompt_mask"].to(device=device, dtype=torch.bool)
@@ -129,8 +123,7 @@ class ChromaFamily(FlowFamily):
                         timestep=(sample.timesteps.to(device) / 1000).to(dtype),
                         encoder_hidden_states=embeds, txt_ids=txt_ids, img_ids=img_ids,
                         attention_mask=mask, return_dict=False)[0]
-        scale = 2 ** (len(c.vae.config.block_out_channels) - 1)
-        return ChromaPipeline._unpack_latents(out, h * scale, w * scale, scale)
+        return unpack(out)
 
     def lora_target_modules(self, scope: str = "attention") -> list[str]:
         extra = ["proj_mlp", "proj_out"]  # the single blocks' MLP in and joint out

@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.models.base import Components, NoiseSample
-from core.models.flow import FlowFamily
+from core.models.flow import FlowFamily, pack_2x2
 from core.models.modules import unwrap
 
 # diffusers' train_dreambooth_lora_flux.py default: attention projections of both
@@ -89,20 +89,14 @@ class FluxFamily(FlowFamily):
         """Pack, run the transformer with img/txt ids and guidance, unpack (see above).
         The text mask is not given: the transformer takes none, as in the pipeline."""
         import torch
-        from diffusers import FluxPipeline
 
         self.check_text_length(batch, self.sequence_length(c))
         model = c.denoiser
         inner = unwrap(model)
         dtype = inner.dtype
         noisy = sample.noisy.to(dtype)
-        b, ch, h, w = noisy.shape
-        if h % 2 or w % 2:
-            raise ValueError(f"flux latents must have even height and width, got {h}x{w}: "
-                             "use image sides that are multiples of 16 pixels")
-        device = noisy.device
-        packed = FluxPipeline._pack_latents(noisy, b, ch, h, w)
-        img_ids = FluxPipeline._prepare_latent_image_ids(b, h // 2, w // 2, device, dtype)
+        b, device = noisy.shape[0], noisy.device
+        packed, img_ids, unpack = pack_2x2(noisy, self.name, c.vae)
         embeds = batch["prompt_embeds"].to(device, dtype)
         txt_ids = torch.zeros(embeds.shape[1], 3, device=device, dtype=dtype)
         guidance = None
@@ -114,8 +108,7 @@ class FluxFamily(FlowFamily):
             guidance=guidance, pooled_projections=batch["pooled_prompt_embeds"].to(device, dtype),
             encoder_hidden_states=embeds, txt_ids=txt_ids, img_ids=img_ids,
             return_dict=False)[0]
-        scale = 2 ** (len(c.vae.config.block_out_channels) - 1)
-        return FluxPipeline._unpack_latents(out, h * scale, w * scale, scale)
+        return unpack(out)
 
     def lora_target_modules(self, scope: str = "attention") -> list[str]:
         extra = ["proj_mlp", "proj_out"]  # the single blocks' MLP in and joint out

@@ -145,18 +145,10 @@ class Flux2Family(FlowFamily):
                                          "diffusers folder (or hub id) of the same FLUX.2 "
                                          "model, which supplies the VAE, text encoder, "
                                          "tokenizer and scheduler, or use a diffusers folder")
-        kind = loading.classify_source(config)
-        kwargs: dict[str, Any] = {"subfolder": "transformer", "config": config,
-                                  "local_files_only": kind == "folder"}
-        if dtype is not None:
-            kwargs["torch_dtype"] = dtype
-        try:
-            transformer = Flux2Transformer2DModel.from_single_file(path, **kwargs)
-        except Exception as exc:  # noqa: BLE001
-            raise loading.ModelLoadError(path, f"cannot load this FLUX.2 transformer file with "
-                                         f"model.config = {config!r}: {type(exc).__name__}: "
-                                         f"{str(exc)[:300]}") from exc
-        return self._from_pretrained(config, kind, dtype, transformer=transformer)
+        transformer = loading.load_single_file_transformer(
+            Flux2Transformer2DModel, path, config, self.name, dtype)
+        return self._from_pretrained(config, loading.classify_source(config), dtype,
+                                     transformer=transformer)
 
     def _components_from_pipeline(self, pipe: Any, source: str, fp: str) -> Components:
         return Components(

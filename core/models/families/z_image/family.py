@@ -104,16 +104,8 @@ class ZImageFamily(FlowFamily):
             raise loading.ModelLoadError(problem.where, problem.message)
         config = config or loading.default_config_repo(path) or "Tongyi-MAI/Z-Image-Turbo"
         kind = loading.classify_source(config)
-        extra = {} if dtype is None else {"torch_dtype": dtype}
-        try:
-            transformer = ZImageTransformer2DModel.from_single_file(
-                path, config=config, subfolder="transformer",
-                local_files_only=kind == "folder" or not loading.hub_reachable(), **extra)
-        except Exception as exc:  # noqa: BLE001 - every loader failure becomes one message
-            raise loading.ModelLoadError(path, f"cannot load this z_image single-file "
-                                         f"transformer with model.config = {config!r}: "
-                                         f"{type(exc).__name__}: {str(exc)[:300]}. "
-                                         f"{loading.CONFIG_HINT}") from exc
+        transformer = loading.load_single_file_transformer(
+            ZImageTransformer2DModel, path, config, self.name, dtype)
         kwargs = {"transformer": transformer} | ({} if dtype is None else {"dtype": dtype})
         return loading.from_pretrained(ZImagePipeline, config, kind, "the z_image text "
                                        "encoder, VAE and tokenizer", "model.config", **kwargs)

@@ -118,6 +118,10 @@ class FamilyDefaults:
     single_file_rank: int = 100
     pipeline_prefix: str = ""
 
+    # Trained tiny models of this family (`tiny:<name>`): (name, module whose build()
+    # loads committed weights), such as sd15's demo base "sd15-shapes".
+    trained_tiny: tuple[tuple[str, str], ...] = ()
+
     def single_file_problems(self, config: str, prediction_type: str) -> list[Any]:
         """--stage check of a usable single-file model.path of this family: warnings
         about what diffusers' default configs for it mean (Problems)."""
@@ -159,6 +163,7 @@ class ModelFamily(Protocol):
     single_file_markers: tuple[str, ...]
     single_file_rank: int
     pipeline_prefix: str
+    trained_tiny: tuple[tuple[str, str], ...]
 
     def single_file_problems(self, config: str, prediction_type: str) -> list[Any]: ...
 

@@ -19,7 +19,6 @@ from core.models.tiny.materialize import (
     TINY_PREFIX,
     TINY_SEED,
     TINY_VERSION,
-    TRAINED_TINY,
     build_tiny_folder,
     materialize_tiny,
     resolve_model_path,
@@ -28,8 +27,10 @@ from core.models.tiny.materialize import (
     tiny_family,
     tiny_is_built,
     tiny_names,
+    trained_tiny,
 )
 
-__all__ = ["MARKER", "TINY_PREFIX", "TINY_SEED", "TINY_VERSION", "TRAINED_TINY",
+__all__ = ["MARKER", "TINY_PREFIX", "TINY_SEED", "TINY_VERSION",
            "build_tiny_folder", "materialize_tiny", "resolve_model_path", "tiny_builder",
-           "tiny_dir", "tiny_family", "tiny_is_built", "tiny_names"]
+           "tiny_dir", "tiny_family", "tiny_is_built", "tiny_names",
+           "trained_tiny"]

@@ -1,7 +1,7 @@
 """Tiny models, built offline once per workspace: `tiny:<name>` in model.path.
 
 Each family has a random one, `tiny:<family>` (core/models/families/<family>/tiny.py), which the
-tests use; `TRAINED_TINY` adds trained ones of a family, such as the demo's
+tests use; a family's `trained_tiny` adds trained ones of it, such as the demo's
 `tiny:sd15-shapes`, whose committed weights the build loads.
 
 `materialize_tiny` writes `<workspace>/models/tiny-<name>/` with the `build(out_dir,
@@ -33,27 +33,35 @@ TINY_SEED = 0
 # Bump when a family's tiny config changes so existing workspaces rebuild.
 TINY_VERSION = 2  # 2: calibrated VAE latent scaling
 MARKER = ".tiny-complete.json"
-# Trained tiny models: name -> (family, module whose build() loads the committed weights).
-TRAINED_TINY = {"sd15-shapes": ("sd15", "core.models.tiny.shapes")}
+
+
+def trained_tiny() -> dict[str, tuple[str, str]]:
+    """Trained tiny models, as the families declare them (`trained_tiny`): name ->
+    (family, module whose build() loads the committed weights)."""
+    from core.models.registry import families
+
+    return {name: (f.name, module) for f in families() for name, module in f.trained_tiny}
 
 
 def tiny_names() -> list[str]:
     """Every name `tiny:<name>` accepts."""
-    return [*list_families(), *TRAINED_TINY]
+    return [*list_families(), *trained_tiny()]
 
 
 def tiny_family(name: str) -> str | None:
     """The family of the tiny model `name` (None for an unknown name)."""
     if name in list_families():
         return name
-    return TRAINED_TINY[name][0] if name in TRAINED_TINY else None
+    trained = trained_tiny()
+    return trained[name][0] if name in trained else None
 
 
 def tiny_builder(name: str) -> Callable[[Path, int], None]:
     """The `build(out_dir, seed)` of the tiny model's module, imported on first use
     (torch and diffusers load only then)."""
     _require_known(name)
-    module = TRAINED_TINY[name][1] if name in TRAINED_TINY else f"core.models.families.{name}.tiny"
+    trained = trained_tiny()
+    module = trained[name][1] if name in trained else f"core.models.families.{name}.tiny"
     return importlib.import_module(module).build
 
 
@@ -71,9 +79,9 @@ def tiny_dir(name: str, workspace: Path) -> Path:
 def _weights_digest(name: str) -> str | None:
     """A trained model's committed weights, hashed: new weights rebuild the folder.
     Once per process: the live checks ask on every edit, and the file is part of the code."""
-    if name not in TRAINED_TINY:
+    if name not in trained_tiny():
         return None
-    spec = importlib.util.find_spec(TRAINED_TINY[name][1])
+    spec = importlib.util.find_spec(trained_tiny()[name][1])
     assert spec is not None and spec.submodule_search_locations
     weights = Path(next(iter(spec.submodule_search_locations))) / "weights.safetensors"
     return hashlib.sha256(weights.read_bytes()).hexdigest()[:16]

@@ -272,3 +272,6 @@ def _text_model_names(peft_sd: dict[str, Any], encoder: Any) -> dict[str, Any]:
 
 
 FAMILY = StableDiffusionFamily()
+# The demo's base, tiny:sd15-shapes: this architecture with committed trained weights. On
+# the instance, so sd2 and sdxl (subclasses) do not inherit it.
+FAMILY.trained_tiny = (("sd15-shapes", "core.models.tiny.shapes"),)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -35,6 +36,30 @@ def copy_family(source: str, name: str, dest: Path) -> Path:
 def app(*args: str, workspace: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([PYTHON, "app.py", "--no-ui", "--workspace", str(workspace), *args],
                           cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+
+
+# The config's default (model.family = "sd15", docs/config.md) is a contract, not a switch.
+ALLOWED = {("core/config/schema.py", '_f("sd15", label="Model family"')}
+
+
+def test_shared_code_names_no_family_and_asks_none_what_it_is():
+    """Outside core/models/families/, no family name as a string and no getattr on a
+    family: what shared code reads of a family is a protocol member (core/models/base.py)."""
+    from core.models.registry import list_families
+
+    quoted = re.compile(r"""["'](%s)["']""" % "|".join(map(re.escape, list_families())))
+    asks = re.compile(r"getattr\((get_)?family\b")
+    found = []
+    for path in sorted([*(REPO / "core").rglob("*.py"), *(REPO / "ui").rglob("*.py")]):
+        rel = path.relative_to(REPO).as_posix()
+        if rel.startswith("core/models/families/"):
+            continue
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            code = line.split("#")[0]
+            if (quoted.search(code) or asks.search(code)) and not any(
+                    rel == f and snippet in line for f, snippet in ALLOWED):
+                found.append(f"{rel}:{n}: {line.strip()}")
+    assert found == []
 
 
 def test_an_unknown_family_folder_is_refused_at_check(tmp_path: Path):

@@ -47,7 +47,8 @@ def test_shared_code_names_no_family_and_asks_none_what_it_is():
     family: what shared code reads of a family is a protocol member (core/models/base.py)."""
     from core.models.registry import list_families
 
-    quoted = re.compile(r"""["'](%s)["']""" % "|".join(map(re.escape, list_families())))
+    names = "|".join(map(re.escape, list_families()))
+    quoted = re.compile(rf"""["']({names})["']""")
     asks = re.compile(r"getattr\((get_)?family\b")
     found = []
     for path in sorted([*(REPO / "core").rglob("*.py"), *(REPO / "ui").rglob("*.py")]):

@@ -55,8 +55,9 @@ class DatasetTab:
 def build(form: Form) -> DatasetTab:
     with gr.Row():
         with gr.Column(scale=1, min_width=220):
+            # interactive: no event takes its value (it is read from its select event)
             form.selector = gr.Radio(label="Datasets", choices=[], elem_id="ds-selector",
-                                     info="Click one to edit it")
+                                     info="Click one to edit it", interactive=True)
             with gr.Row():
                 add = gr.Button("Add", size="sm", elem_id="ds-add")
                 remove = gr.Button("Remove", size="sm", variant="stop", elem_id="ds-remove")

@@ -138,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
         check_ranks(cfg, accelerator, reporter)
         setup = build_setup(cfg, workspace, accelerator, reporter)
         start = restore(setup, run_dir, args.resume, reporter) if args.resume else 0
+        if start:  # the ETA counts the rounds to come with the earlier launch's times
+            reporter.continue_from()
         if accelerator.num_processes > 1:
             check_same_start(start, ranks_of(accelerator, cfg))
         reporter.tracking = Tracking(accelerator)

@@ -19,6 +19,10 @@ from test_ui_support import ERROR_TOASTS, browser_page, running_app
 pytestmark = pytest.mark.slow
 
 RUN_MS = 300_000  # a tiny demo run on 2 busy CPU cores
+SMALL_RUN = (("f-output-dir", "runs/second"), ("f-train-max_steps", "2"),
+             ("f-train-checkpoint_every", "2"), ("f-train-eval_every", "2"),
+             ("f-train-eval_images", "4"), ("f-validation-every", "2"),
+             ("f-validation-steps", "2"), ("f-validation-resolution", "64"))
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +87,7 @@ def test_delete_without_the_tick_is_refused_beside_the_button_not_in_toasts(app,
     wait_text(page, "runs-delete-message", "nothing was deleted")
     text = page.inner_text("#runs-delete-message")
     assert 'tick "I understand this deletes runs/old' in text, text
-    page.locator("#runs-delete-confirm").scroll_into_view_if_needed()
+    page.locator("#runs-delete-message").scroll_into_view_if_needed()
     assert uncovered(page, "#runs-delete-confirm input"), "the box to tick is hidden"
     page.screenshot(path=str(shots / "runs-delete-refused.png"))
     assert old.is_dir()
@@ -99,7 +103,7 @@ def test_removing_datasets_quickly_never_trips_the_choices_check(app, page):
     selector's choices and value go together and no "not in the list of choices"
     error reaches the page."""
     page.goto(app[1])
-    page.wait_for_selector("#check-panel .dt-ok")
+    wait_text(page, "check-panel", "image(s)")
     for n in range(2, 6):
         page.click("#ds-add")
         page.wait_for_function(f"{text_of('ds-selector')}.includes('{n}. ')")
@@ -120,11 +124,12 @@ def test_a_queued_launch_keeps_the_running_run_in_view_then_follows_the_queue(ap
     live, sleeper = fake_live_run(ctx.workspace)  # the GPU is taken
     try:
         page.goto(url)  # the page opens on the live run
-        wait_text(page, "train-progress", "runs/live")
+        wait_text(page, "check-panel", "image(s)")
+        set_field(page, "ds-resolution", "64")  # a small run: 2 busy CPU cores
         tab(page, "Training")
-        for elem_id, value in (("f-output-dir", "runs/second"), ("f-train-max_steps", "6"),
-                               ("f-train-checkpoint_every", "3"),
-                               ("f-validation-every", "3"), ("f-validation-steps", "2")):
+        wait_text(page, "train-progress", "runs/live")
+        page.click("#advanced button, #advanced .label-wrap")
+        for elem_id, value in SMALL_RUN:
             set_field(page, elem_id, value)
         page.wait_for_timeout(1500)  # the live check settles on the new values
         page.click("#launch")
@@ -132,6 +137,8 @@ def test_a_queued_launch_keeps_the_running_run_in_view_then_follows_the_queue(ap
         page.wait_for_timeout(2500)  # a few ticks: the view must not move
         progress = page.inner_text("#train-progress")
         assert "runs/live" in progress and "runs/second" not in progress, progress
+        assert "/tmp/" not in page.inner_text("#train-message"), "workspace-relative"
+        page.locator("#train-progress").scroll_into_view_if_needed()
         page.screenshot(path=str(shots / "training-queued.png"))
         tab(page, "Runs")
         page.click("#runs-refresh")
@@ -147,6 +154,7 @@ def test_a_queued_launch_keeps_the_running_run_in_view_then_follows_the_queue(ap
     wait_text(page, "train-message", "runs/second")
     assert "queued" not in page.inner_text("#train-message"), "it started: not queued"
     wait_text(page, "train-progress", "done", timeout=RUN_MS)
+    page.locator("#train-progress").scroll_into_view_if_needed()
     page.screenshot(path=str(shots / "training-followed-next.png"))
 
     tab(page, "Runs")
@@ -162,7 +170,7 @@ def test_a_queued_launch_keeps_the_running_run_in_view_then_follows_the_queue(ap
 
 def test_the_cache_message_says_how_the_build_ended(app, page):
     page.goto(app[1])
-    page.wait_for_selector("#check-panel .dt-ok")
+    wait_text(page, "check-panel", "image(s)")
     set_field(page, "ds-resolution", "64")
     page.wait_for_timeout(1000)
     tab(page, "Cache")

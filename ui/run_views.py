@@ -226,6 +226,8 @@ def tick(ctx: AppContext, view: RunView, f: Following | None, message: Any = Non
     would bury the page) and is retried at the next tick. `message` (the one under
     Launch) says what became of a run this session queued once it left the queue."""
     try:
+        if f is not None and not f.run_dir.is_dir():  # deleted (here or elsewhere)
+            return gone(ctx, view, f.run_dir)
         out = changed_views(ctx, view, f)
         if f is not None:
             out.update(moved(ctx, view, f))
@@ -258,6 +260,13 @@ def cleared(view: RunView, text: str) -> dict[Any, Any]:
             view.tensorboard: ""}
 
 
+def gone(ctx: AppContext, view: RunView, run_dir: Path) -> dict[Any, Any]:
+    """The followed run's folder was deleted: its last state ("done") is no claim to
+    keep showing."""
+    return cleared(view, f"{ctx.relative(run_dir)} was deleted; open a run on the Runs "
+                         "tab to follow it")
+
+
 def next_run(ctx: AppContext, f: Following) -> Path | None:
     """The run that started after the followed one ended, when this session saw the
     followed one live (opening an old finished run never jumps away from it)."""
@@ -279,10 +288,7 @@ def next_run(ctx: AppContext, f: Following) -> Path | None:
 
 
 def moved(ctx: AppContext, view: RunView, f: Following) -> dict[Any, Any]:
-    """Updates when the followed run is gone or has handed over to the next one."""
-    if not f.run_dir.is_dir():
-        return cleared(view, f"{ctx.relative(f.run_dir)} was deleted; open a run on the "
-                             "Runs tab to follow it")
+    """Updates when the followed run has handed over to the next one the queue started."""
     nxt = next_run(ctx, f)
     if nxt is None:
         return {}

@@ -84,7 +84,7 @@ def build() -> RunsTab:
         up = gr.Button("Move up", scale=0, elem_id="runs-up")
         down = gr.Button("Move down", scale=0, elem_id="runs-down")
         cancel = gr.Button("Cancel queued run", scale=0, elem_id="runs-cancel")
-        queue_message = gr.HTML("", elem_id="runs-queue-message")
+        queue_message = gr.HTML("", elem_id="runs-queue-message", scale=2, min_width=200)
     with gr.Row():
         file = gr.Dropdown(label="File of the chosen run", choices=[], scale=3,
                            elem_id="runs-file")
@@ -94,7 +94,8 @@ def build() -> RunsTab:
         confirm = gr.Checkbox(label=DELETE_LABEL.format(folder="the chosen run's folder"),
                               value=False, elem_id="runs-delete-confirm", scale=3)
         delete = gr.Button("Delete run", variant="stop", scale=0, elem_id="runs-delete")
-    delete_message = gr.HTML("", elem_id="runs-delete-message")
+        # beside the button: a refusal must not hide the box it asks to tick
+        delete_message = gr.HTML("", elem_id="runs-delete-message", scale=2, min_width=200)
     return RunsTab(refresh, table, choice, open_btn, message, loras, queue, up, down,
                    cancel, file, download, confirm, delete, queue_message, delete_message)
 
@@ -252,7 +253,7 @@ def wire_changes(ctx: AppContext, tab: RunsTab, view: RunView) -> None:
         text = f"deleted {ctx.relative(path)}"
         out = {**runs_view(ctx, tab), tab.delete_message: render.message_html(text, "ok")}
         if following is not None and Path(following.run_dir).resolve() == path:
-            out.update(run_views.cleared(view, text))  # not its last state: it is gone
+            out.update(run_views.gone(ctx, view, path))
         return out
 
     tab.delete.click(delete, [tab.choice, tab.confirm, view.following],

@@ -108,6 +108,8 @@ def queued_view(ctx: AppContext, tab: TrainTab, launched: Any,
     """A queued launch: the live view stays on (or goes to) the run that is live, and
     moves to the queued one when it starts (run_views.moved); the queue lists it."""
     name, behind = ctx.relative(launched.run_dir), launched.queued_behind
+    for root in {str(ctx.workspace.resolve()), str(ctx.workspace)}:
+        behind = behind.replace(root + "/", "")  # folders as the workspace names them
     text = render.message_html(
         f"queued (number {launched.queued}, after {behind}): {name}. The view stays on "
         f"the running run and moves to {name} when it starts; the Runs tab lists the "

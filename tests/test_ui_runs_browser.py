@@ -170,9 +170,6 @@ def test_a_queued_launch_keeps_the_running_run_in_view_then_follows_the_queue(ap
 
 def test_the_cache_message_says_how_the_build_ended(app, page):
     page.goto(app[1])
-    wait_text(page, "check-panel", "image(s)")
-    set_field(page, "ds-resolution", "64")
-    page.wait_for_timeout(1000)
     tab(page, "Cache")
     page.click("#cache-build")
     wait_text(page, "cache-message", "cache build")

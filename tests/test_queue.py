@@ -113,7 +113,7 @@ def test_a_ui_launch_queues_behind_a_live_run_and_starts_after_a_restart(
     from ui.context import AppContext
 
     monkeypatch.setattr("core.runs.command.TRAINER_MODULE", FAKE_TRAINER)
-    tab = tab_runs.RunsTab(*(object() for _ in range(14)))  # keys only: no Blocks needed
+    tab = tab_runs.RunsTab(*(object() for _ in range(16)))  # keys only: no Blocks needed
     ws = tmp_path / "ws"
     live_dir, sleeper = fake_live_run(ws)
     ctx = AppContext(ws, monitor=False)
@@ -241,12 +241,12 @@ def test_downloads_offer_the_runs_files_and_refuse_others(tmp_path: Path):
         button = tab_runs.download_view(ctx, str(run_dir), wanted)
         assert button["value"] == wanted, "the run's own file, served from the workspace"
         assert Path(button["value"]).read_bytes() == b"kohya step_000004"
-        import gradio as gr
+        from ui.actions import ActionError
 
         for path in ("/etc/passwd", str(run_dir / "status.json")):
-            with pytest.raises(gr.Error, match="not a file of the chosen run"):
+            with pytest.raises(ActionError, match="not a file of the chosen run"):
                 tab_runs.download_view(ctx, str(run_dir), path)
-        with pytest.raises(gr.Error, match="not a file of the chosen run"):
+        with pytest.raises(ActionError, match="not a file of the chosen run"):
             tab_runs.download_view(ctx, "/etc", "/etc/passwd")
     finally:
         ctx.close()
@@ -259,8 +259,6 @@ def test_downloads_offer_the_runs_files_and_refuse_others(tmp_path: Path):
 
 
 def test_runs_tab_delete_needs_the_tick_then_deletes_and_relists(tmp_path: Path):
-    import gradio as gr
-
     from ui.app import build_app
     from ui.context import AppContext
 
@@ -270,8 +268,10 @@ def test_runs_tab_delete_needs_the_tick_then_deletes_and_relists(tmp_path: Path)
     try:
         demo = build_app(ctx)
         delete = next(f.fn for f in demo.fns.values() if f.fn and f.fn.__name__ == "delete")
-        with pytest.raises(gr.Error, match="I understand this deletes runs/old"):
-            delete(run_dir, False, None)  # the Delete button without the tick
+        refused = delete(run_dir, False, None)  # the Delete button without the tick: said
+        [(beside, text)] = refused.items()  # beside the button, nothing else changes
+        assert beside.elem_id == "runs-delete-message"
+        assert "I understand this deletes runs/old" in text and "nothing was deleted" in text
         assert Path(run_dir).is_dir()
         out = delete(run_dir, True, None)
         assert not Path(run_dir).exists()

@@ -143,6 +143,7 @@ def test_a_queued_launch_keeps_the_running_run_in_view_then_follows_the_queue(ap
         tab(page, "Runs")
         page.click("#runs-refresh")
         page.wait_for_function(f"{text_of('runs-queue')}.includes('runs/second')")
+        page.locator("#runs-queue").scroll_into_view_if_needed()
         page.screenshot(path=str(shots / "runs-queue.png"))
         tab(page, "Training")
     finally:
@@ -151,7 +152,7 @@ def test_a_queued_launch_keeps_the_running_run_in_view_then_follows_the_queue(ap
     # The live run ended: the queue starts the next, and the view goes with it, saying so.
     wait_text(page, "train-progress", "now following runs/second", timeout=60_000)
     assert "runs/live ended (failed)" in page.inner_text("#train-progress")
-    wait_text(page, "train-message", "runs/second")
+    wait_text(page, "train-message", "runs/second left the queue")
     assert "queued" not in page.inner_text("#train-message"), "it started: not queued"
     wait_text(page, "train-progress", "done", timeout=RUN_MS)
     page.locator("#train-progress").scroll_into_view_if_needed()

@@ -309,6 +309,6 @@ def queue_message(ctx: AppContext, f: Following | None) -> str | None:
     if state == "queued":
         return None
     f.awaiting = None
-    if awaited.resolve() == f.run_dir.resolve():
-        return f.note or f"{ctx.relative(awaited)} started; the view follows it"
+    if awaited.resolve() == f.run_dir.resolve():  # its progress shows how it goes on
+        return f"{ctx.relative(awaited)} left the queue; the view below follows it"
     return f"{ctx.relative(awaited)} is no longer queued ({state or 'unknown'})"

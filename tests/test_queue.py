@@ -279,3 +279,45 @@ def test_runs_tab_delete_needs_the_tick_then_deletes_and_relists(tmp_path: Path)
         assert table == [], "the run list no longer shows it"
     finally:
         ctx.close()
+
+
+def test_the_followed_view_stays_on_the_live_run_then_moves_to_the_one_the_queue_starts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The UI's view logic without a browser (tests/test_ui_runs_browser.py has the
+    browser's): a queued launch keeps the view; when the live run ends and the queue
+    starts the queued one, the next tick follows it, says so, and the message under
+    Launch no longer says "queued"."""
+    from ui import actions, render, run_views
+    from ui.context import AppContext
+
+    monkeypatch.setattr("core.runs.command.TRAINER_MODULE", FAKE_TRAINER)
+    view = run_views.RunView(*(object() for _ in range(7)))  # keys only: no Blocks needed
+    message = object()
+    ws = tmp_path / "ws"
+    live_dir, sleeper = fake_live_run(ws)
+    ctx = AppContext(ws, monitor=False)
+    try:
+        f = run_views.opened(ctx, view, live_dir)[view.following]
+        queued = actions.launch(ctx, workspace_config(ws, "runs/next"))
+        assert queued.queued == 1
+        f.awaiting = queued.run_dir
+        assert view.following not in run_views.tick(ctx, view, f, message)
+        sleeper.kill()
+        sleeper.wait()
+        write_status(live_dir, state="failed")  # what the monitor records
+        run_views.tick(ctx, view, f, message)  # sees it end
+        started = ops.start_next_queued(ws)
+        assert started is not None and started.run_dir == queued.run_dir
+        out = run_views.tick(ctx, view, f, message)
+        moved = out[view.following]
+        assert moved.run_dir == queued.run_dir
+        assert "runs/live ended (failed); now following runs/next" in out[view.progress]
+        assert out[message] == render.message_html(
+            "runs/next left the queue; the view below follows it", "info")
+        assert started.handle.wait(timeout=120) == "done"
+        ops.delete_run(queued.run_dir, ws, confirm=True)
+        gone = run_views.tick(ctx, view, moved, message)
+        assert gone[view.following] is None and "runs/next was deleted" in gone[view.progress]
+    finally:
+        sleeper.kill()
+        ctx.close()

@@ -129,6 +129,9 @@ def job_view(ctx: AppContext, tab: CacheTab, seen: Any) -> tuple[dict[Any, Any],
         return {}, False  # finished and already shown
     text = ctx.redact("\n".join(job.log_lines(60)))
     out = {tab.progress: progress_view(ctx, job, state), tab.log: text, tab.seen: key}
+    if state is not None:  # "started" under the buttons would outlive the build
+        out[tab.message] = render.message_html(f"cache build {state} (log: {job.log_path})",
+                                               "ok" if state == "done" else "error")
     return out, state is not None
 
 
@@ -151,7 +154,7 @@ def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: gr.Timer, page: gr.T
             return render.message_html(exc.message, "error", exc.problems)
         return render.message_html(f"cache build started (log: {job.log_path})", "ok")
 
-    @guarded("Stop cache build")
+    @guarded("Stop cache build", inline=tab.message)
     def stop() -> str:
         return render.message_html(f"cache build {actions.stop_cache(ctx)}", "info")
 
@@ -176,7 +179,8 @@ def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: gr.Timer, page: gr.T
     tab.build.click(start, ins, [tab.message], api_visibility="private")
     tab.stop.click(stop, None, [tab.message], api_visibility="private")
     tab.log.change(None, js=render.scroll_to_end("cache-log"))
-    timer.tick(tick, [tab.seen], [tab.progress, tab.log, tab.seen, *status_outs],
+    timer.tick(tick, [tab.seen], [tab.progress, tab.log, tab.seen, tab.message,
+                                  *status_outs],
                api_visibility="private", show_progress="hidden")
     _wire_clear(ctx, form, tab, refresh)
 

@@ -100,7 +100,7 @@ def wire(ctx: AppContext, form: Form, area: CaptionArea, timer: gr.Timer,
             return render.message_html(exc.message, "error", exc.problems)
         return render.message_html(f"captioning started (log: {job.log_path})", "info")
 
-    @guarded("Stop captioning")
+    @guarded("Stop captioning", inline=area.message)
     def stop() -> str:
         return render.message_html(f"captioning {actions.stop_caption(ctx)}", "info")
 

@@ -79,7 +79,7 @@ def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
         cfg, notes = presets.load_source(ctx, source)
         return filled(cfg, notes)
 
-    @guarded("Import config")
+    @guarded("Import config", inline=bar.message)
     def imported(path: str | None) -> dict[Any, Any]:
         if not path:
             return {bar.message: gr.skip()}
@@ -94,7 +94,7 @@ def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
             raise ActionError("the form has invalid values", problems)
         return cfg
 
-    @guarded("Save config")
+    @guarded("Save config", inline=tab.message)
     def save(data: dict[Any, Any]) -> dict[Any, Any]:
         cfg = valid(data)
         path = presets.save_named(ctx, cfg, data[tab.name])
@@ -104,7 +104,7 @@ def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
         return {tab.message: render.message_html(text, "ok"),
                 bar.source: gr.Dropdown(choices=presets.sources(ctx))}
 
-    @guarded("Export config")
+    @guarded("Export config", inline=tab.message)
     def export(data: dict[Any, Any]) -> dict[Any, Any]:
         path = presets.export(ctx, valid(data), data[tab.name])
         return {tab.download: str(path),

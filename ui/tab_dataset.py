@@ -55,8 +55,9 @@ class DatasetTab:
 def build(form: Form) -> DatasetTab:
     with gr.Row():
         with gr.Column(scale=1, min_width=220):
+            # interactive: no event takes its value (it is read from its select event)
             form.selector = gr.Radio(label="Datasets", choices=[], elem_id="ds-selector",
-                                     info="Click one to edit it")
+                                     info="Click one to edit it", interactive=True)
             with gr.Row():
                 add = gr.Button("Add", size="sm", elem_id="ds-add")
                 remove = gr.Button("Remove", size="sm", variant="stop", elem_id="ds-remove")
@@ -113,11 +114,14 @@ def _committed(form: Form, data: dict[Any, Any]) -> DatasetList:
     return datasets
 
 
-def on_select(form: Form, data: dict[Any, Any]) -> dict[Any, Any]:
+def on_select(form: Form, data: dict[Any, Any], index: Any) -> dict[Any, Any]:
+    """`index`: the clicked entry (gr.SelectData's index). The selector's value is never
+    an input: Gradio checks an input against the choices the server last sent, and a
+    click in flight while Remove shrank them failed with "Value: 1 is not in the list
+    of choices: [0]"."""
     datasets = _committed(form, data)
-    new = data[form.selector]
-    if isinstance(new, int) and 0 <= new < len(datasets.items):
-        datasets.selected = new
+    if isinstance(index, int) and 0 <= index < len(datasets.items):
+        datasets.selected = index
     return form.editor_updates(datasets)
 
 
@@ -279,9 +283,14 @@ def page_event(ctx: AppContext, form: Form, tab: DatasetTab, delta: int) -> dict
 
 def wire(ctx: AppContext, form: Form, tab: DatasetTab, live: dict[str, Any]) -> None:
     """Events of the tab; `live` is the app's check event (shared with others)."""
-    ins, outs = form.inputs() | {form.selector}, form.outputs()
+    # The list's state (form.datasets) says which dataset is selected, not the selector.
+    ins, outs = form.inputs(), form.outputs()
     preview = preview_event(ctx, form, tab)
-    list_edits = ((form.selector.input, "Select dataset", lambda d: on_select(form, d)),
+
+    def select(data: dict[Any, Any], evt: gr.SelectData) -> dict[Any, Any]:
+        return on_select(form, data, evt.index)
+
+    list_edits = ((form.selector.select, "Select dataset", select),
                   (tab.add.click, "Add dataset", lambda d: on_add(form, d)),
                   (tab.remove.click, "Remove dataset", lambda d: on_remove(form, d)),
                   (tab.up.click, "Move dataset", lambda d: on_move(form, d, -1)),

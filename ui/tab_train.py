@@ -103,6 +103,28 @@ def memory_view(ctx: AppContext, cfg: Config, last: dict[str, Any]) -> str:
     return last["text"]
 
 
+def queued_view(ctx: AppContext, tab: TrainTab, launched: Any,
+                f: Following | None) -> dict[Any, Any]:
+    """A queued launch: the live view stays on (or goes to) the run that is live, and
+    moves to the queued one when it starts (run_views.moved); the queue lists it."""
+    name, behind = ctx.relative(launched.run_dir), launched.queued_behind
+    for root in {str(ctx.workspace.resolve()), str(ctx.workspace)}:
+        behind = behind.replace(root + "/", "")  # folders as the workspace names them
+    text = render.message_html(
+        f"queued (number {launched.queued}, after {behind}): {name}. The view stays on "
+        f"the running run and moves to {name} when it starts; the Runs tab lists the "
+        "queue.", "ok", launched.warnings)
+    out: dict[Any, Any] = {tab.message: text}
+    live = run_views.newest_live(ctx)
+    if live is not None and (f is None or f.run_dir.resolve() != live.resolve()):
+        out.update(run_views.opened(ctx, tab, live))
+        f = out[tab.following]
+    if f is not None:
+        f.awaiting = launched.run_dir
+        out[tab.following] = f
+    return out
+
+
 def form_message(problems: list[Problem], current: str | None) -> Any:
     """The message under Launch follows the form: its errors while it has any (a launch
     would be refused for them), named by their labels; an older refusal goes once the
@@ -157,13 +179,13 @@ def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: gr.Timer,
             return {tab.message: render.message_html(exc.message, "error", exc.problems)}
         verb = {"resume": "resumed", "extend": "extended"}.get(mode, "launched")
         if launched.queued:  # a run is live: this one starts when the queue reaches it
-            verb = f"queued (number {launched.queued}, after {launched.queued_behind})"
+            return queued_view(ctx, tab, launched, f)
         text = render.message_html(f"{verb}: {ctx.relative(launched.run_dir)}", "ok",
                                    launched.warnings)
         return {tab.message: text,
                 **run_views.opened(ctx, tab, launched.run_dir, launched.log_offset)}
 
-    @guarded("Stop")
+    @guarded("Stop", inline=tab.message)
     def stop(f: Following | None) -> str:
         if f is None:
             raise ActionError("no run is followed; open one on the Runs tab")
@@ -195,7 +217,8 @@ def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: gr.Timer,
             event.then(**then)
     tab.stop.click(stop, [tab.following], [tab.message], api_visibility="private",
                    concurrency_limit=None)
-    timer.tick(lambda f: run_views.tick(ctx, tab, f), [tab.following], tab.polled(),
+    timer.tick(lambda f: run_views.tick(ctx, tab, f, tab.message), [tab.following],
+               [*tab.components(), tab.message],
                api_visibility="private", show_progress="hidden", concurrency_limit=None)
     tab.log.change(None, js=render.scroll_to_end("train-log"))
     return memory_event

@@ -1,5 +1,6 @@
 """Assembly: the page (preset bar, then the Dataset, Cache, Training, Runs and Config
-tabs), the live check shared by every tab, the 1 s timer, and the API endpoints.
+tabs), the live check shared by every tab, the timer's pace (ui/pace.py), and the API
+endpoints.
 
 `build_app(ctx)` returns the Blocks; `launch_app` starts it with the serving options
 (theme and css go to launch() in Gradio 6). Per-session data lives in gr.State; what
@@ -15,6 +16,7 @@ import gradio as gr
 
 from ui import (
     api,
+    pace,
     presets,
     tab_cache,
     tab_caption,
@@ -28,7 +30,7 @@ from ui.context import AppContext
 from ui.errors import guarded
 from ui.form import Form
 
-TICK_S = 1.0
+TICK_S = pace.FAST_S
 CSS = """
 #train-log textarea, #cache-log textarea, #caption-log textarea {
   font-family: ui-monospace, monospace; font-size: 12px; }
@@ -44,7 +46,7 @@ def build_app(ctx: AppContext) -> gr.Blocks:
         gr.Markdown("## Fine-tune a diffusion model on your pictures\n"
                     f"Workspace: `{ctx.workspace}`")
         bar = tab_config.build_bar(ctx)
-        timer = gr.Timer(TICK_S)
+        timer = pace.Pace(ctx)
         with gr.Tabs() as tabs:
             with gr.Tab("Dataset", id="dataset"):
                 dataset = tab_dataset.build(form)
@@ -62,10 +64,11 @@ def build_app(ctx: AppContext) -> gr.Blocks:
         tab_caption.wire(ctx, form, caption, timer, after=[live, preview])
         tab_upload.wire(ctx, form, dataset.upload, after=[live, preview])
         tab_cache.wire(ctx, form, cache, timer, cache_tab)
+        timer.wire()
     return demo
 
 
-def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: gr.Timer, tabs: gr.Tabs,
+def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pace, tabs: gr.Tabs,
           runs_tab: gr.Tab, dataset: Any, cache: Any, train: Any, runs: Any,
           config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """Every event but the Cache tab's and the captioning's; returns the live check and

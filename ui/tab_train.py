@@ -19,6 +19,7 @@ from ui.actions import ActionError
 from ui.context import AppContext
 from ui.errors import guarded
 from ui.form import Form
+from ui.pace import Pace
 from ui.run_views import Following, RunView
 
 # model.config describes a single-file model.path, so it sits right beside it.
@@ -136,7 +137,7 @@ def _markdown_text(line: str) -> str:
     return line
 
 
-def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: gr.Timer,
+def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: Pace,
          on_launched: list[Any]) -> dict[str, Any]:
     """Wire the tab's events; returns the memory estimate's event, which the app also
     runs when the page opens (the form is filled then without a change event)."""
@@ -195,7 +196,7 @@ def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: gr.Timer,
             event.then(**then)
     tab.stop.click(stop, [tab.following], [tab.message], api_visibility="private",
                    concurrency_limit=None)
-    timer.tick(lambda f: run_views.tick(ctx, tab, f), [tab.following], tab.polled(),
-               api_visibility="private", show_progress="hidden", concurrency_limit=None)
+    timer.add(lambda f: run_views.tick(ctx, tab, f), [tab.following], tab.polled())
+    tab.following.change(**timer.wake())  # launched, resumed or opened: poll it at once
     tab.log.change(None, js=render.scroll_to_end("train-log"))
     return memory_event

@@ -8,7 +8,8 @@ CPU is its own), opens the page in headless Chromium, waits for the page to sett
 then counts the requests the page sends over `--seconds` (Playwright's request events)
 and the CPU time the server process and the browser's process tree used meanwhile.
 Target: at most 0.3 requests/s (tests/test_ui_quiet_browser.py asserts it); the
-ratio printed is requests/s over that target.
+ratio printed is requests/s over that target. The browser's baseline is the same
+browser showing an empty tab (about:blank), measured first.
 """
 
 from __future__ import annotations
@@ -90,6 +91,10 @@ def run(seconds: float, workspace: Path) -> None:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium",
                                         args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto("about:blank")  # the baseline: the same browser showing nothing
+            page.wait_for_timeout(SETTLE_S * 1000)  # past the browser's own start
+            _, _, blank_cpu = measure(page, min(seconds, 10), [server.pid,
+                                                                *browser_pids(server.pid)])
             page.goto(f"http://127.0.0.1:{port}/")
             page.wait_for_selector("#check-panel .dt-ok", timeout=180_000)  # form filled
             pids = [server.pid, *browser_pids(server.pid)]
@@ -104,7 +109,8 @@ def run(seconds: float, workspace: Path) -> None:
     print(f"  requests/s: {rps:.2f} (target <= {TARGET_RPS}: {ok}; ratio "
           f"{rps / TARGET_RPS:.2f})")
     print(f"  server CPU: {server_cpu:.1f}% of a core")
-    print(f"  browser CPU: {browser_cpu:.1f}% of a core (every chromium process)")
+    print(f"  browser CPU: {browser_cpu:.1f}% of a core (every chromium process; "
+          f"baseline, an empty tab: {blank_cpu:.1f}%)")
 
 
 def main() -> None:

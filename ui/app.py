@@ -73,7 +73,8 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pa
           config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """Every event but the Cache tab's and the captioning's; returns the live check and
     the preview refresh, as event arguments."""
-    check_outputs = [dataset.check_html, dataset.histogram, config.toml, train.message]
+    marks = gr.HTML("", elem_id="field-marks", padding=False)
+    check_outputs = [dataset.check_html, dataset.histogram, config.toml, train.message, marks]
 
     @guarded("Check")
     def live_check(data: dict[Any, Any]) -> dict[Any, Any]:
@@ -83,7 +84,8 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pa
                 presets.remember(ctx, cfg)
         view, report = tab_dataset.check_view(ctx, dataset, cfg, problems)
         return {**view, config.toml: presets.toml_text(cfg),
-                train.message: tab_train.form_message(report.problems, data[train.message])}
+                train.message: tab_train.form_message(report.problems, data[train.message]),
+                marks: form.field_marks(data, report.problems)}
 
     live = {"fn": live_check, "inputs": form.inputs() | {train.message},
             "outputs": check_outputs, "api_visibility": "private", "show_progress": "hidden"}

@@ -108,8 +108,8 @@ def form_message(problems: list[Problem], current: str | None) -> Any:
     """The message under Launch follows the form: its errors while it has any (a launch
     would be refused for them), named by their labels; an older refusal goes once the
     form changes without errors; a launch's own message stays."""
-    if errors(problems):
-        return f"<div class='dt-form-check'>{render.problems_html(problems)}</div>"
+    if errors(problems):  # one line: the fields themselves are marked
+        return f"<div class='dt-form-check'>{render.launch_summary_html(problems)}</div>"
     if current and ("dt-msg-error" in current or "dt-form-check" in current):
         return ""
     return gr.skip()
@@ -153,8 +153,7 @@ def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: Pace,
                 launched = actions.extend(ctx, target, cfg.train.max_steps, problems)
             else:
                 launched = actions.launch(ctx, cfg, form_problems=problems)
-        except ActionError as exc:
-            gr.Warning(exc.message)
+        except ActionError as exc:  # said once, beside the buttons (no toast)
             return {tab.message: render.message_html(exc.message, "error", exc.problems)}
         verb = {"resume": "resumed", "extend": "extended"}.get(mode, "launched")
         if launched.queued:  # a run is live: this one starts when the queue reaches it

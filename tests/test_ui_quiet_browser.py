@@ -1,0 +1,120 @@
+"""The page in a browser, issue 25's quiet-page items: an idle page stays quiet while a
+live run still shows within a second; errors are marked at their fields with one line
+beside Launch; loading a preset can be undone; the memory line fits the machine;
+captioning works offline; the Dataset tab's plots, tables and thumbnails fit.
+
+One app and one browser for the module; each test opens its own page (a new session).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterator
+
+import pytest
+from test_ui_browser import set_field
+from test_ui_support import open_browser, running_app
+
+pytestmark = pytest.mark.slow
+
+VIEWPORT = {"width": 1280, "height": 800}
+IDLE_WINDOW_S = 40
+MAX_IDLE_RPS = 0.3
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[object, str, object]]:
+    """(ctx, url, browser): the real app on a fresh workspace, and Chromium."""
+    with running_app(tmp_path_factory.mktemp("quiet") / "ws") as (ctx, url), \
+            open_browser() as browser:
+        yield ctx, url, browser
+
+
+@pytest.fixture
+def page(app) -> Iterator[object]:
+    """A new page on the app at 1280x800, its form filled (the demo opens by itself)."""
+    _, url, browser = app
+    page = browser.new_page(viewport=VIEWPORT)
+    page.set_default_timeout(90_000)
+    page.goto(url)
+    page.wait_for_selector("#check-panel .dt-ok")
+    try:
+        yield page
+    finally:
+        page.close()
+
+
+def requests_per_second(page, seconds: float) -> tuple[float, list[str]]:
+    """The requests the page sends over `seconds` (per second), and their URLs."""
+    urls: list[str] = []
+
+    def seen(request) -> None:
+        urls.append(f"{request.method} {request.url}")
+
+    page.on("request", seen)
+    t0 = time.monotonic()
+    page.wait_for_timeout(seconds * 1000)
+    elapsed = time.monotonic() - t0
+    page.remove_listener("request", seen)
+    return len(urls) / elapsed, urls
+
+
+def test_an_idle_page_makes_at_most_a_request_every_few_seconds(page) -> None:
+    page.wait_for_timeout(12_000)  # the filled form's own events, then the first ticks
+    rate, urls = requests_per_second(page, IDLE_WINDOW_S)
+    assert rate <= MAX_IDLE_RPS, (f"{rate:.2f} requests/s from an idle page "
+                                  f"(at most {MAX_IDLE_RPS}):\n" + "\n".join(urls[:20]))
+
+
+def test_a_run_opened_on_an_idle_page_shows_new_log_lines_within_a_second(app, page) -> None:
+    from bench.ui_latency import start_fake_run
+    from core.runs.folder import RunFolder
+    from core.runs.manager import stop_run
+
+    ctx, _, _ = app
+    page.wait_for_timeout(12_000)  # idle: the timer has slowed down
+    run_dir = start_fake_run(ctx.workspace)
+    try:
+        page.get_by_role("tab", name="Runs").click()
+        page.wait_for_function("document.querySelector('#runs-choice input')?.value"
+                               ".includes('latency')")
+        page.click("#runs-open")
+        page.wait_for_function("document.querySelector('#train-progress')?.innerText"
+                               ".includes('latency')")
+        delays = []
+        for i in range(4):
+            page.wait_for_timeout(300 + 250 * i)  # land at different points of a tick
+            token = f"probe-{i}-{time.monotonic_ns()}"
+            t0 = time.monotonic()
+            with open(RunFolder(run_dir).log, "a", encoding="utf-8") as fh:
+                fh.write(token + "\n")
+            page.wait_for_function("document.querySelector('#train-log textarea').value"
+                                   f".includes('{token}')", polling="raf")
+            delays.append(time.monotonic() - t0)
+        assert statistics.median(delays) <= 1.5 and max(delays) <= 3.0, delays
+    finally:
+        stop_run(run_dir, grace_s=2, handle=ctx.handle(run_dir))
+        ctx.forget(run_dir)
+
+
+def test_an_error_is_marked_at_its_field_and_summed_up_in_one_line_beside_launch(
+        page) -> None:
+    page.get_by_role("tab", name="Training").click()
+    set_field(page, "f-train-learning_rate", "-0.001")
+    page.wait_for_function("document.querySelector('#train-message')?.innerText"
+                           ".includes('Learning rate')")
+    under = ("getComputedStyle(document.querySelector('#f-train-learning_rate'), '::after')"
+             ".content")
+    page.wait_for_function(f"{under}.includes('greater than 0')")
+    outline = page.evaluate("getComputedStyle(document.querySelector("
+                            "'#f-train-learning_rate input')).outlineColor")
+    assert outline == "rgb(220, 38, 38)", outline
+    message = page.locator("#train-message")
+    assert "1 error blocks launch" in message.inner_text()
+    assert message.locator("li").count() == 0, "one line, not the check panel's list"
+    line = page.evaluate("parseFloat(getComputedStyle(document.querySelector("
+                         "'#train-message .dt-launch-summary')).lineHeight)")
+    assert message.locator(".dt-launch-summary").bounding_box()["height"] <= 1.5 * line
+    set_field(page, "f-train-learning_rate", "0.0001")
+    page.wait_for_function(f"!{under}.includes('greater than 0')")

@@ -118,3 +118,22 @@ def test_an_error_is_marked_at_its_field_and_summed_up_in_one_line_beside_launch
     assert message.locator(".dt-launch-summary").bounding_box()["height"] <= 1.5 * line
     set_field(page, "f-train-learning_rate", "0.0001")
     page.wait_for_function(f"!{under}.includes('greater than 0')")
+
+
+def test_loading_a_preset_over_an_edited_form_can_be_undone(page) -> None:
+    from test_ui_browser import field
+
+    page.get_by_role("tab", name="Training").click()
+    set_field(page, "f-train-max_steps", "77")
+    page.wait_for_timeout(1500)  # the edit reaches the server's copy of the form
+    assert not page.locator("#preset-undo").is_visible()
+    page.click("#preset-load")
+    page.wait_for_function("document.querySelector('#preset-message')?.innerText"
+                           ".includes('Undo')")
+    assert field(page, "f-train-max_steps").input_value() != "77"
+    page.click("#preset-undo")
+    page.wait_for_function("document.querySelector('#preset-message')?.innerText"
+                           ".includes('back as it was')")
+    page.wait_for_function("document.querySelector('#f-train-max_steps input').value "
+                           "=== '77'")
+    page.wait_for_selector("#preset-undo", state="hidden")

@@ -53,14 +53,14 @@ def build_app(ctx: AppContext) -> gr.Blocks:
                 caption = tab_caption.build(form)
             with gr.Tab("Cache", id="cache") as cache_tab:
                 cache = tab_cache.build(form)
-            with gr.Tab("Training", id="train"):
+            with gr.Tab("Training", id="train") as train_tab:
                 train = tab_train.build(form)
             with gr.Tab("Runs", id="runs") as runs_tab:
                 runs = tab_runs.build()
             with gr.Tab("Config", id="config"):
                 config = tab_config.build_tab()
-        live, preview = _wire(demo, ctx, form, bar, timer, tabs, runs_tab, dataset, cache,
-                              train, runs, config)
+        live, preview = _wire(demo, ctx, form, bar, timer, tabs, (runs_tab, train_tab),
+                              dataset, cache, train, runs, config)
         tab_caption.wire(ctx, form, caption, timer, after=[live, preview])
         tab_upload.wire(ctx, form, dataset.upload, after=[live, preview])
         tab_cache.wire(ctx, form, cache, timer, cache_tab)
@@ -69,11 +69,12 @@ def build_app(ctx: AppContext) -> gr.Blocks:
 
 
 def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pace, tabs: gr.Tabs,
-          runs_tab: gr.Tab, dataset: Any, cache: Any, train: Any, runs: Any,
+          pages: tuple[gr.Tab, gr.Tab], dataset: Any, cache: Any, train: Any, runs: Any,
           config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """Every event but the Cache tab's and the captioning's; returns the live check and
     the preview refresh, as event arguments."""
     marks = gr.HTML("", elem_id="field-marks", padding=False)
+    runs_tab, train_tab = pages
     check_outputs = [dataset.check_html, dataset.histogram, config.toml, train.message, marks]
 
     @guarded("Check")
@@ -105,6 +106,7 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pa
               [train.following], [*runs.listed(), *train.components()],
               api_visibility="private")
     demo.load(**memory_estimate)
+    train_tab.select(**memory_estimate)  # the caches may have been built since
     return live, preview
 
 

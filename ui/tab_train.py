@@ -91,14 +91,18 @@ def build(form: Form) -> TrainTab:
 def memory_view(ctx: AppContext, cfg: Config, last: dict[str, Any]) -> str:
     """The estimate's lines as Markdown. `last` keeps the latest one: the estimate reads
     the model's configs (seconds for an unbuilt tiny model), and most edits of the form
-    (captions, datasets' folders, validation) do not change it."""
+    (captions, datasets' folders, validation) do not change it; whether the caches are
+    built is looked up each time (cheap: file headers)."""
+    from core.cache.status import caches_complete
     from core.config import resolved
     from core.models.memory import estimate_memory
 
     full = resolved(cfg, ctx.workspace)
-    key = repr((full.model, full.train, full.launch, [d.resolution for d in full.datasets]))
+    built = caches_complete(full, ctx.workspace)  # built since: no caching phase any more
+    key = repr((full.model, full.train, full.launch, [d.resolution for d in full.datasets],
+                built))
     if last.get("key") != key:
-        estimate = estimate_memory(full, ctx.workspace)
+        estimate = estimate_memory(full, ctx.workspace, caches_built=built)
         last.update(key=key, text="\n\n".join(
             _markdown_text(line.strip()) for line in (estimate.lines() if estimate else [])))
     return last["text"]

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from test_ui_browser import set_field
+from test_ui_browser import field, set_field
 from test_ui_support import open_browser, running_app
 
 pytestmark = pytest.mark.slow
@@ -121,8 +121,6 @@ def test_an_error_is_marked_at_its_field_and_summed_up_in_one_line_beside_launch
 
 
 def test_loading_a_preset_over_an_edited_form_can_be_undone(page) -> None:
-    from test_ui_browser import field
-
     page.get_by_role("tab", name="Training").click()
     set_field(page, "f-train-max_steps", "77")
     page.wait_for_timeout(1500)  # the edit reaches the server's copy of the form
@@ -137,3 +135,21 @@ def test_loading_a_preset_over_an_edited_form_can_be_undone(page) -> None:
     page.wait_for_function("document.querySelector('#f-train-max_steps input').value "
                            "=== '77'")
     page.wait_for_selector("#preset-undo", state="hidden")
+
+
+def test_the_demo_captions_new_images_offline_with_its_tiny_captioner(app, page) -> None:
+    from PIL import Image
+
+    ctx, _, _ = app
+    new = [ctx.workspace / f"demo/shapes/zz_new_{i}.png" for i in range(2)]
+    for i, path in enumerate(new):  # two pictures without a caption
+        Image.new("RGB", (64, 64), (200, 40 * i, 40)).save(path)
+    assert all(p.exists() and not p.with_suffix(".txt").exists() for p in new)
+    page.click("#caption-area button, #caption-area .label-wrap")
+    page.wait_for_selector("#caption-start")
+    assert field(page, "f-captioning-model").input_value() == "tiny:blip"
+    page.click("#caption-start")
+    page.wait_for_function("document.querySelector('#caption-message')?.innerText"
+                           ".includes('captioning done')", timeout=240_000)
+    captions = [p.with_suffix(".txt").read_text(encoding="utf-8").strip() for p in new]
+    assert all(captions), captions

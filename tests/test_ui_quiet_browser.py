@@ -153,3 +153,30 @@ def test_the_demo_captions_new_images_offline_with_its_tiny_captioner(app, page)
                            ".includes('captioning done')", timeout=240_000)
     captions = [p.with_suffix(".txt").read_text(encoding="utf-8").strip() for p in new]
     assert all(captions), captions
+
+
+def test_the_dataset_and_training_tabs_fit(page) -> None:
+    """The histogram's legend is whole and its bars say their counts; long help is
+    three lines until hovered."""
+    page.wait_for_function("document.querySelector('#bucket-histogram')?.innerText"
+                           ".includes('128x128 (')")
+    page.wait_for_selector("#bucket-histogram g.role-legend-entry")
+    legend = page.locator("#bucket-histogram g.role-legend").first.bounding_box()
+    block = page.locator("#bucket-histogram").bounding_box()
+    assert legend["y"] + legend["height"] <= block["y"] + block["height"], (legend, block)
+    page.get_by_role("tab", name="Training").click()
+    info = page.locator("#f-train-lora_kind [data-testid=block-info]")
+    line = page.evaluate("parseFloat(getComputedStyle(document.querySelector("
+                         "'#f-train-lora_kind [data-testid=block-info]')).lineHeight)")
+    assert info.bounding_box()["height"] <= 3.5 * line
+
+
+def test_a_gated_model_preset_says_how_to_get_access(page) -> None:
+    page.locator("#preset-source input").fill("preset: flux-lora")
+    page.keyboard.press("Enter")
+    page.click("#preset-load")
+    page.wait_for_function("document.querySelector('#preset-message')?.innerText"
+                           ".includes('gated')")
+    text = page.inner_text("#preset-message")
+    assert "https://huggingface.co/black-forest-labs/FLUX.1-dev" in text
+    assert "HF_TOKEN" in text

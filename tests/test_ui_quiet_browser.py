@@ -165,9 +165,9 @@ def test_the_dataset_and_training_tabs_fit(page) -> None:
     block = page.locator("#bucket-histogram").bounding_box()
     assert legend["y"] + legend["height"] <= block["y"] + block["height"], (legend, block)
     page.get_by_role("tab", name="Training").click()
-    info = page.locator("#f-train-lora_kind [data-testid=block-info]")
+    info = page.locator("#f-train-lora_kind .info-text")
     line = page.evaluate("parseFloat(getComputedStyle(document.querySelector("
-                         "'#f-train-lora_kind [data-testid=block-info]')).lineHeight)")
+                         "'#f-train-lora_kind .info-text')).lineHeight)")
     assert info.bounding_box()["height"] <= 3.5 * line
 
 

@@ -37,9 +37,9 @@ CSS = """
 .dt-problems ul { margin: 4px 0 0 18px; }
 .dt-problems li { margin: 2px 0; }
 /* Help under a label: three lines, the rest on hover (long help made columns tall). */
-[data-testid="block-info"] { display: -webkit-box; -webkit-line-clamp: 3;
+.info-text { display: -webkit-box; -webkit-line-clamp: 3;
   -webkit-box-orient: vertical; overflow: hidden; }
-.block:hover [data-testid="block-info"] { -webkit-line-clamp: unset; }
+.block:hover .info-text { -webkit-line-clamp: unset; }
 /* Thumbnails stay thumbnails, however few images there are. */
 #preview .thumbnail-item, #validation-gallery .thumbnail-item {
   max-width: 180px; max-height: 180px; }

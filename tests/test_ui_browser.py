@@ -63,7 +63,7 @@ def load_demo_and_see_the_conflict(page, workspace: Path) -> None:
     set_field(page, "ds-vae_cache", "demo/shapes/latents")  # inside the images folder
     page.wait_for_selector("#check-panel .dt-error")
     text = page.inner_text("#check-panel")
-    assert "error(s) block launch" in text and "datasets.0.vae_cache" in text
+    assert "1 error blocks launch" in text and "datasets.0.vae_cache" in text
     assert f"{workspace}/demo/shapes/latents is inside" in text
     set_field(page, "ds-vae_cache", "cache/demo/shapes/vae")
     page.wait_for_selector("#check-panel .dt-ok")

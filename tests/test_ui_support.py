@@ -47,6 +47,20 @@ def running_app(workspace: Path, auth: list[tuple[str, str]] | None = None
         ctx.close()
 
 
+@contextlib.contextmanager
+def open_browser() -> Iterator[object]:
+    """Headless Chromium through Playwright (skips when either is missing)."""
+    executable = chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
 def stop_runs(ctx) -> None:
     """Stop every run and cache build a test left going (fast: no long grace)."""
     from core.runs.manager import stop_run

@@ -184,6 +184,15 @@ def plot_frame(f: Following) -> Any:
     return frame.astype({"step": "int64", "loss": "float64", "series": "str"})
 
 
+def drawable(rows: list[tuple[int, float, str]]) -> bool:
+    """Whether some series has two points, so the line plot draws a line."""
+    seen: dict[str, int] = {}
+    for _, loss, series in rows:
+        if loss == loss:  # not NaN
+            seen[series] = seen.get(series, 0) + 1
+    return any(n >= 2 for n in seen.values())
+
+
 def progress_html(ctx: AppContext, f: Following) -> str:
     """The progress bar, and under it the memory line once the trainer reported one."""
     text = render.run_progress_html(f.follower.progress, ctx.relative(f.run_dir))
@@ -211,7 +220,8 @@ def changed_views(ctx: AppContext, view: RunView, f: Following | None) -> dict[A
             out[view.progress] = progress_html(ctx, f)
         if f.changed("log", fol.log_version):
             out[view.log] = ctx.redact(fol.log_text())
-        if f.changed("plot", fol.plot_version):
+        # A lone point (the step-0 eval) draws no line: the plot waits for a second one.
+        if drawable(f.follower.plot_rows()) and f.changed("plot", fol.plot_version):
             out[view.plot] = plot_frame(f)
         version, items = gallery_items(ctx, f)
         if f.changed("gallery", version):

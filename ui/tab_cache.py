@@ -16,6 +16,7 @@ from ui.actions import ActionError
 from ui.context import AppContext
 from ui.errors import guarded
 from ui.form import Form
+from ui.pace import Pace
 
 
 @dataclass
@@ -135,7 +136,7 @@ def job_view(ctx: AppContext, tab: CacheTab, seen: Any) -> tuple[dict[Any, Any],
     return out, state is not None
 
 
-def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: gr.Timer, page: gr.Tab) -> None:
+def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: Pace, page: gr.Tab) -> None:
     """Events of the tab; opening it (`page`) refreshes the status table."""
     ins = form.inputs()
     status_outs = [tab.table, tab.note]
@@ -176,12 +177,11 @@ def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: gr.Timer, page: gr.T
     for trigger in (tab.refresh.click, page.select):
         trigger(refresh, ins, [*status_outs, tab.clear_id, tab.progress],
                 api_visibility="private")
-    tab.build.click(start, ins, [tab.message], api_visibility="private")
+    tab.build.click(start, ins, [tab.message], api_visibility="private").then(
+        **timer.wake())
     tab.stop.click(stop, None, [tab.message], api_visibility="private")
     tab.log.change(None, js=render.scroll_to_end("cache-log"))
-    timer.tick(tick, [tab.seen], [tab.progress, tab.log, tab.seen, tab.message,
-                                  *status_outs],
-               api_visibility="private", show_progress="hidden")
+    timer.add(tick, [tab.seen], [tab.progress, tab.log, tab.seen, tab.message, *status_outs])
     _wire_clear(ctx, form, tab, refresh)
 
 

@@ -80,8 +80,10 @@ def build(form: Form) -> DatasetTab:
     gr.Markdown("### Check")
     check_html = gr.HTML("<div>No dataset yet: press Add and choose its images folder, or "
                          "upload images.</div>", elem_id="check-panel")
-    histogram = gr.BarPlot(x="bucket", y="images", color="dataset", label="Aspect buckets",
-                           elem_id="bucket-histogram", height=220)
+    # No fixed height: a fixed one clips the legend below the axis down to its title.
+    histogram = gr.BarPlot(x="bucket", y="images", color="dataset",
+                           label="Aspect buckets (images per bucket)",
+                           elem_id="bucket-histogram")
     gr.Markdown("### Preview")
     with gr.Row():
         preview_note = gr.Markdown("", elem_id="preview-note")
@@ -168,6 +170,11 @@ def histogram_rows(report) -> Any:
     for ds in report.datasets:
         for bucket, count in bucket_histogram([Bucket(w, h) for w, h in ds.buckets]):
             rows.append({"bucket": bucket.label, "images": count, "dataset": ds.label})
+    totals: dict[str, int] = {}
+    for row in rows:
+        totals[row["bucket"]] = totals.get(row["bucket"], 0) + row["images"]
+    for row in rows:  # the count in the label: a 1-image bar beside 500 is a hairline
+        row["bucket"] = f"{row['bucket']} ({totals[row['bucket']]})"
     if not rows:  # None, not an empty frame: a plot that got one never draws bars later
         return None
     frame = pd.DataFrame(rows, columns=["bucket", "images", "dataset"])

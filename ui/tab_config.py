@@ -79,7 +79,7 @@ def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
         out[bar.undo] = gr.Button(visible=True)
         return out
 
-    @guarded("Load preset")
+    @guarded("Load preset", inline=bar.message)
     def load(data: dict[Any, Any]) -> dict[Any, Any]:
         if not data[bar.source]:
             raise ActionError("choose a preset or a saved config first")
@@ -95,7 +95,7 @@ def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
         cfg = presets.read_config_file(path, shown_as=name)
         return filled(cfg, [f"imported {name}"], data)
 
-    @guarded("Undo the load")
+    @guarded("Undo the load", inline=bar.message)
     def undo(before: Any) -> dict[Any, Any]:
         out = form.fill(before) if before is not None else {}
         text = "the form is back as it was before the load"

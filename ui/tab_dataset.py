@@ -45,6 +45,7 @@ class DatasetTab:
     caption_path: gr.Textbox
     caption_text: gr.Textbox
     caption_save: gr.Button
+    caption_message: gr.HTML  # beside Save caption: saved, or what to do first
     upload: tab_upload.UploadBox
     page: gr.State  # the preview's page, from 0
     prev: gr.Button
@@ -103,9 +104,10 @@ def build(form: Form) -> DatasetTab:
         caption_text = gr.Textbox(label="Caption (saved to the image's .txt file)", scale=4,
                                   elem_id="caption-edit")
         caption_save = gr.Button("Save caption", scale=0, elem_id="caption-save")
+    caption_message = gr.HTML("", elem_id="caption-save-message")
     return DatasetTab(add, remove, up, down, check_html, histogram, preview, preview_note,
                       gr.State([]), refresh, caption_path, caption_text, caption_save,
-                      upload, gr.State(0), prev, next_, captions)
+                      caption_message, upload, gr.State(0), prev, next_, captions)
 
 
 # ---------------------------------------------------------------- list operations
@@ -324,17 +326,18 @@ def _wire_captions(tab: DatasetTab, preview: dict[str, Any]) -> None:
     def pick(paths: list[str], evt: gr.SelectData) -> dict[Any, Any]:
         path = Path(paths[evt.index]) if 0 <= evt.index < len(paths) else None
         if path is None:
-            return {tab.caption_path: "", tab.caption_text: ""}
+            return {tab.caption_path: "", tab.caption_text: "", tab.caption_message: ""}
         txt = path.with_suffix(".txt")
         text = txt.read_text(encoding="utf-8", errors="replace").strip() if txt.exists() else ""
-        return {tab.caption_path: str(path), tab.caption_text: text}
+        return {tab.caption_path: str(path), tab.caption_text: text, tab.caption_message: ""}
 
-    @guarded("Save caption")
-    def save(path: str, text: str, paths: list[str]) -> None:
+    @guarded("Save caption", inline=tab.caption_message)
+    def save(path: str, text: str, paths: list[str]) -> dict[Any, Any]:
         target = save_caption(path, text, paths)
-        gr.Info(f"Caption saved to {target.name}")
+        return {tab.caption_message: render.message_html(f"caption saved to {target}", "ok")}
 
-    tab.preview.select(pick, [tab.preview_paths], [tab.caption_path, tab.caption_text],
+    tab.preview.select(pick, [tab.preview_paths],
+                       [tab.caption_path, tab.caption_text, tab.caption_message],
                        api_visibility="private")
     tab.caption_save.click(save, [tab.caption_path, tab.caption_text, tab.preview_paths],
-                           None, api_visibility="private").success(**preview)
+                           [tab.caption_message], api_visibility="private").success(**preview)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.notices import IMPORT_NOISE_LOGGERS, drop_library_advisories
 from core.problems import warning
 
 if TYPE_CHECKING:
@@ -221,7 +222,6 @@ def step_pixels(cfg: Config, buckets: list[tuple[int, int]] | None = None
 
 
 # torchao warns at import about its CUDA-only extensions, and torch about torchao's enums.
-IMPORT_NOISE_LOGGERS = ("torchao", "torch.utils._pytree")
 _QUIET_ENV = {"DIFFUSERS_VERBOSITY": "error", "TRANSFORMERS_VERBOSITY": "error",
               "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 
@@ -233,6 +233,7 @@ def quiet_libraries() -> Iterator[None]:
     check's own output; the environment is put back for the processes launched after."""
     saved = {key: os.environ.get(key) for key in _QUIET_ENV}
     os.environ.update(_QUIET_ENV)
+    drop_library_advisories()
     loggers = {name: logging.getLogger(name).level for name in IMPORT_NOISE_LOGGERS}
     for name in loggers:
         logging.getLogger(name).setLevel(logging.ERROR)

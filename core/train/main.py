@@ -116,7 +116,8 @@ def check_ranks(cfg: Any, accelerator: Any, reporter: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from core.startup import load_resolved_config, quiet_library_notices
+    from core.notices import quiet_library_notices
+    from core.startup import load_resolved_config
 
     quiet_library_notices()  # notices, not problems: keep train.log readable
     workspace = Path(args.workspace).absolute()

@@ -19,7 +19,7 @@ from core.check import CheckReport, run_check
 from core.config import Config, apply_overrides, load_config, resolved
 from core.exits import EXIT_FAILED, EXIT_INVALID
 from core.presets import list_presets, preset_path
-from core.problems import ConfigError, Problem, error, errors, warnings
+from core.problems import ConfigError, Problem, blocking, error, errors, warnings
 from core.runs.folder import RunFolder
 
 if TYPE_CHECKING:
@@ -95,7 +95,8 @@ def require_ok(cfg: Config, workspace: Path, what: str,
     report = checked or check(cfg, workspace, extra_problems)
     found = errors(report.problems)
     if found:
-        raise OpError(f"{len(found)} error(s) block {what}; fix them first", found)
+        them = "it" if len(found) == 1 else "them"
+        raise OpError(f"{blocking(len(found), what)}; fix {them} first", found)
     return report
 
 
@@ -189,7 +190,7 @@ def start_caption(cfg: Config, workspace: Path, *, running: CaptionJob | None = 
                       "it or stop it")
     found = errors([*(extra_problems or []), *check_captioning(cfg, workspace)])
     if found:
-        raise OpError(f"{len(found)} error(s) block captioning", found)
+        raise OpError(blocking(len(found), "captioning"), found)
     try:
         return start_caption_job(cfg, workspace)
     except RunStartError as exc:

@@ -25,3 +25,16 @@ def preset_path(name: str) -> Path:
 def is_demo(name: str | None) -> bool:
     return name is not None and preset_path(name).resolve() == (
         PRESETS_DIR / f"{DEMO_PRESET}.toml").resolve()
+
+
+# Hub models whose download needs an accepted license and a login (the others are open).
+GATED_MODELS = ("black-forest-labs/FLUX.1-dev",)
+
+
+def gated_note(model_path: str) -> str | None:
+    """What a config whose model.path is a gated hub model needs, in words; else None."""
+    if model_path.strip() not in GATED_MODELS:
+        return None
+    return (f"{model_path} is a gated model: accept its license at "
+            f"https://huggingface.co/{model_path} with your Hugging Face account, then log "
+            "in on this machine (`hf auth login`, or set HF_TOKEN) so it can download")

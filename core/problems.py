@@ -27,6 +27,16 @@ def warning(where: str, message: str) -> Problem:
     return Problem("warning", where, message)
 
 
+def counted(n: int, noun: str) -> str:
+    """"1 error", "2 errors": a count read as a sentence, not "1 error(s)"."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def blocking(n_errors: int, what: str) -> str:
+    """"1 error blocks launch", "3 errors block launch"."""
+    return f"{counted(n_errors, 'error')} {'blocks' if n_errors == 1 else 'block'} {what}"
+
+
 def errors(problems: Iterable[Problem]) -> list[Problem]:
     return [p for p in problems if p.level == "error"]
 

@@ -6,7 +6,6 @@ Nothing heavy at module level: accelerate and the model code load inside the fun
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,44 +16,6 @@ from core.problems import ConfigError, errors
 
 if TYPE_CHECKING:
     from core.models.base import Components, ModelFamily
-
-
-# Advisories the libraries log on every run that ask nothing of the user (by logger and
-# a piece of the message): transformers falls back to its PIL image processors without
-# torchvision (the pipelines here never process images with them), and diffusers cannot
-# register torchao's tensor types for torchao-serialized checkpoints (never loaded here:
-# model.quantize quantizes in memory). Anything else these loggers say still shows.
-ADVISORIES = (
-    ("transformers.utils.import_utils", "requires torchvision (not installed); falling back"),
-    ("diffusers.quantizers.torchao.torchao_quantizer",
-     "Unable to import `torchao` Tensor objects"),
-    # bitsandbytes (adamw8bit, nf4) on a CPU with AVX-512 BF16, when diffusers imports it:
-    # an optional 4-bit CPU kernel from the hub, which nothing here uses.
-    ("bitsandbytes.backends.cpu.ops", "Failed to load CPU gemm_4bit_forward"),
-)
-
-
-class _DropMessage(logging.Filter):
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return self.text not in record.getMessage()
-
-
-def quiet_library_notices() -> None:
-    """Keep train.log, cache.log and caption.log readable: import notices (torchao's CUDA
-    extensions, torch about torchao's enums) at ERROR only, and the ADVISORIES dropped.
-    For the launched programs, which own their process's logging."""
-    from core.models.memory import IMPORT_NOISE_LOGGERS
-
-    for name in IMPORT_NOISE_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
-    for name, text in ADVISORIES:
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, _DropMessage) and f.text == text for f in logger.filters):
-            logger.addFilter(_DropMessage(text))
 
 
 @dataclass

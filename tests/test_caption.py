@@ -22,7 +22,7 @@ CAPTIONER = "models/tiny-blip"  # relative: resolved against the workspace
 
 @pytest.fixture(scope="module")
 def captioner_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.tiny_captioner import build_tiny_blip
+    from core.caption.tiny import build_tiny_blip
 
     return build_tiny_blip(tmp_path_factory.mktemp("blip") / "tiny-blip")
 

@@ -43,7 +43,7 @@ def test_the_ui_log_keeps_a_tenth_of_the_step_lines_and_the_newest(tmp_path):
 
 
 def test_library_advisories_are_dropped_and_other_warnings_kept():
-    from core.startup import quiet_library_notices
+    from core.notices import quiet_library_notices
 
     class Keep(logging.Handler):
         def __init__(self) -> None:
@@ -86,7 +86,7 @@ def test_bitsandbytes_import_notice_is_dropped():
     import subprocess
     import sys
 
-    code = ("from core.startup import quiet_library_notices\n"
+    code = ("from core.notices import quiet_library_notices\n"
             "quiet_library_notices()\n"
             "import logging\n"
             "logging.getLogger('bitsandbytes.backends.cpu.ops').warning("

@@ -316,3 +316,19 @@ def test_activation_formula_matches_a_fake_tensor_measurement_of_full_size_sd15(
     measured = bench.measure("sd15", folder, 512, 1, checkpointing=False).activations
     formula = bench.estimated("sd15", bench.sizes_for("sd15", folder), 512, 1, False)
     assert 0.98 * measured <= formula <= 1.2 * measured
+
+
+def test_without_a_gpu_the_line_leads_with_the_ram_of_a_cpu_run(
+        workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machine the UI runs on has no GPU (forced, so a GPU box checks it too): the
+    run goes on its CPU, so the first line is RAM without a CUDA context; the per-GPU
+    figure follows for whoever plans a GPU run."""
+    import core.models.memory as memory
+
+    monkeypatch.setattr(memory, "cuda_available", lambda: False)
+    cfg = resolved(load_config(preset_path("demo")), workspace)
+    lines = estimate_memory(cfg, workspace, caches_built=False).lines()
+    assert MEMORY_LINE.match(lines[0]) and "GiB of RAM" in lines[0], lines
+    assert "no GPU" in lines[0] and "CUDA context" not in lines[0], lines
+    assert "per GPU" not in lines[0]
+    assert lines[1].startswith("  on a GPU: ") and "per GPU" in lines[1], lines

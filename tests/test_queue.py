@@ -113,7 +113,7 @@ def test_a_ui_launch_queues_behind_a_live_run_and_starts_after_a_restart(
     from ui.context import AppContext
 
     monkeypatch.setattr("core.runs.command.TRAINER_MODULE", FAKE_TRAINER)
-    tab = tab_runs.RunsTab(*(object() for _ in range(14)))  # keys only: no Blocks needed
+    tab = tab_runs.RunsTab(*(object() for _ in range(16)))  # keys only: no Blocks needed
     ws = tmp_path / "ws"
     live_dir, sleeper = fake_live_run(ws)
     ctx = AppContext(ws, monitor=False)
@@ -241,12 +241,12 @@ def test_downloads_offer_the_runs_files_and_refuse_others(tmp_path: Path):
         button = tab_runs.download_view(ctx, str(run_dir), wanted)
         assert button["value"] == wanted, "the run's own file, served from the workspace"
         assert Path(button["value"]).read_bytes() == b"kohya step_000004"
-        import gradio as gr
+        from ui.actions import ActionError
 
         for path in ("/etc/passwd", str(run_dir / "status.json")):
-            with pytest.raises(gr.Error, match="not a file of the chosen run"):
+            with pytest.raises(ActionError, match="not a file of the chosen run"):
                 tab_runs.download_view(ctx, str(run_dir), path)
-        with pytest.raises(gr.Error, match="not a file of the chosen run"):
+        with pytest.raises(ActionError, match="not a file of the chosen run"):
             tab_runs.download_view(ctx, "/etc", "/etc/passwd")
     finally:
         ctx.close()
@@ -259,8 +259,6 @@ def test_downloads_offer_the_runs_files_and_refuse_others(tmp_path: Path):
 
 
 def test_runs_tab_delete_needs_the_tick_then_deletes_and_relists(tmp_path: Path):
-    import gradio as gr
-
     from ui.app import build_app
     from ui.context import AppContext
 
@@ -270,12 +268,56 @@ def test_runs_tab_delete_needs_the_tick_then_deletes_and_relists(tmp_path: Path)
     try:
         demo = build_app(ctx)
         delete = next(f.fn for f in demo.fns.values() if f.fn and f.fn.__name__ == "delete")
-        with pytest.raises(gr.Error, match="I understand this deletes runs/old"):
-            delete(run_dir, False, None)  # the Delete button without the tick
+        refused = delete(run_dir, False, None)  # the Delete button without the tick: said
+        [(beside, text)] = refused.items()  # beside the button, nothing else changes
+        assert beside.elem_id == "runs-delete-message"
+        assert "I understand this deletes runs/old" in text and "nothing was deleted" in text
         assert Path(run_dir).is_dir()
         out = delete(run_dir, True, None)
         assert not Path(run_dir).exists()
         table = next(v for k, v in out.items() if getattr(k, "elem_id", "") == "runs-table")
         assert table == [], "the run list no longer shows it"
     finally:
+        ctx.close()
+
+
+def test_the_followed_view_stays_on_the_live_run_then_moves_to_the_one_the_queue_starts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The UI's view logic without a browser (tests/test_ui_runs_browser.py has the
+    browser's): a queued launch keeps the view; when the live run ends and the queue
+    starts the queued one, the next tick follows it, says so, and the message under
+    Launch no longer says "queued"."""
+    from ui import actions, render, run_views
+    from ui.context import AppContext
+
+    monkeypatch.setattr("core.runs.command.TRAINER_MODULE", FAKE_TRAINER)
+    view = run_views.RunView(*(object() for _ in range(7)))  # keys only: no Blocks needed
+    message = object()
+    ws = tmp_path / "ws"
+    live_dir, sleeper = fake_live_run(ws)
+    ctx = AppContext(ws, monitor=False)
+    try:
+        f = run_views.opened(ctx, view, live_dir)[view.following]
+        queued = actions.launch(ctx, workspace_config(ws, "runs/next"))
+        assert queued.queued == 1
+        f.awaiting = queued.run_dir
+        assert view.following not in run_views.tick(ctx, view, f, message)
+        sleeper.kill()
+        sleeper.wait()
+        write_status(live_dir, state="failed")  # what the monitor records
+        run_views.tick(ctx, view, f, message)  # sees it end
+        started = ops.start_next_queued(ws)
+        assert started is not None and started.run_dir == queued.run_dir
+        out = run_views.tick(ctx, view, f, message)
+        moved = out[view.following]
+        assert moved.run_dir == queued.run_dir
+        assert "runs/live ended (failed); now following runs/next" in out[view.progress]
+        assert out[message] == render.message_html(
+            "runs/next left the queue; the view below follows it", "info")
+        assert started.handle.wait(timeout=120) == "done"
+        ops.delete_run(queued.run_dir, ws, confirm=True)
+        gone = run_views.tick(ctx, view, moved, message)
+        assert gone[view.following] is None and "runs/next was deleted" in gone[view.progress]
+    finally:
+        sleeper.kill()
         ctx.close()

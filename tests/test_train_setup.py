@@ -13,7 +13,10 @@ def test_adamw8bit_without_bitsandbytes_says_what_to_do(monkeypatch):
 
     import torch
 
-    monkeypatch.setitem(sys.modules, "bitsandbytes", None)  # as if not installed
+    # As if not installed: the package and any of its modules an earlier test imported
+    # (import_module returns a cached bitsandbytes.optim without looking at its parent).
+    for name in [n for n in sys.modules if n.split(".")[0] == "bitsandbytes"] + ["bitsandbytes"]:
+        monkeypatch.setitem(sys.modules, name, None)
     cfg = Config()
     cfg.train.optimizer = "adamw8bit"
     with pytest.raises(TrainingError, match="needs bitsandbytes: pip install bitsandbytes, or use"):

@@ -63,7 +63,7 @@ def load_demo_and_see_the_conflict(page, workspace: Path) -> None:
     set_field(page, "ds-vae_cache", "demo/shapes/latents")  # inside the images folder
     page.wait_for_selector("#check-panel .dt-error")
     text = page.inner_text("#check-panel")
-    assert "error(s) block launch" in text and "datasets.0.vae_cache" in text
+    assert "1 error blocks launch" in text and "datasets.0.vae_cache" in text
     assert f"{workspace}/demo/shapes/latents is inside" in text
     set_field(page, "ds-vae_cache", "cache/demo/shapes/vae")
     page.wait_for_selector("#check-panel .dt-ok")
@@ -76,6 +76,8 @@ def edit_a_caption(page, workspace: Path) -> None:
     page.wait_for_function("document.querySelector('#caption-edit textarea').value.length")
     set_field(page, "caption-edit", "a purple circle on a grey background")
     page.click("#caption-save")
+    page.wait_for_function("document.querySelector('#caption-save-message')?.innerText"
+                           ".includes('caption saved to')")
     captions = workspace / "demo/shapes"
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -161,8 +163,9 @@ LINE_MARKS_JS = """Array.from(document.querySelectorAll(
 
 
 def test_live_loss_plot_draws_train_steps_that_arrive_after_the_first_eval(tmp_path: Path):
-    """The trainer evaluates at step 0, before any step: the plot's first data holds only
-    eval points, and the train curve that follows must still be drawn, with a legend."""
+    """The trainer evaluates at step 0, before any step: that lone point draws no line, so
+    the plot waits; the train curve that follows must be drawn in its colour, with a
+    legend, beside the eval curves."""
     import gradio as gr
     from playwright.sync_api import sync_playwright
 
@@ -187,9 +190,11 @@ def test_live_loss_plot_draws_train_steps_that_arrive_after_the_first_eval(tmp_p
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         try:
             page.goto(demo.local_url)
-            page.wait_for_function(f"{LINE_MARKS_JS}.length >= 2", timeout=60_000)
+            page.wait_for_timeout(3000)  # ten ticks: the step-0 eval has been read
+            assert page.evaluate(f"{LINE_MARKS_JS}.length") == 0
             for step in range(1, 41):
                 append_event(run, {"type": "step", "step": step, "loss": 0.9 - step / 100})
+            append_event(run, {"type": "eval", "step": 40, "loss": 0.4, "loss_shuffled": 0.45})
             page.wait_for_function(f"{LINE_MARKS_JS}.some(m => m[0] === 'train' && m[2] > 200)",
                                    timeout=60_000)
             marks = {name: stroke for name, stroke, _ in page.evaluate(LINE_MARKS_JS)}

@@ -294,3 +294,12 @@ def test_every_config_key_has_a_form_field_with_its_label_and_help(tmp_path):
         assert component.label == f.metadata["label"], elem_id
         if f.metadata["help"]:
             assert component.info == f.metadata["help"], elem_id
+
+
+def test_a_lone_step_0_eval_is_not_a_drawable_loss_plot() -> None:
+    """The plot waits for a series' second point: one point draws an empty frame."""
+    from ui.run_views import drawable
+
+    nan = float("nan")
+    assert not drawable([(0, 0.5, "eval"), (0, nan, "train")])
+    assert drawable([(0, 0.5, "eval"), (1, 0.4, "train"), (2, 0.3, "train")])

@@ -47,6 +47,20 @@ def running_app(workspace: Path, auth: list[tuple[str, str]] | None = None
         ctx.close()
 
 
+@contextlib.contextmanager
+def open_browser() -> Iterator[object]:
+    """Headless Chromium through Playwright (skips when either is missing)."""
+    executable = chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
 def stop_runs(ctx) -> None:
     """Stop every run and cache build a test left going (fast: no long grace)."""
     from core.runs.manager import stop_run
@@ -80,3 +94,25 @@ def chromium() -> str:
     pytest.importorskip("playwright", reason="the playwright package is not installed "
                                              "(it is in requirements.txt)")
     return path
+
+
+@contextlib.contextmanager
+def browser_page(url: str, width: int = 1280, height: int = 800) -> Iterator[object]:
+    """One headless Chromium page on `url` (a module fixture keeps it for its tests)."""
+    from playwright.sync_api import sync_playwright
+
+    executable = chromium()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.set_default_timeout(60_000)
+            page.goto(url)
+            yield page
+        finally:
+            browser.close()
+
+
+# The texts of the red "Error" toasts on the page.
+ERROR_TOASTS = ("Array.from(document.querySelectorAll('[data-testid=\"toast-body\"].error'))"
+                ".map(e => e.innerText)")

@@ -10,6 +10,8 @@ cache build) lives in `AppContext`; everything else is in `core.ops`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import re
 import shlex
 import sys
 from collections.abc import Iterator
@@ -29,13 +31,20 @@ class ActionError(ops.OpError):
     """A refusal worded for the browser (the UI shows `message` and the problems)."""
 
 
+EXTEND_HINT = re.compile(r"Extend it: give a larger train\.max_steps "
+                         r"\(--set train\.max_steps=(\d+)\)")
+
+
 def _for_the_browser(message: str) -> str:
     """CLI wording in core's messages, said as the UI's controls are named."""
+    message = EXTEND_HINT.sub(r"set Max steps higher (e.g. \1) and click Extend to Max "
+                              r"steps", message)
+    message = re.sub(r"\btrain\.max_steps = (\d+)", r"Max steps = \1", message)
     message = message.replace("--set output.dir=", "Output folder = ")
     message = message.replace("with --resume", "with Resume")
     message = message.replace("(--set train.max_steps=", "(set Max steps, e.g. to ")
-    return message.replace("; fix them first", "; fix them first (the check panel on the "
-                                                "Dataset tab lists them)")
+    return re.sub(r"; fix (it|them) first", r"; fix \1 first (each is marked at its field; "
+                  r"the check panel on the Dataset tab lists them)", message)
 
 
 @contextlib.contextmanager
@@ -44,7 +53,9 @@ def refusals() -> Iterator[None]:
     try:
         yield
     except ops.OpError as exc:
-        raise ActionError(_for_the_browser(exc.message), exc.problems) from None
+        problems = [dataclasses.replace(p, message=_for_the_browser(p.message))
+                    for p in exc.problems]
+        raise ActionError(_for_the_browser(exc.message), problems) from None
 
 
 def check(ctx: AppContext, cfg: Config, form_problems: list[Problem] | None = None,

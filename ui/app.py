@@ -1,5 +1,6 @@
 """Assembly: the page (preset bar, then the Dataset, Cache, Training, Runs and Config
-tabs), the live check shared by every tab, the 1 s timer, and the API endpoints.
+tabs), the live check shared by every tab, the timer's pace (ui/pace.py), and the API
+endpoints.
 
 `build_app(ctx)` returns the Blocks; `launch_app` starts it with the serving options
 (theme and css go to launch() in Gradio 6). Per-session data lives in gr.State; what
@@ -15,6 +16,7 @@ import gradio as gr
 
 from ui import (
     api,
+    pace,
     presets,
     tab_cache,
     tab_caption,
@@ -29,12 +31,24 @@ from ui.context import AppContext
 from ui.errors import guarded
 from ui.form import Form
 
-TICK_S = 1.0
+TICK_S = pace.FAST_S
 CSS = """
 #train-log textarea, #cache-log textarea, #caption-log textarea {
   font-family: ui-monospace, monospace; font-size: 12px; }
 .dt-problems ul { margin: 4px 0 0 18px; }
 .dt-problems li { margin: 2px 0; }
+/* Help under a label: three lines, the rest on hover (long help made columns tall). */
+.info-text { display: -webkit-box; -webkit-line-clamp: 3;
+  -webkit-box-orient: vertical; overflow: hidden; }
+.block:hover .info-text { -webkit-line-clamp: unset; }
+/* Thumbnails stay thumbnails, however few images there are. */
+#preview .thumbnail-item, #validation-gallery .thumbnail-item {
+  max-width: 180px; max-height: 180px; }
+/* Long names stay inside their button and table cells. */
+#runs-download { max-width: 100%; overflow: hidden; text-overflow: ellipsis;
+  white-space: nowrap; }
+#runs-table td, #runs-loras td, #cache-table td, #runs-queue td {
+  overflow-wrap: anywhere; word-break: break-word; }
 """
 
 
@@ -45,35 +59,38 @@ def build_app(ctx: AppContext) -> gr.Blocks:
         gr.Markdown("## Fine-tune a diffusion model on your pictures\n"
                     f"Workspace: `{ctx.workspace}`")
         bar = tab_config.build_bar(ctx)
-        timer = gr.Timer(TICK_S)
+        timer = pace.Pace(ctx)
         with gr.Tabs() as tabs:
             with gr.Tab("Dataset", id="dataset"):
                 dataset = tab_dataset.build(form)
                 caption = tab_caption.build(form)
             with gr.Tab("Cache", id="cache") as cache_tab:
                 cache = tab_cache.build(form)
-            with gr.Tab("Training", id="train"):
+            with gr.Tab("Training", id="train") as train_tab:
                 train = tab_train.build(form)
             with gr.Tab("Runs", id="runs") as runs_tab:
                 runs = tab_runs.build()
                 merge_row = tab_runs_merge.build(form)
             with gr.Tab("Config", id="config"):
                 config = tab_config.build_tab()
-        live, preview = _wire(demo, ctx, form, bar, timer, tabs, runs_tab, dataset, cache,
-                              train, runs, config)
+        live, preview = _wire(demo, ctx, form, bar, timer, tabs, (runs_tab, train_tab),
+                              dataset, cache, train, runs, config)
         tab_caption.wire(ctx, form, caption, timer, after=[live, preview])
         tab_upload.wire(ctx, form, dataset.upload, after=[live, preview])
         tab_cache.wire(ctx, form, cache, timer, cache_tab)
         tab_runs_merge.wire(ctx, merge_row, runs.choice)
+        timer.wire()
     return demo
 
 
-def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: gr.Timer, tabs: gr.Tabs,
-          runs_tab: gr.Tab, dataset: Any, cache: Any, train: Any, runs: Any,
+def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pace, tabs: gr.Tabs,
+          pages: tuple[gr.Tab, gr.Tab], dataset: Any, cache: Any, train: Any, runs: Any,
           config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """Every event but the Cache tab's and the captioning's; returns the live check and
     the preview refresh, as event arguments."""
-    check_outputs = [dataset.check_html, dataset.histogram, config.toml, train.message]
+    marks = gr.HTML("", elem_id="field-marks", padding=False)
+    runs_tab, train_tab = pages
+    check_outputs = [dataset.check_html, dataset.histogram, config.toml, train.message, marks]
 
     @guarded("Check")
     def live_check(data: dict[Any, Any]) -> dict[Any, Any]:
@@ -83,7 +100,8 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: gr.Time
                 presets.remember(ctx, cfg)
         view, report = tab_dataset.check_view(ctx, dataset, cfg, problems)
         return {**view, config.toml: presets.toml_text(cfg),
-                train.message: tab_train.form_message(report.problems, data[train.message])}
+                train.message: tab_train.form_message(report.problems, data[train.message]),
+                marks: form.field_marks(data, report.problems)}
 
     live = {"fn": live_check, "inputs": form.inputs() | {train.message},
             "outputs": check_outputs, "api_visibility": "private", "show_progress": "hidden"}
@@ -103,6 +121,7 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: gr.Time
               [train.following], [*runs.listed(), *train.components()],
               api_visibility="private")
     demo.load(**memory_estimate)
+    train_tab.select(**memory_estimate)  # the caches may have been built since
     return live, preview
 
 

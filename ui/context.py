@@ -96,6 +96,15 @@ class AppContext:
         with self._lock:
             return [h for k, h in self._handles.items() if k not in self._busy]
 
+    def anything_live(self) -> bool:
+        """Whether a run (being stopped included), a cache build or a captioning job
+        runs: the page polls every second then, and seldom otherwise."""
+        with self._lock:
+            if self._handles:
+                return True
+        return any(job is not None and job.poll() is None
+                   for job in (self.cache_job, self.caption_job))
+
     @contextlib.contextmanager
     def exclusive(self, run_dir: str | Path) -> Iterator[None]:
         """Keep the monitor off a run while a stop finalizes it (RunHandle is not

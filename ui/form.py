@@ -98,6 +98,24 @@ class Form:
         values = {key: data[c] for key, c in self.fields.items()}
         return build_config(data[self.datasets], editor, values)
 
+    def field_id(self, where: str, selected: int) -> str | None:
+        """The element id of the field a problem's key names (the editor's for the
+        selected dataset), None for a key the form does not show."""
+        parts = where.split(".")
+        if len(parts) == 3 and parts[:2] == ["datasets", str(selected)] \
+                and parts[2] in self.editor:
+            return f"ds-{parts[2]}"
+        return "f-" + where.replace(".", "-") if where in self.fields else None
+
+    def field_marks(self, data: dict[Any, Any], problems: list[Problem]) -> str:
+        """A style sheet marking the fields that have problems (ui/render.py)."""
+        from ui.render import field_marks_html
+
+        selected = data[self.datasets].selected
+        marks = [(elem_id, p) for p in problems
+                 if (elem_id := self.field_id(p.where, selected)) is not None]
+        return field_marks_html(marks)
+
     def editor_values(self, data: dict[Any, Any]) -> dict[str, Any]:
         return {name: data[c] for name, c in self.editor.items()}
 

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from core.config import Config, dumps_config, load_config, save_config
-from core.presets import PRESETS_DIR, is_demo, list_presets
+from core.presets import PRESETS_DIR, gated_note, is_demo, list_presets
 from core.problems import ConfigError, Problem
 from ui import actions
 from ui.actions import ActionError
@@ -49,6 +49,9 @@ def load_source(ctx: AppContext, source: str) -> tuple[Config, list[str]]:
     path = _path_of(ctx, source)
     cfg = read_config_file(path)
     notes = [f"loaded {source.split(': ', 1)[-1]} ({path})"]
+    gated = gated_note(cfg.model.path)
+    if gated:
+        notes.append(gated)
     if source.startswith(PRESET_PREFIX) and is_demo(str(path)):
         from core import ops
 

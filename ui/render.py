@@ -8,7 +8,7 @@ import html
 import time
 from pathlib import Path
 
-from core.problems import Problem, errors, errors_first, warnings
+from core.problems import Problem, blocking, counted, errors, errors_first, warnings
 from core.runs.folder import RunFolder
 from ui.state import field_label
 
@@ -28,9 +28,9 @@ def problems_html(problems: list[Problem], ok_text: str = "No problems found.") 
     if not problems:
         return f"<div class='dt-ok' style='color:#16a34a'>✔ {esc(ok_text)}</div>"
     n_err, n_warn = len(errors(problems)), len(warnings(problems))
-    head = (f"<b style='color:#dc2626'>{n_err} error(s) block launch</b>" if n_err
+    head = (f"<b style='color:#dc2626'>{blocking(n_err, 'launch')}</b>" if n_err
             else "<b style='color:#16a34a'>no errors</b>")
-    head += f", {n_warn} warning(s)" if n_warn else ""
+    head += f", {counted(n_warn, 'warning')}" if n_warn else ""
     items = []
     for p in errors_first(problems):
         color = "#dc2626" if p.level == "error" else "#b45309"
@@ -50,12 +50,52 @@ def where_html(where: str) -> str:
 
 
 def message_html(text: str, level: str = "info", problems: list[Problem] | None = None) -> str:
+    """`text`, then the problems behind it that it does not already say (a refusal that
+    quotes its one problem is said once)."""
     color = {"error": "#dc2626", "warning": "#b45309", "info": "#1f2937",
              "ok": "#16a34a"}.get(level, "#1f2937")
     body = f"<div class='dt-msg dt-msg-{level}' style='color:{color}'>{esc(text)}</div>"
+    problems = [p for p in problems or [] if p.message not in text]
     if problems:
         body += problems_html(problems)
     return body
+
+
+def launch_summary_html(problems: list[Problem], limit: int = 4) -> str:
+    """One line beside Launch: how many errors block it and which fields (the fields are
+    marked where they are; the check panel lists everything)."""
+    found = errors(problems)
+    if len(found) == 1:
+        named = f"{where_html(found[0].where)}: {esc(found[0].message)}"
+    else:
+        named = ", ".join(where_html(p.where) for p in found[:limit])
+        named += f" and {len(found) - limit} more" if len(found) > limit else ""
+    return (f"<div class='dt-launch-summary' style='white-space:nowrap;overflow:hidden;"
+            f"text-overflow:ellipsis'><b style='color:#dc2626'>{blocking(len(found), 'launch')}"
+            f"</b>: {named}</div>")
+
+
+def field_marks_html(marks: list[tuple[str, Problem]]) -> str:
+    """A style sheet marking each (element id, problem): the field outlined in red
+    (amber for a warning) and the problem written under it, wherever the field is."""
+    by_id: dict[str, list[Problem]] = {}
+    for elem_id, problem in marks:
+        by_id.setdefault(elem_id, []).append(problem)
+    rules = []
+    for elem_id, found in by_id.items():
+        color = "#dc2626" if errors(found) else "#b45309"
+        text = _css_string(" · ".join(p.message for p in errors_first(found)))
+        rules.append(f"#{elem_id} input, #{elem_id} textarea {{ outline: 2px solid {color} "
+                     f"!important; outline-offset: -1px; }} #{elem_id}::after {{ content: {text}; "
+                     f"display: block; color: {color}; font-size: 12px; margin-top: 4px; "
+                     f"white-space: normal; overflow-wrap: anywhere; }}")
+    return f"<style class='dt-field-marks'>{' '.join(rules)}</style>" if rules else ""
+
+
+def _css_string(text: str) -> str:
+    """`text` as a CSS string literal that cannot end the string or the <style>."""
+    out = "".join(f"\\{ord(ch):x} " if ch in '"\\<>\n' else ch for ch in text)
+    return f'"{out}"'
 
 
 def fmt_seconds(seconds: float | None) -> str:

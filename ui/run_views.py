@@ -6,6 +6,10 @@ The Training tab owns these components; the Runs tab and the page load open a ru
 them. Each browser session follows at most one run (`Following`, kept in gr.State); a
 1 s timer polls it, reading only new bytes, and sends only the views whose version
 changed. Every function here returns updates keyed by component.
+
+The view stays on what runs: when a run this session watched running ends and the queue
+starts the next one, the timer moves the view to that one and says so; a followed run
+whose folder was deleted is no longer shown (its last "done" would be a stale claim).
 """
 
 from __future__ import annotations
@@ -13,23 +17,29 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
+from core import ops
 from core.config import load_config
 from core.runs.folder import RunFolder
 from core.runs.follow import SERIES, RunFollower
 from core.runs.memory import format_memory
 from core.runs.registry import run_info
+from core.runs.status import LIVE_STATES, read_status
 from core.runs.tail import LogTail
 from ui import actions, render
 from ui.context import AppContext
 
 log = logging.getLogger("ui")
 GALLERY_LIMIT = 60
+# How long after the followed run ended the view looks for the next run to start, once
+# the queue is empty (the monitor starts the next one within a second or two).
+HANDOFF_S = 15.0
 
 
 class MemoryWatch:
@@ -67,6 +77,10 @@ class Following:
     sent: dict[str, int] = field(default_factory=dict)
     busy: threading.Lock = field(default_factory=threading.Lock, repr=False)
     memory: MemoryWatch = field(init=False, repr=False)
+    note: str = ""  # why the view shows this run (it moved here from the one that ended)
+    awaiting: Path | None = None  # a run this session queued, until it leaves the queue
+    live_seen: bool = False  # this session saw the run live: its end hands the view on
+    ended_at: float | None = None
 
     def __post_init__(self) -> None:
         self.memory = MemoryWatch(self.follower.run_dir)
@@ -80,6 +94,11 @@ class Following:
             return False
         self.sent[view] = version
         return True
+
+
+def newest_live(ctx: AppContext) -> Path | None:
+    live = [i for i in ops.list_runs(ctx.workspace) if i.alive]
+    return live[0].run_dir if live else None
 
 
 def follow(ctx: AppContext, run_dir: str | Path, log_offset: int | None = None) -> Following:
@@ -165,9 +184,20 @@ def plot_frame(f: Following) -> Any:
     return frame.astype({"step": "int64", "loss": "float64", "series": "str"})
 
 
+def drawable(rows: list[tuple[int, float, str]]) -> bool:
+    """Whether some series has two points, so the line plot draws a line."""
+    seen: dict[str, int] = {}
+    for _, loss, series in rows:
+        if loss == loss:  # not NaN
+            seen[series] = seen.get(series, 0) + 1
+    return any(n >= 2 for n in seen.values())
+
+
 def progress_html(ctx: AppContext, f: Following) -> str:
     """The progress bar, and under it the memory line once the trainer reported one."""
     text = render.run_progress_html(f.follower.progress, ctx.relative(f.run_dir))
+    if f.note:
+        text = render.message_html(f.note, "info") + text
     line = f.memory.line()
     if line:
         text += f"<div class='dt-memory' style='color:#4b5563'>{render.esc(line)}</div>"
@@ -190,7 +220,8 @@ def changed_views(ctx: AppContext, view: RunView, f: Following | None) -> dict[A
             out[view.progress] = progress_html(ctx, f)
         if f.changed("log", fol.log_version):
             out[view.log] = ctx.redact(fol.log_text())
-        if f.changed("plot", fol.plot_version):
+        # A lone point (the step-0 eval) draws no line: the plot waits for a second one.
+        if drawable(f.follower.plot_rows()) and f.changed("plot", fol.plot_version):
             out[view.plot] = plot_frame(f)
         version, items = gallery_items(ctx, f)
         if f.changed("gallery", version):
@@ -200,11 +231,20 @@ def changed_views(ctx: AppContext, view: RunView, f: Following | None) -> dict[A
         f.busy.release()
 
 
-def tick(ctx: AppContext, view: RunView, f: Following | None) -> Any:
+def tick(ctx: AppContext, view: RunView, f: Following | None, message: Any = None) -> Any:
     """The timer's updates; a failure shows in the progress panel (a toast every second
-    would bury the page) and is retried at the next tick."""
+    would bury the page) and is retried at the next tick. `message` (the one under
+    Launch) says what became of a run this session queued once it left the queue."""
     try:
-        return changed_views(ctx, view, f) or gr.skip()
+        if f is not None and not f.run_dir.is_dir():  # deleted (here or elsewhere)
+            return gone(ctx, view, f.run_dir)
+        out = changed_views(ctx, view, f)
+        if f is not None:
+            out.update(moved(ctx, view, f))
+        text = queue_message(ctx, out.get(view.following, f))
+        if message is not None and text is not None:
+            out[message] = render.message_html(text, "info")
+        return out or gr.skip()
     except Exception as exc:
         log.exception("following %s failed", f.run_dir if f else None)
         if f is not None:
@@ -214,9 +254,71 @@ def tick(ctx: AppContext, view: RunView, f: Following | None) -> Any:
 
 
 def opened(ctx: AppContext, view: RunView, run_dir: str | Path,
-           log_offset: int | None = None) -> dict[Any, Any]:
+           log_offset: int | None = None, note: str = "") -> dict[Any, Any]:
     """Follow `run_dir` in this session: every view sent once, and the new `Following`."""
     f = follow(ctx, run_dir, log_offset=log_offset)  # nothing sent yet: every view changed
+    f.note = note
     return {view.following: f, **changed_views(ctx, view, f),
             view.command: actions.reproduce_lines(ctx, f.run_dir),
             view.tensorboard: render.tensorboard_markdown(f.run_dir)}
+
+
+def cleared(view: RunView, text: str) -> dict[Any, Any]:
+    """Follow nothing: every view emptied, `text` in the progress panel."""
+    return {view.following: None, view.progress: render.message_html(text, "info"),
+            view.log: "", view.plot: None, view.gallery: [], view.command: "",
+            view.tensorboard: ""}
+
+
+def gone(ctx: AppContext, view: RunView, run_dir: Path) -> dict[Any, Any]:
+    """The followed run's folder was deleted: its last state ("done") is no claim to
+    keep showing."""
+    return cleared(view, f"{ctx.relative(run_dir)} was deleted; open a run on the Runs "
+                         "tab to follow it")
+
+
+def next_run(ctx: AppContext, f: Following) -> Path | None:
+    """The run that started after the followed one ended, when this session saw the
+    followed one live (opening an old finished run never jumps away from it)."""
+    progress = f.follower.progress
+    if progress.state in LIVE_STATES:
+        f.live_seen, f.ended_at = True, None
+    if not f.live_seen or not progress.final:
+        return None
+    now = time.monotonic()
+    f.ended_at = f.ended_at or now
+    if now - f.ended_at > HANDOFF_S:
+        from core.runs.queue import pending
+
+        if not pending(ctx.workspace):  # nothing more will start: stop looking
+            f.live_seen = False
+            return None
+    live = newest_live(ctx)
+    return live if live is not None and live.resolve() != f.run_dir.resolve() else None
+
+
+def moved(ctx: AppContext, view: RunView, f: Following) -> dict[Any, Any]:
+    """Updates when the followed run has handed over to the next one the queue started."""
+    nxt = next_run(ctx, f)
+    if nxt is None:
+        return {}
+    note = (f"{ctx.relative(f.run_dir)} ended ({f.follower.progress.state}); now following "
+            f"{ctx.relative(nxt)}, the next run of the queue")
+    out = opened(ctx, view, nxt, note=note)
+    out[view.following].awaiting = f.awaiting  # the run this session queued, if any
+    return out
+
+
+def queue_message(ctx: AppContext, f: Following | None) -> str | None:
+    """What became of the run this session queued, once it left the queue (None until
+    then): the message under Launch said "queued" and must not say it any longer."""
+    if f is None or f.awaiting is None:
+        return None
+    awaited, status = f.awaiting, read_status(f.awaiting)
+    state = (status.state if status else None) if awaited.is_dir() else "deleted"
+    if state == "queued":
+        return None
+    f.awaiting = None
+    if awaited.resolve() == f.run_dir.resolve():  # its progress shows how it goes on
+        return f"{ctx.relative(awaited)} left the queue; the view below follows it"
+    return f"{ctx.relative(awaited)} is no longer queued ({state or 'unknown'})"

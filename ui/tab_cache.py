@@ -16,6 +16,7 @@ from ui.actions import ActionError
 from ui.context import AppContext
 from ui.errors import guarded
 from ui.form import Form
+from ui.pace import Pace
 
 
 @dataclass
@@ -129,10 +130,13 @@ def job_view(ctx: AppContext, tab: CacheTab, seen: Any) -> tuple[dict[Any, Any],
         return {}, False  # finished and already shown
     text = ctx.redact("\n".join(job.log_lines(60)))
     out = {tab.progress: progress_view(ctx, job, state), tab.log: text, tab.seen: key}
+    if state is not None:  # "started" under the buttons would outlive the build
+        out[tab.message] = render.message_html(f"cache build {state} (log: {job.log_path})",
+                                               "ok" if state == "done" else "error")
     return out, state is not None
 
 
-def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: gr.Timer, page: gr.Tab) -> None:
+def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: Pace, page: gr.Tab) -> None:
     """Events of the tab; opening it (`page`) refreshes the status table."""
     ins = form.inputs()
     status_outs = [tab.table, tab.note]
@@ -151,7 +155,7 @@ def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: gr.Timer, page: gr.T
             return render.message_html(exc.message, "error", exc.problems)
         return render.message_html(f"cache build started (log: {job.log_path})", "ok")
 
-    @guarded("Stop cache build")
+    @guarded("Stop cache build", inline=tab.message)
     def stop() -> str:
         return render.message_html(f"cache build {actions.stop_cache(ctx)}", "info")
 
@@ -173,11 +177,11 @@ def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: gr.Timer, page: gr.T
     for trigger in (tab.refresh.click, page.select):
         trigger(refresh, ins, [*status_outs, tab.clear_id, tab.progress],
                 api_visibility="private")
-    tab.build.click(start, ins, [tab.message], api_visibility="private")
+    tab.build.click(start, ins, [tab.message], api_visibility="private").then(
+        **timer.wake())
     tab.stop.click(stop, None, [tab.message], api_visibility="private")
     tab.log.change(None, js=render.scroll_to_end("cache-log"))
-    timer.tick(tick, [tab.seen], [tab.progress, tab.log, tab.seen, *status_outs],
-               api_visibility="private", show_progress="hidden")
+    timer.add(tick, [tab.seen], [tab.progress, tab.log, tab.seen, tab.message, *status_outs])
     _wire_clear(ctx, form, tab, refresh)
 
 

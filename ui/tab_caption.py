@@ -2,7 +2,7 @@
 captions for the selected dataset (or the configured list) with an image-to-text model.
 
 A thin view: the button calls `actions.start_caption`, i.e. `core.ops.start_caption`,
-the job `python app.py --no-ui --stage caption` runs; the 1 s timer shows its log. When
+the job `python app.py --no-ui --stage caption` runs; the page's timer shows its log. When
 the job ends the dataset check and preview refresh (they show the new captions).
 """
 
@@ -18,6 +18,7 @@ from ui.actions import ActionError
 from ui.context import AppContext
 from ui.errors import guarded
 from ui.form import Form
+from ui.pace import Pace
 
 SELECTED = "The selected dataset"
 CONFIGURED = "Datasets to caption (above; empty: every textfile dataset)"
@@ -85,7 +86,7 @@ def job_view(ctx: AppContext, area: CaptionArea, seen: Any, finished: int
     return out
 
 
-def wire(ctx: AppContext, form: Form, area: CaptionArea, timer: gr.Timer,
+def wire(ctx: AppContext, form: Form, area: CaptionArea, timer: Pace,
          after: list[dict[str, Any]]) -> None:
     """Events of the area; `after`: events (the check, the preview) run when a job ends."""
 
@@ -100,7 +101,7 @@ def wire(ctx: AppContext, form: Form, area: CaptionArea, timer: gr.Timer,
             return render.message_html(exc.message, "error", exc.problems)
         return render.message_html(f"captioning started (log: {job.log_path})", "info")
 
-    @guarded("Stop captioning")
+    @guarded("Stop captioning", inline=area.message)
     def stop() -> str:
         return render.message_html(f"captioning {actions.stop_caption(ctx)}", "info")
 
@@ -112,11 +113,10 @@ def wire(ctx: AppContext, form: Form, area: CaptionArea, timer: gr.Timer,
             return {area.message: render.message_html(text, "error")}
 
     area.start.click(start, form.inputs() | {area.scope}, [area.message],
-                     api_visibility="private")
+                     api_visibility="private").then(**timer.wake())
     area.stop.click(stop, None, [area.message], api_visibility="private")
     area.log.change(None, js=render.scroll_to_end("caption-log"))
-    timer.tick(tick, [area.seen, area.finished],
-               [area.log, area.message, area.seen, area.finished],
-               api_visibility="private", show_progress="hidden")
+    timer.add(tick, [area.seen, area.finished],
+              [area.log, area.message, area.seen, area.finished])
     for event in after:
         area.finished.change(**event)

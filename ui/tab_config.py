@@ -21,6 +21,8 @@ class PresetBar:
     source: gr.Dropdown
     load: gr.Button
     message: gr.HTML
+    undo: gr.Button  # shown after a load or an import replaced the form
+    before: gr.State  # the form's config before that, which Undo puts back
 
 
 @dataclass
@@ -43,8 +45,9 @@ def build_bar(ctx: AppContext) -> PresetBar:
                              elem_id="preset-source")
         load = gr.Button("Load into the form", variant="primary", scale=1,
                          elem_id="preset-load")
+        undo = gr.Button("Undo the load", visible=False, scale=1, elem_id="preset-undo")
     message = gr.HTML("", elem_id="preset-message")
-    return PresetBar(source, load, message)
+    return PresetBar(source, load, message, undo, gr.State(None))
 
 
 def build_tab() -> ConfigTab:
@@ -65,27 +68,39 @@ def build_tab() -> ConfigTab:
 
 def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
          after_fill: list[Any]) -> None:
-    fill_outs = [*form.outputs(), bar.message]
+    fill_outs = [*form.outputs(), bar.message, bar.undo, bar.before]
 
-    def filled(cfg: Any, notes: list[str]) -> dict[Any, Any]:
+    def filled(cfg: Any, notes: list[str], data: dict[Any, Any]) -> dict[Any, Any]:
+        """The form replaced by `cfg`, what it held kept for Undo."""
         out = form.fill(cfg)
-        out[bar.message] = render.message_html("; ".join(notes), "ok")
+        undo = " (Undo the load puts the form back as it was)"
+        out[bar.message] = render.message_html("; ".join(notes) + undo, "ok")
+        out[bar.before] = form.read(data)[0]
+        out[bar.undo] = gr.Button(visible=True)
         return out
 
-    @guarded("Load preset")
-    def load(source: str | None) -> dict[Any, Any]:
-        if not source:
+    @guarded("Load preset", inline=bar.message)
+    def load(data: dict[Any, Any]) -> dict[Any, Any]:
+        if not data[bar.source]:
             raise ActionError("choose a preset or a saved config first")
-        cfg, notes = presets.load_source(ctx, source)
-        return filled(cfg, notes)
+        cfg, notes = presets.load_source(ctx, data[bar.source])
+        return filled(cfg, notes, data)
 
-    @guarded("Import config")
-    def imported(path: str | None) -> dict[Any, Any]:
+    @guarded("Import config", inline=bar.message)
+    def imported(data: dict[Any, Any]) -> dict[Any, Any]:
+        path = data[tab.upload]
         if not path:
             return {bar.message: gr.skip()}
         name = presets.uploaded_name(path)
         cfg = presets.read_config_file(path, shown_as=name)
-        return filled(cfg, [f"imported {name}"])
+        return filled(cfg, [f"imported {name}"], data)
+
+    @guarded("Undo the load", inline=bar.message)
+    def undo(before: Any) -> dict[Any, Any]:
+        out = form.fill(before) if before is not None else {}
+        text = "the form is back as it was before the load"
+        return {**out, bar.message: render.message_html(text, "ok"), bar.before: None,
+                bar.undo: gr.Button(visible=False)}
 
     def valid(data: dict[Any, Any]) -> Any:
         """The form's config; refused when a field does not convert."""
@@ -94,7 +109,7 @@ def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
             raise ActionError("the form has invalid values", problems)
         return cfg
 
-    @guarded("Save config")
+    @guarded("Save config", inline=tab.message)
     def save(data: dict[Any, Any]) -> dict[Any, Any]:
         cfg = valid(data)
         path = presets.save_named(ctx, cfg, data[tab.name])
@@ -104,15 +119,17 @@ def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
         return {tab.message: render.message_html(text, "ok"),
                 bar.source: gr.Dropdown(choices=presets.sources(ctx))}
 
-    @guarded("Export config")
+    @guarded("Export config", inline=tab.message)
     def export(data: dict[Any, Any]) -> dict[Any, Any]:
         path = presets.export(ctx, valid(data), data[tab.name])
         return {tab.download: str(path),
                 tab.message: render.message_html(f"exported {path}", "ok")}
 
-    for event in (bar.load.click(load, [bar.source], fill_outs, api_visibility="private"),
-                  tab.upload.upload(imported, [tab.upload], fill_outs,
-                                    api_visibility="private")):
+    ins = form.inputs()
+    for event in (bar.load.click(load, ins | {bar.source}, fill_outs, api_visibility="private"),
+                  tab.upload.upload(imported, ins | {tab.upload}, fill_outs,
+                                    api_visibility="private"),
+                  bar.undo.click(undo, [bar.before], fill_outs, api_visibility="private")):
         for then in after_fill:
             event.then(**then)
     tab.save.click(save, form.inputs() | {tab.name}, [tab.message, bar.source],

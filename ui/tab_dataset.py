@@ -45,6 +45,7 @@ class DatasetTab:
     caption_path: gr.Textbox
     caption_text: gr.Textbox
     caption_save: gr.Button
+    caption_message: gr.HTML  # beside Save caption: saved, or what to do first
     upload: tab_upload.UploadBox
     page: gr.State  # the preview's page, from 0
     prev: gr.Button
@@ -55,8 +56,9 @@ class DatasetTab:
 def build(form: Form) -> DatasetTab:
     with gr.Row():
         with gr.Column(scale=1, min_width=220):
+            # interactive: no event takes its value (it is read from its select event)
             form.selector = gr.Radio(label="Datasets", choices=[], elem_id="ds-selector",
-                                     info="Click one to edit it")
+                                     info="Click one to edit it", interactive=True)
             with gr.Row():
                 add = gr.Button("Add", size="sm", elem_id="ds-add")
                 remove = gr.Button("Remove", size="sm", variant="stop", elem_id="ds-remove")
@@ -79,8 +81,10 @@ def build(form: Form) -> DatasetTab:
     gr.Markdown("### Check")
     check_html = gr.HTML("<div>No dataset yet: press Add and choose its images folder, or "
                          "upload images.</div>", elem_id="check-panel")
-    histogram = gr.BarPlot(x="bucket", y="images", color="dataset", label="Aspect buckets",
-                           elem_id="bucket-histogram", height=220)
+    # No fixed height: a fixed one clips the legend below the axis down to its title.
+    histogram = gr.BarPlot(x="bucket", y="images", color="dataset",
+                           label="Aspect buckets (images per bucket)",
+                           elem_id="bucket-histogram")
     gr.Markdown("### Preview")
     with gr.Row():
         preview_note = gr.Markdown("", elem_id="preview-note")
@@ -100,9 +104,10 @@ def build(form: Form) -> DatasetTab:
         caption_text = gr.Textbox(label="Caption (saved to the image's .txt file)", scale=4,
                                   elem_id="caption-edit")
         caption_save = gr.Button("Save caption", scale=0, elem_id="caption-save")
+    caption_message = gr.HTML("", elem_id="caption-save-message")
     return DatasetTab(add, remove, up, down, check_html, histogram, preview, preview_note,
                       gr.State([]), refresh, caption_path, caption_text, caption_save,
-                      upload, gr.State(0), prev, next_, captions)
+                      caption_message, upload, gr.State(0), prev, next_, captions)
 
 
 # ---------------------------------------------------------------- list operations
@@ -113,11 +118,14 @@ def _committed(form: Form, data: dict[Any, Any]) -> DatasetList:
     return datasets
 
 
-def on_select(form: Form, data: dict[Any, Any]) -> dict[Any, Any]:
+def on_select(form: Form, data: dict[Any, Any], index: Any) -> dict[Any, Any]:
+    """`index`: the clicked entry (gr.SelectData's index). The selector's value is never
+    an input: Gradio checks an input against the choices the server last sent, and a
+    click in flight while Remove shrank them failed with "Value: 1 is not in the list
+    of choices: [0]"."""
     datasets = _committed(form, data)
-    new = data[form.selector]
-    if isinstance(new, int) and 0 <= new < len(datasets.items):
-        datasets.selected = new
+    if isinstance(index, int) and 0 <= index < len(datasets.items):
+        datasets.selected = index
     return form.editor_updates(datasets)
 
 
@@ -164,6 +172,11 @@ def histogram_rows(report) -> Any:
     for ds in report.datasets:
         for bucket, count in bucket_histogram([Bucket(w, h) for w, h in ds.buckets]):
             rows.append({"bucket": bucket.label, "images": count, "dataset": ds.label})
+    totals: dict[str, int] = {}
+    for row in rows:
+        totals[row["bucket"]] = totals.get(row["bucket"], 0) + row["images"]
+    for row in rows:  # the count in the label: a 1-image bar beside 500 is a hairline
+        row["bucket"] = f"{row['bucket']} ({totals[row['bucket']]})"
     if not rows:  # None, not an empty frame: a plot that got one never draws bars later
         return None
     frame = pd.DataFrame(rows, columns=["bucket", "images", "dataset"])
@@ -279,9 +292,14 @@ def page_event(ctx: AppContext, form: Form, tab: DatasetTab, delta: int) -> dict
 
 def wire(ctx: AppContext, form: Form, tab: DatasetTab, live: dict[str, Any]) -> None:
     """Events of the tab; `live` is the app's check event (shared with others)."""
-    ins, outs = form.inputs() | {form.selector}, form.outputs()
+    # The list's state (form.datasets) says which dataset is selected, not the selector.
+    ins, outs = form.inputs(), form.outputs()
     preview = preview_event(ctx, form, tab)
-    list_edits = ((form.selector.input, "Select dataset", lambda d: on_select(form, d)),
+
+    def select(data: dict[Any, Any], evt: gr.SelectData) -> dict[Any, Any]:
+        return on_select(form, data, evt.index)
+
+    list_edits = ((form.selector.select, "Select dataset", select),
                   (tab.add.click, "Add dataset", lambda d: on_add(form, d)),
                   (tab.remove.click, "Remove dataset", lambda d: on_remove(form, d)),
                   (tab.up.click, "Move dataset", lambda d: on_move(form, d, -1)),
@@ -308,17 +326,18 @@ def _wire_captions(tab: DatasetTab, preview: dict[str, Any]) -> None:
     def pick(paths: list[str], evt: gr.SelectData) -> dict[Any, Any]:
         path = Path(paths[evt.index]) if 0 <= evt.index < len(paths) else None
         if path is None:
-            return {tab.caption_path: "", tab.caption_text: ""}
+            return {tab.caption_path: "", tab.caption_text: "", tab.caption_message: ""}
         txt = path.with_suffix(".txt")
         text = txt.read_text(encoding="utf-8", errors="replace").strip() if txt.exists() else ""
-        return {tab.caption_path: str(path), tab.caption_text: text}
+        return {tab.caption_path: str(path), tab.caption_text: text, tab.caption_message: ""}
 
-    @guarded("Save caption")
-    def save(path: str, text: str, paths: list[str]) -> None:
+    @guarded("Save caption", inline=tab.caption_message)
+    def save(path: str, text: str, paths: list[str]) -> dict[Any, Any]:
         target = save_caption(path, text, paths)
-        gr.Info(f"Caption saved to {target.name}")
+        return {tab.caption_message: render.message_html(f"caption saved to {target}", "ok")}
 
-    tab.preview.select(pick, [tab.preview_paths], [tab.caption_path, tab.caption_text],
+    tab.preview.select(pick, [tab.preview_paths],
+                       [tab.caption_path, tab.caption_text, tab.caption_message],
                        api_visibility="private")
     tab.caption_save.click(save, [tab.caption_path, tab.caption_text, tab.preview_paths],
-                           None, api_visibility="private").success(**preview)
+                           [tab.caption_message], api_visibility="private").success(**preview)

@@ -5,7 +5,11 @@ Listing a run whose processes are gone while its status said "running" shows as 
 
 Below the chooser, for the chosen run: its place in the run queue (move it up or down,
 cancel it), its files to download (config.toml, the LoRA files by step), and deleting
-it, behind a checkbox that names the folder."""
+it, behind a checkbox that names the folder.
+
+A refusal (no run chosen, the box not ticked) shows beside the button that was
+refused, never as an error toast; the messages beside the buttons say what the last
+click did, and go when the list is refreshed or another run is chosen."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from core.config import load_config
 from core.problems import ConfigError
 from core.runs.folder import RunFolder
 from ui import actions, render, run_views
+from ui.actions import ActionError
 from ui.context import AppContext
 from ui.errors import guarded
 from ui.form import Form
@@ -43,14 +48,18 @@ class RunsTab:
     download: gr.DownloadButton
     confirm: gr.Checkbox
     delete: gr.Button
+    queue_message: gr.HTML  # beside Move up/down and Cancel
+    delete_message: gr.HTML  # beside Delete
 
     def listed(self) -> list[Any]:
         """What `runs_view` updates."""
         return [self.table, self.choice, self.queue, *self.chosen()]
 
     def chosen(self) -> list[Any]:
-        """What `chosen_view` updates (the chosen run's parts)."""
-        return [self.loras, self.file, self.download, self.confirm]
+        """What `chosen_view` updates (the chosen run's parts and the buttons' messages,
+        which were about the run chosen before)."""
+        return [self.loras, self.file, self.download, self.confirm, self.message,
+                self.queue_message, self.delete_message]
 
 
 QUEUE_HEADERS = ["#", "queued run (starts when nothing runs)", "queued at"]
@@ -75,6 +84,7 @@ def build() -> RunsTab:
         up = gr.Button("Move up", scale=0, elem_id="runs-up")
         down = gr.Button("Move down", scale=0, elem_id="runs-down")
         cancel = gr.Button("Cancel queued run", scale=0, elem_id="runs-cancel")
+        queue_message = gr.HTML("", elem_id="runs-queue-message", scale=2, min_width=200)
     with gr.Row():
         file = gr.Dropdown(label="File of the chosen run", choices=[], scale=3,
                            elem_id="runs-file")
@@ -84,8 +94,10 @@ def build() -> RunsTab:
         confirm = gr.Checkbox(label=DELETE_LABEL.format(folder="the chosen run's folder"),
                               value=False, elem_id="runs-delete-confirm", scale=3)
         delete = gr.Button("Delete run", variant="stop", scale=0, elem_id="runs-delete")
+        # beside the button: a refusal must not hide the box it asks to tick
+        delete_message = gr.HTML("", elem_id="runs-delete-message", scale=2, min_width=200)
     return RunsTab(refresh, table, choice, open_btn, message, loras, queue, up, down,
-                   cancel, file, download, confirm, delete)
+                   cancel, file, download, confirm, delete, queue_message, delete_message)
 
 
 DELETE_LABEL = "I understand this deletes {folder} and everything in it"
@@ -130,7 +142,8 @@ def chosen_view(ctx: AppContext, tab: RunsTab, run_dir: str | None) -> dict[Any,
             tab.file: gr.Dropdown(choices=[(ctx.relative(p), str(p)) for p in files],
                                   value=None),
             tab.download: gr.DownloadButton("Download", value=None, interactive=False),
-            tab.confirm: gr.Checkbox(label=DELETE_LABEL.format(folder=folder), value=False)}
+            tab.confirm: gr.Checkbox(label=DELETE_LABEL.format(folder=folder), value=False),
+            tab.message: "", tab.queue_message: "", tab.delete_message: ""}
 
 
 def download_view(ctx: AppContext, run_dir: str | None, path: str | None) -> Any:
@@ -140,15 +153,13 @@ def download_view(ctx: AppContext, run_dir: str | None, path: str | None) -> Any
         return gr.DownloadButton("Download", value=None, interactive=False)
     if not known_run(ctx, run_dir) or path not in {
             str(p) for p in actions.run_downloads(ctx, run_dir or "")}:
-        raise gr.Error(f"{path} is not a file of the chosen run")
+        raise ActionError(f"{path} is not a file of the chosen run; choose it again")
     # An update, not a component: a component built here would copy the file into
     # Gradio's cache now and again when the update is sent.
     return gr.update(value=path, label=f"Download {Path(path).name}", interactive=True)
 
 
-def newest_live(ctx: AppContext) -> Path | None:
-    live = [i for i in ops.list_runs(ctx.workspace) if i.alive]
-    return live[0].run_dir if live else None
+newest_live = run_views.newest_live
 
 
 def open_view(ctx: AppContext, tab: RunsTab, view: RunView, form: Form | None,
@@ -156,9 +167,9 @@ def open_view(ctx: AppContext, tab: RunsTab, view: RunView, form: Form | None,
     """Follow a run of the workspace in `view` and show its settings (its config.toml)
     in `form`, so Resume, Extend and Launch then act on what the form shows."""
     if not run_dir:
-        raise gr.Error("choose a run first")
+        raise ActionError("choose a run first")
     if not known_run(ctx, run_dir):  # only runs of this workspace's registry
-        raise gr.Error(f"{run_dir} is not a run of this workspace")
+        raise ActionError(f"{run_dir} is not a run of this workspace")
     out = {**run_views.opened(ctx, view, run_dir), tab.message: ""}
     config = RunFolder(Path(run_dir)).config
     if form is None or not config.exists():
@@ -181,15 +192,16 @@ def wire(ctx: AppContext, tab: RunsTab, view: RunView, tabs: gr.Tabs,
     def refresh(chosen: str | None) -> dict[Any, Any]:
         return runs_view(ctx, tab, chosen)
 
-    @guarded("Open run")
+    @guarded("Open run", inline=tab.message)
     def open_run(run_dir: str | None) -> dict[Any, Any]:
         return {**open_view(ctx, tab, view, form, run_dir), tabs: gr.Tabs(selected="train")}
 
     tab.refresh.click(refresh, [tab.choice], tab.listed(), api_visibility="private")
     tab.choice.input(guarded("Chosen run")(lambda d: chosen_view(ctx, tab, d)), [tab.choice],
                      tab.chosen(), api_visibility="private")
-    tab.file.input(guarded("Download")(lambda d, p: download_view(ctx, d, p)),
-                   [tab.choice, tab.file], [tab.download], api_visibility="private")
+    tab.file.input(guarded("Download", inline=tab.message)(
+        lambda d, p: {tab.download: download_view(ctx, d, p), tab.message: ""}),
+        [tab.choice, tab.file], [tab.download, tab.message], api_visibility="private")
     opened = tab.open.click(open_run, [tab.choice],
                             [*view.components(), tabs, tab.message,
                              *(form.outputs() if form is not None else [])],
@@ -203,12 +215,13 @@ def wire_changes(ctx: AppContext, tab: RunsTab, view: RunView) -> None:
     """The queue's buttons and Delete: each acts on the chosen run, then lists again."""
 
     def queue_action(what: str, act: Any) -> Any:
-        @guarded(what)
+        @guarded(what, inline=tab.queue_message)
         def handler(run_dir: str | None) -> dict[Any, Any]:
             if not known_run(ctx, run_dir):
-                raise gr.Error("choose a queued run first")
+                raise ActionError("choose a queued run first")
             text = act(run_dir)
-            return {**runs_view(ctx, tab, run_dir), tab.message: render.message_html(text)}
+            return {**runs_view(ctx, tab, run_dir),
+                    tab.queue_message: render.message_html(text)}
         return handler
 
     def cancel(run_dir: str) -> str:
@@ -221,7 +234,7 @@ def wire_changes(ctx: AppContext, tab: RunsTab, view: RunView) -> None:
             return f"{ctx.relative(run_dir)} is now number {order.index(Path(run_dir)) + 1}"
         return act
 
-    outs = [*tab.listed(), tab.message]
+    outs = tab.listed()
     tab.up.click(queue_action("Move up", move(-1)), [tab.choice], outs,
                  api_visibility="private")
     tab.down.click(queue_action("Move down", move(1)), [tab.choice], outs,
@@ -229,22 +242,22 @@ def wire_changes(ctx: AppContext, tab: RunsTab, view: RunView) -> None:
     tab.cancel.click(queue_action("Cancel queued run", cancel), [tab.choice], outs,
                      api_visibility="private")
 
-    @guarded("Delete run")
+    @guarded("Delete run", inline=tab.delete_message)
     def delete(run_dir: str | None, confirm: bool, following: Any) -> dict[Any, Any]:
         if not known_run(ctx, run_dir):
-            raise gr.Error("choose a run first")
+            raise ActionError("choose a run first")
         if not confirm:
-            raise gr.Error(f"tick \"{DELETE_LABEL.format(folder=ctx.relative(run_dir))}\" "
-                           "first; nothing was deleted")
+            raise ActionError(f"tick \"{DELETE_LABEL.format(folder=ctx.relative(run_dir))}\""
+                              " first; nothing was deleted")
         path = actions.delete_run(ctx, run_dir or "", confirm=True)
-        out = {**runs_view(ctx, tab), tab.message: render.message_html(
-            f"deleted {ctx.relative(path)}", "ok")}
+        text = f"deleted {ctx.relative(path)}"
+        out = {**runs_view(ctx, tab), tab.delete_message: render.message_html(text, "ok")}
         if following is not None and Path(following.run_dir).resolve() == path:
-            out[view.following] = None  # stop following a folder that is gone
+            out.update(run_views.gone(ctx, view, path))
         return out
 
     tab.delete.click(delete, [tab.choice, tab.confirm, view.following],
-                     [*outs, view.following], api_visibility="private")
+                     [*outs, *view.components()], api_visibility="private")
 
 
 def on_load(ctx: AppContext, tab: RunsTab, view: RunView, following: Any) -> dict[Any, Any]:

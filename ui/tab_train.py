@@ -19,6 +19,7 @@ from ui.actions import ActionError
 from ui.context import AppContext
 from ui.errors import guarded
 from ui.form import Form
+from ui.pace import Pace
 from ui.run_views import Following, RunView
 
 # model.config describes a single-file model.path, so it sits right beside it.
@@ -90,25 +91,51 @@ def build(form: Form) -> TrainTab:
 def memory_view(ctx: AppContext, cfg: Config, last: dict[str, Any]) -> str:
     """The estimate's lines as Markdown. `last` keeps the latest one: the estimate reads
     the model's configs (seconds for an unbuilt tiny model), and most edits of the form
-    (captions, datasets' folders, validation) do not change it."""
+    (captions, datasets' folders, validation) do not change it; whether the caches are
+    built is looked up each time (cheap: file headers)."""
+    from core.cache.status import caches_complete
     from core.config import resolved
     from core.models.memory import estimate_memory
 
     full = resolved(cfg, ctx.workspace)
-    key = repr((full.model, full.train, full.launch, [d.resolution for d in full.datasets]))
+    built = caches_complete(full, ctx.workspace)  # built since: no caching phase any more
+    key = repr((full.model, full.train, full.launch, [d.resolution for d in full.datasets],
+                built))
     if last.get("key") != key:
-        estimate = estimate_memory(full, ctx.workspace)
+        estimate = estimate_memory(full, ctx.workspace, caches_built=built)
         last.update(key=key, text="\n\n".join(
             _markdown_text(line.strip()) for line in (estimate.lines() if estimate else [])))
     return last["text"]
+
+
+def queued_view(ctx: AppContext, tab: TrainTab, launched: Any,
+                f: Following | None) -> dict[Any, Any]:
+    """A queued launch: the live view stays on (or goes to) the run that is live, and
+    moves to the queued one when it starts (run_views.moved); the queue lists it."""
+    name, behind = ctx.relative(launched.run_dir), launched.queued_behind
+    for root in {str(ctx.workspace.resolve()), str(ctx.workspace)}:
+        behind = behind.replace(root + "/", "")  # folders as the workspace names them
+    text = render.message_html(
+        f"queued (number {launched.queued}, after {behind}): {name}. The view stays on "
+        f"the running run and moves to {name} when it starts; the Runs tab lists the "
+        "queue.", "ok", launched.warnings)
+    out: dict[Any, Any] = {tab.message: text}
+    live = run_views.newest_live(ctx)
+    if live is not None and (f is None or f.run_dir.resolve() != live.resolve()):
+        out.update(run_views.opened(ctx, tab, live))
+        f = out[tab.following]
+    if f is not None:
+        f.awaiting = launched.run_dir
+        out[tab.following] = f
+    return out
 
 
 def form_message(problems: list[Problem], current: str | None) -> Any:
     """The message under Launch follows the form: its errors while it has any (a launch
     would be refused for them), named by their labels; an older refusal goes once the
     form changes without errors; a launch's own message stays."""
-    if errors(problems):
-        return f"<div class='dt-form-check'>{render.problems_html(problems)}</div>"
+    if errors(problems):  # one line: the fields themselves are marked
+        return f"<div class='dt-form-check'>{render.launch_summary_html(problems)}</div>"
     if current and ("dt-msg-error" in current or "dt-form-check" in current):
         return ""
     return gr.skip()
@@ -136,7 +163,7 @@ def _markdown_text(line: str) -> str:
     return line
 
 
-def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: gr.Timer,
+def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: Pace,
          on_launched: list[Any]) -> dict[str, Any]:
     """Wire the tab's events; returns the memory estimate's event, which the app also
     runs when the page opens (the form is filled then without a change event)."""
@@ -152,18 +179,17 @@ def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: gr.Timer,
                 launched = actions.extend(ctx, target, cfg.train.max_steps, problems)
             else:
                 launched = actions.launch(ctx, cfg, form_problems=problems)
-        except ActionError as exc:
-            gr.Warning(exc.message)
+        except ActionError as exc:  # said once, beside the buttons (no toast)
             return {tab.message: render.message_html(exc.message, "error", exc.problems)}
         verb = {"resume": "resumed", "extend": "extended"}.get(mode, "launched")
         if launched.queued:  # a run is live: this one starts when the queue reaches it
-            verb = f"queued (number {launched.queued}, after {launched.queued_behind})"
+            return queued_view(ctx, tab, launched, f)
         text = render.message_html(f"{verb}: {ctx.relative(launched.run_dir)}", "ok",
                                    launched.warnings)
         return {tab.message: text,
                 **run_views.opened(ctx, tab, launched.run_dir, launched.log_offset)}
 
-    @guarded("Stop")
+    @guarded("Stop", inline=tab.message)
     def stop(f: Following | None) -> str:
         if f is None:
             raise ActionError("no run is followed; open one on the Runs tab")
@@ -195,7 +221,8 @@ def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: gr.Timer,
             event.then(**then)
     tab.stop.click(stop, [tab.following], [tab.message], api_visibility="private",
                    concurrency_limit=None)
-    timer.tick(lambda f: run_views.tick(ctx, tab, f), [tab.following], tab.polled(),
-               api_visibility="private", show_progress="hidden", concurrency_limit=None)
+    timer.add(lambda f: run_views.tick(ctx, tab, f, tab.message), [tab.following],
+              [*tab.components(), tab.message])
+    tab.following.change(**timer.wake())  # launched, resumed or opened: poll it at once
     tab.log.change(None, js=render.scroll_to_end("train-log"))
     return memory_event

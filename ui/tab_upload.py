@@ -76,8 +76,9 @@ def on_upload(ctx: AppContext, form: Form, box: UploadBox,
 
 
 def wire(ctx: AppContext, form: Form, box: UploadBox, after: list[dict[str, Any]]) -> None:
-    event = box.go.click(guarded("Upload images")(lambda d: on_upload(ctx, form, box, d)),
-                         form.inputs() | {box.name, box.files},
+    upload = guarded("Upload images", inline=box.message)(
+        lambda d: on_upload(ctx, form, box, d))
+    event = box.go.click(upload, form.inputs() | {box.name, box.files},
                          [*form.outputs(), box.message, box.files], api_visibility="private")
     for then in after:
         event = event.then(**then)

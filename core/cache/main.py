@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from core.cache.stage import build_caches
-    from core.startup import quiet_library_notices
+    from core.notices import quiet_library_notices
 
     quiet_library_notices()  # cache.log shows what the user needs
     from core.cache.store import CacheWriteError

@@ -104,3 +104,15 @@ def cache_status(cfg: Config, workspace: str | Path) -> CacheStatus:
             status.text.add(verdict(entry, text_meta[entry], known))
         out.append(status)
     return CacheStatus(out, cfg.text_cache.dir, known, note, plan.problems)
+
+
+def caches_complete(cfg: Config, workspace: str | Path) -> bool:
+    """Whether every latent and text embedding of `cfg` (paths resolved) is cached and
+    fresh, so a launch builds nothing first."""
+    try:
+        status = cache_status(cfg, workspace)
+    except Exception:  # noqa: BLE001 - unknown counts as "not built"
+        return False
+    counts = [c for d in status.datasets for c in (d.vae, d.text)]
+    return status.model_known and bool(counts) and all(
+        c.total and not (c.stale or c.missing) for c in counts)

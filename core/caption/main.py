@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workspace", required=True)
     parser.add_argument("--events", help="append progress events (JSON lines) here")
     args = parser.parse_args(argv)
-    from core.startup import quiet_library_notices
+    from core.notices import quiet_library_notices
 
     quiet_library_notices()  # caption.log shows what the user needs
     workspace = Path(args.workspace).expanduser().absolute()

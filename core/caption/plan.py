@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.caption.tiny import is_tiny_captioner, materialize_tiny_captioner
 from core.config import Config, DatasetConfig
 from core.config.checks import resolve_path
 from core.problems import Problem, error
@@ -32,7 +33,9 @@ class CaptionWriteError(OSError):
 
 def resolve_captioner(value: str, workspace: Path) -> str:
     """captioning.model: a folder (relative ones against the workspace, when it exists
-    there) or else a hub id, kept as written."""
+    there) or else a hub id, kept as written; `tiny:blip` is built in the workspace."""
+    if is_tiny_captioner(value):
+        return str(materialize_tiny_captioner(Path(workspace)))
     value = value.strip()
     candidate = resolve_path(value, Path(workspace))
     if Path(value).expanduser().is_absolute() or candidate.exists():
@@ -46,6 +49,8 @@ def _model_problems(value: str, workspace: Path) -> list[Problem]:
         return [error(where, "no captioning model set: set captioning.model to a "
                              "transformers image-to-text model, a hub id in the HF cache "
                              "(e.g. Salesforce/blip-image-captioning-base) or a folder")]
+    if is_tiny_captioner(value):  # built offline when captioning starts
+        return []
     source = resolve_captioner(value, workspace)
     path = Path(source)
     if path.is_absolute():

@@ -299,7 +299,8 @@ class LoggingConfig:
 class CaptioningConfig:
     model: str = _f("", label="Captioning model",
                     help="A transformers image-to-text model (BLIP, Florence-2, ...): a hub "
-                         "id in the local cache or a folder.")
+                         "id in the local cache or a folder; tiny:blip is a tiny random "
+                         "one built offline, to try captioning (random words).")
     datasets: list[str] = _f([], label="Datasets to caption",
                              help="Dataset ids; empty captions every dataset with textfile "
                                   "captions.")

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.notices import IMPORT_NOISE_LOGGERS, drop_library_advisories
 from core.problems import warning
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ GIB = 1024 ** 3
 # CUDA context, cuBLAS/cuDNN workspaces and allocator slack, per process. Calibrated on:
 # nothing yet (a typical figure); recalibrate from measured H100 runs.
 CUDA_CONTEXT_BYTES = GIB // 2
+CUDA_CONTEXT = "CUDA context"
 # The caches are built this many images / captions at a time (core/cache/stage.py's
 # vae_batch, core/cache/build.py's text batch_size).
 CACHE_VAE_BATCH = 4
@@ -69,6 +71,7 @@ class MemoryEstimate:
     shape: str = ""  # what the activations were estimated from
     device_name: str = ""
     cpu: bool = False  # a CPU run: every part in RAM at once, no caching phase apart
+    ram: list[MemoryPart] | None = None  # a GPU run on a machine without one: its CPU run
     unknown: str | None = None  # why there is no figure (then there are no parts)
     advice: list[str] = field(default_factory=list)  # settings that would lower it
 
@@ -95,6 +98,12 @@ class MemoryEstimate:
             return [f"memory: unknown ({self.unknown})"]
         where = "per process (CPU run)" if self.cpu else "per GPU"
         training = f"{_sum_text(self.parts)} (activations estimated from {self.shape})"
+        if self.ram is not None:  # what this machine will do comes first
+            ram = sum(p.bytes for p in self.ram)
+            return [f"memory: {_total(ram)} GiB of RAM (estimate; this machine has no GPU, "
+                    f"so the run goes on its CPU) = {_sum_text(self.ram)} (activations "
+                    f"estimated from {self.shape})",
+                    f"  on a GPU: {_total(self.total_bytes)} GiB per GPU = {training}"]
         caching = (f"{_sum_text(self.caching)} (text encoders and VAE on the GPU; the "
                    "denoiser comes after)")
         if self.caching_dominates:
@@ -133,7 +142,8 @@ def _sum_text(parts: list[MemoryPart]) -> str:
 
 
 def estimate_memory(cfg: Config, workspace: Path,
-                    buckets: list[tuple[int, int]] | None = None) -> MemoryEstimate | None:
+                    buckets: list[tuple[int, int]] | None = None,
+                    caches_built: bool | None = None) -> MemoryEstimate | None:
     """The per-GPU estimate for `cfg` (paths resolved). When the model's configs cannot
     be read without a download (a hub id not in the HF cache) or at all, an estimate
     whose `unknown` says why, and no parts. None when a key it reads is invalid (the check
@@ -141,7 +151,9 @@ def estimate_memory(cfg: Config, workspace: Path,
 
     `buckets`: the (width, height) of every image the run trains on, as the check
     assigns them; the activations are estimated at the largest. Without them, at each
-    dataset's square bucket (its resolution rounded down to a multiple of 64)."""
+    dataset's square bucket (its resolution rounded down to a multiple of 64). With every
+    cache built (`caches_built`, looked up when None) there is no caching phase to
+    estimate."""
     from core.models.memory_model import UnknownModel, model_source, read_sizes
 
     if _invalid_for_estimate(cfg):
@@ -158,8 +170,27 @@ def estimate_memory(cfg: Config, workspace: Path,
         first = str(exc).splitlines()[0][:200] if str(exc) else ""
         return MemoryEstimate(unknown=f"cannot read the model's configs: "
                                       f"{type(exc).__name__}: {first}")
-    return assemble(cfg, sizes, None if cfg.launch.cpu else detect_gpu(),
-                    step_pixels(cfg, buckets))
+    estimate = assemble(cfg, sizes, None if cfg.launch.cpu else detect_gpu(),
+                        step_pixels(cfg, buckets))
+    if not cfg.launch.cpu and not cuda_available():
+        estimate.ram = [p for p in estimate.parts if p.name != CUDA_CONTEXT] + [
+            p for p in estimate.caching if p.name in ("text encoders", "VAE")]
+    if caches_built is None:
+        from core.cache.status import caches_complete
+
+        caches_built = caches_complete(cfg, workspace)
+    if caches_built:
+        estimate.caching = []
+    return estimate
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - a broken CUDA install: no GPU to run on
+        return False
 
 
 # Keys the estimate reads: an error on one of them (train.lora_rank = 0) skips it.
@@ -191,7 +222,6 @@ def step_pixels(cfg: Config, buckets: list[tuple[int, int]] | None = None
 
 
 # torchao warns at import about its CUDA-only extensions, and torch about torchao's enums.
-IMPORT_NOISE_LOGGERS = ("torchao", "torch.utils._pytree")
 _QUIET_ENV = {"DIFFUSERS_VERBOSITY": "error", "TRANSFORMERS_VERBOSITY": "error",
               "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 
@@ -203,6 +233,7 @@ def quiet_libraries() -> Iterator[None]:
     check's own output; the environment is put back for the processes launched after."""
     saved = {key: os.environ.get(key) for key in _QUIET_ENV}
     os.environ.update(_QUIET_ENV)
+    drop_library_advisories()
     loggers = {name: logging.getLogger(name).level for name in IMPORT_NOISE_LOGGERS}
     for name in loggers:
         logging.getLogger(name).setLevel(logging.ERROR)
@@ -253,7 +284,7 @@ def assemble(cfg: Config, sizes: ModelSizes, gpu: tuple[int, str] | None,
     if cfg.launch.cpu:
         estimate.parts = training + encoders
         return estimate
-    context = MemoryPart("CUDA context", CUDA_CONTEXT_BYTES, exact=False)
+    context = MemoryPart(CUDA_CONTEXT, CUDA_CONTEXT_BYTES, exact=False)
     estimate.parts = [*training, context]
     encoding = MemoryPart("encoding", caching_activation_bytes(cfg, sizes, pixels),
                           exact=False)

@@ -211,7 +211,8 @@ class Loop:
         self.last_saved_step = step
         self.reporter.took("checkpoint", time.monotonic() - started)
         if folder is not None:
-            self.reporter.event("checkpoint", step=step, path=str(folder))
+            self.reporter.event("checkpoint", step=step, path=str(folder),
+                                seconds=_since(started))
             self.reporter.say(f"checkpoint saved: {folder}")
         self.save_lora_step(step)
 

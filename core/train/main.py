@@ -116,7 +116,8 @@ def check_ranks(cfg: Any, accelerator: Any, reporter: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from core.startup import load_resolved_config, quiet_library_notices
+    from core.notices import quiet_library_notices
+    from core.startup import load_resolved_config
 
     quiet_library_notices()  # notices, not problems: keep train.log readable
     workspace = Path(args.workspace).absolute()
@@ -149,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
 
             reporter.say(describe(setup.components.denoiser, accelerator.num_processes))
         start = restore(setup, run_dir, args.resume, reporter) if args.resume else 0
+        if start:  # the ETA counts the rounds to come with the earlier launch's times
+            reporter.continue_from()
         if accelerator.num_processes > 1:
             check_same_start(start, ranks_of(accelerator, cfg))
         reporter.tracking = Tracking(accelerator)

@@ -4,7 +4,8 @@ train.optimizer_* keys, and the schedule-free switch to averaged weights.
 The table is data (no heavy import at module level), so the config check can say which
 keys an optimizer ignores without importing torch.
 
-- adamw: torch.optim.AdamW. adamw8bit: bitsandbytes' AdamW8bit (CUDA).
+- adamw: torch.optim.AdamW. adamw8bit: bitsandbytes' AdamW8bit (on CUDA, and on the CPU
+  since bitsandbytes 0.45).
 - prodigy, lion, came, adamw_schedulefree: pytorch-optimizer (one maintained package, only
   numpy and torch as dependencies) Prodigy, Lion, CAME and ScheduleFreeAdamW.
 - adafactor: transformers' Adafactor driven by train.learning_rate (relative_step,

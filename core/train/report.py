@@ -5,12 +5,14 @@ Only the main process writes; the others keep quiet so the log reads like one ru
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.runs.folder import RunFolder
 from core.runs.memory import GIB
 from core.runs.progress import format_step_line
 from core.runs.status import append_event, write_status
@@ -44,6 +46,34 @@ def eta_seconds(step: int, max_steps: int, per_step: float | None,
     return round(per_step * (max_steps - step) + extra, 1)
 
 
+def earlier_measurements(events: Path) -> tuple[float | None, dict[str, list[float]]]:
+    """What earlier launches of a run measured, from its events.jsonl: the seconds a
+    step took (the last reported rate) and the durations of each kind of round (the
+    last few). A resumed or extended launch starts with these, so its first ETAs count
+    the eval and validation rounds still to come instead of the steps alone."""
+    try:
+        lines = events.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None, {}
+    per_step: float | None = None
+    rounds: dict[str, list[float]] = {}
+    for line in lines:
+        if '"step"' not in line and '"seconds"' not in line:
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(event, dict):
+            continue
+        rate, seconds = event.get("it_s"), event.get("seconds")
+        if event.get("type") == "step" and isinstance(rate, (int, float)) and rate > 0:
+            per_step = 1.0 / rate
+        elif isinstance(seconds, (int, float)) and seconds >= 0:
+            rounds.setdefault(str(event.get("type")), []).append(float(seconds))
+    return per_step, {kind: times[-ROUNDS_KEPT:] for kind, times in rounds.items()}
+
+
 class Reporter:
     def __init__(self, run_dir: Path, is_main: bool, max_steps: int,
                  every: dict[str, int] | None = None) -> None:
@@ -59,6 +89,16 @@ class Reporter:
         self._not_steps = 0.0  # seconds since the last step spent on rounds
         self._rounds = {kind: (n, deque(maxlen=ROUNDS_KEPT))
                         for kind, n in (every or {}).items()}
+        self._earlier_step: float | None = None  # an earlier launch's step time
+
+    def continue_from(self) -> None:
+        """A resumed (or extended) run: the ETA starts from what the earlier launches
+        measured (`earlier_measurements`) until this launch has measured its own."""
+        per_step, rounds = earlier_measurements(RunFolder(self.run_dir).events)
+        self._earlier_step = per_step
+        for kind, times in rounds.items():
+            if kind in self._rounds and not self._rounds[kind][1]:
+                self._rounds[kind][1].extend(times)
 
     def took(self, kind: str, seconds: float) -> None:
         """A round of periodic work (`kind` of `every`) took `seconds`."""
@@ -68,7 +108,8 @@ class Reporter:
 
     def eta(self, step: int) -> float | None:
         rounds = {kind: (n, list(times)) for kind, (n, times) in self._rounds.items()}
-        return eta_seconds(step, self.max_steps, self.seconds_per_step(), rounds)
+        per_step = self.seconds_per_step() or self._earlier_step
+        return eta_seconds(step, self.max_steps, per_step, rounds)
 
     def say(self, line: str) -> None:
         if self.is_main:

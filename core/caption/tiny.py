@@ -1,9 +1,14 @@
-"""A tiny random BLIP captioner, built offline for the auto-captioning tests.
+"""A tiny random BLIP captioner, built offline: `captioning.model = "tiny:blip"`.
+
+It lets the Caption area (and `--stage caption`) be tried on a fresh machine with no
+network: the demo preset uses it, the tests too. Its captions are random words from a
+small vocabulary; for real captions use a real model (BLIP, Florence-2, ...).
 
 `BlipForConditionalGeneration` from a small `BlipConfig`, with a `BlipProcessor` over a
 BERT tokenizer whose vocab.txt is written here (BLIP uses a BERT tokenizer), and a
 `BlipImageProcessor` at 32 px. It is saved as a folder that `AutoProcessor` and
-`AutoModelForImageTextToText` load with `local_files_only=True`, like a real BLIP.
+`AutoModelForImageTextToText` load with `local_files_only=True`, like a real BLIP; the
+workspace keeps it in models/tiny-blip, built once.
 
 A random model is as likely to emit a special token as a word, and special tokens are
 dropped when decoding, so the head's bias keeps it on words: every caption is non-empty.
@@ -11,9 +16,15 @@ dropped when decoding, so the head's bias keeps it on words: every caption is no
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from core.models.empty import MODEL_BUILD_LOCK
+
+TINY_CAPTIONER = "tiny:blip"
+DONE = ".built"  # written last: a folder without it is an interrupted build
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[DEC]"]
 WORDS = ["a", "photo", "of", "dog", "cat", "red", "blue", "circle", "square", "on",
@@ -61,3 +72,31 @@ def build_tiny_blip(out_dir: Path, seed: int = 0) -> Path:
         bias[: len(SPECIALS)] = -1e4
     model.save_pretrained(out_dir)
     return out_dir
+
+
+def is_tiny_captioner(value: str) -> bool:
+    return value.strip() == TINY_CAPTIONER
+
+
+def tiny_captioner_dir(workspace: Path) -> Path:
+    return Path(workspace) / "models" / "tiny-blip"
+
+
+def materialize_tiny_captioner(workspace: Path) -> Path:
+    """The workspace's tiny BLIP folder, built (seconds, offline) if missing: into a
+    temporary folder, renamed into place when complete."""
+    final = tiny_captioner_dir(workspace)
+    if (final / DONE).is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tiny-blip.", suffix=".tmp", dir=final.parent))
+    try:
+        build_tiny_blip(tmp)
+        (tmp / DONE).write_text("tiny BLIP captioner\n", encoding="utf-8")
+        if final.exists() and not (final / DONE).is_file():
+            shutil.rmtree(final, ignore_errors=True)  # an interrupted build
+        if not final.exists():
+            os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final

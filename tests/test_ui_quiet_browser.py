@@ -1,0 +1,220 @@
+"""The page in a browser, issue 25's quiet-page items: an idle page stays quiet while a
+live run still shows within a second; errors are marked at their fields with one line
+beside Launch; loading a preset can be undone; the memory line fits the machine;
+captioning works offline; the Dataset tab's plots, tables and thumbnails fit.
+
+One app and one browser for the module; each test opens its own page (a new session).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterator
+
+import pytest
+from test_ui_browser import field, set_field
+from test_ui_support import open_browser, running_app
+
+pytestmark = pytest.mark.slow
+
+VIEWPORT = {"width": 1280, "height": 800}
+IDLE_WINDOW_S = 40
+MAX_IDLE_RPS = 0.3
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[object, str, object]]:
+    """(ctx, url, browser): the real app on a fresh workspace, and Chromium."""
+    with running_app(tmp_path_factory.mktemp("quiet") / "ws") as (ctx, url), \
+            open_browser() as browser:
+        yield ctx, url, browser
+
+
+@pytest.fixture
+def page(app) -> Iterator[object]:
+    """A new page on the app at 1280x800 as a first visit: the form the last test left is
+    forgotten, so the demo preset opens by itself and its check passes."""
+    from ui.presets import FORM_FILE
+
+    ctx, url, browser = app
+    (ctx.workspace / FORM_FILE).unlink(missing_ok=True)
+    page = browser.new_page(viewport=VIEWPORT)
+    page.set_default_timeout(90_000)
+    page.goto(url)
+    page.wait_for_selector("#check-panel .dt-ok")
+    try:
+        yield page
+    finally:
+        page.close()
+
+
+def requests_per_second(page, seconds: float) -> tuple[float, list[str]]:
+    """The requests the page sends over `seconds` (per second), and their URLs."""
+    urls: list[str] = []
+
+    def seen(request) -> None:
+        urls.append(f"{request.method} {request.url}")
+
+    page.on("request", seen)
+    t0 = time.monotonic()
+    page.wait_for_timeout(seconds * 1000)
+    elapsed = time.monotonic() - t0
+    page.remove_listener("request", seen)
+    return len(urls) / elapsed, urls
+
+
+def settle(page, deadline_s: float = 120) -> None:
+    """Wait until the opening's events (fill, check, preview, memory line) are done: a
+    10 s stretch with at most one request (an idle tick). A loaded machine takes longer
+    than a quiet one, so a fixed wait would count the opening as idle traffic."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        _, urls = requests_per_second(page, 10)
+        if len(urls) <= 4:  # two idle ticks at most, each a join and its reply stream
+            return
+    raise AssertionError(f"the page never settled in {deadline_s} s")
+
+
+def test_an_idle_page_makes_at_most_a_request_every_few_seconds(page) -> None:
+    settle(page)
+    rate, urls = requests_per_second(page, IDLE_WINDOW_S)
+    assert rate <= MAX_IDLE_RPS, (f"{rate:.2f} requests/s from an idle page "
+                                  f"(at most {MAX_IDLE_RPS}):\n" + "\n".join(urls[:20]))
+
+
+def test_a_run_opened_on_an_idle_page_shows_new_log_lines_within_a_second(app, page) -> None:
+    from bench.ui_latency import start_fake_run
+    from core.runs.folder import RunFolder
+    from core.runs.manager import stop_run
+
+    ctx, _, _ = app
+    page.wait_for_timeout(12_000)  # idle: the timer has slowed down
+    run_dir = start_fake_run(ctx.workspace)
+    try:
+        page.get_by_role("tab", name="Runs").click()
+        page.wait_for_function("document.querySelector('#runs-choice input')?.value"
+                               ".includes('latency')")
+        page.click("#runs-open")
+        page.wait_for_function("document.querySelector('#train-progress')?.innerText"
+                               ".includes('latency')")
+        delays = []
+        for i in range(4):
+            page.wait_for_timeout(300 + 250 * i)  # land at different points of a tick
+            token = f"probe-{i}-{time.monotonic_ns()}"
+            t0 = time.monotonic()
+            with open(RunFolder(run_dir).log, "a", encoding="utf-8") as fh:
+                fh.write(token + "\n")
+            page.wait_for_function("document.querySelector('#train-log textarea').value"
+                                   f".includes('{token}')", polling="raf")
+            delays.append(time.monotonic() - t0)
+        assert statistics.median(delays) <= 1.5 and max(delays) <= 3.0, delays
+    finally:
+        stop_run(run_dir, grace_s=2, handle=ctx.handle(run_dir))
+        ctx.forget(run_dir)
+
+
+def test_an_error_is_marked_at_its_field_and_summed_up_in_one_line_beside_launch(
+        page) -> None:
+    page.get_by_role("tab", name="Training").click()
+    set_field(page, "f-train-learning_rate", "-0.001")
+    page.wait_for_function("document.querySelector('#train-message')?.innerText"
+                           ".includes('Learning rate')")
+    under = ("getComputedStyle(document.querySelector('#f-train-learning_rate'), '::after')"
+             ".content")
+    page.wait_for_function(f"{under}.includes('greater than 0')")
+    outline = page.evaluate("getComputedStyle(document.querySelector("
+                            "'#f-train-learning_rate input')).outlineColor")
+    assert outline == "rgb(220, 38, 38)", outline
+    message = page.locator("#train-message")
+    assert "1 error blocks launch" in message.inner_text()
+    assert message.locator("li").count() == 0, "one line, not the check panel's list"
+    line = page.evaluate("parseFloat(getComputedStyle(document.querySelector("
+                         "'#train-message .dt-launch-summary')).lineHeight)")
+    assert message.locator(".dt-launch-summary").bounding_box()["height"] <= 1.5 * line
+    set_field(page, "f-train-learning_rate", "0.0001")
+    page.wait_for_function(f"!{under}.includes('greater than 0')")
+
+
+def test_loading_a_preset_over_an_edited_form_can_be_undone(page) -> None:
+    page.get_by_role("tab", name="Training").click()
+    set_field(page, "f-train-max_steps", "77")
+    page.wait_for_timeout(1500)  # the edit reaches the server's copy of the form
+    page.reload()  # the form comes back as edited, the preset no longer chosen
+    page.wait_for_function("document.querySelector('#preset-message')?.innerText"
+                           ".includes('restored the form')")
+    page.get_by_role("tab", name="Training").click()
+    assert field(page, "f-train-max_steps").input_value() == "77"
+    assert not page.locator("#preset-undo").is_visible()
+    page.click("#preset-load")  # nothing chosen: told so beside the button, no toast
+    page.wait_for_function("document.querySelector('#preset-message')?.innerText"
+                           ".includes('choose a preset')")
+    assert page.locator(".toast-body").count() == 0
+    assert field(page, "f-train-max_steps").input_value() == "77"
+    page.locator("#preset-source input").fill("preset: demo")
+    page.keyboard.press("Enter")
+    page.click("#preset-load")
+    page.wait_for_function("document.querySelector('#preset-message')?.innerText"
+                           ".includes('Undo')")
+    assert field(page, "f-train-max_steps").input_value() != "77"
+    page.click("#preset-undo")
+    page.wait_for_function("document.querySelector('#preset-message')?.innerText"
+                           ".includes('back as it was')")
+    page.wait_for_function("document.querySelector('#f-train-max_steps input').value "
+                           "=== '77'")
+    page.wait_for_selector("#preset-undo", state="hidden")
+
+
+def test_saving_a_caption_before_choosing_an_image_says_so_beside_the_button(page) -> None:
+    page.click("#caption-save")
+    page.wait_for_function("document.querySelector('#caption-save-message')?.innerText"
+                           ".includes('click an image of the preview first')")
+    assert page.locator(".toast-body").count() == 0
+
+
+def test_the_demo_captions_new_images_offline_with_its_tiny_captioner(app, page) -> None:
+    from PIL import Image
+
+    ctx, _, _ = app
+    new = [ctx.workspace / f"demo/shapes/zz_new_{i}.png" for i in range(2)]
+    for i, path in enumerate(new):  # two pictures without a caption
+        Image.new("RGB", (64, 64), (200, 40 * i, 40)).save(path)
+    assert all(p.exists() and not p.with_suffix(".txt").exists() for p in new)
+    page.click("#caption-area button, #caption-area .label-wrap")
+    page.wait_for_selector("#caption-start")
+    assert field(page, "f-captioning-model").input_value() == "tiny:blip"
+    page.click("#caption-start")
+    page.wait_for_function("document.querySelector('#caption-message')?.innerText"
+                           ".includes('captioning done')", timeout=240_000)
+    captions = [p.with_suffix(".txt").read_text(encoding="utf-8").strip() for p in new]
+    assert all(captions), captions
+    for path in new:  # the next tests open on the demo's own pictures
+        path.unlink()
+        path.with_suffix(".txt").unlink()
+
+
+def test_the_dataset_and_training_tabs_fit(page) -> None:
+    """The histogram's legend is whole and its bars say their counts; long help is
+    three lines until hovered."""
+    page.wait_for_function("document.querySelector('#bucket-histogram')?.innerText"
+                           ".includes('128x128 (')")
+    page.wait_for_selector("#bucket-histogram g.role-legend-entry")
+    legend = page.locator("#bucket-histogram g.role-legend").first.bounding_box()
+    block = page.locator("#bucket-histogram").bounding_box()
+    assert legend["y"] + legend["height"] <= block["y"] + block["height"], (legend, block)
+    page.get_by_role("tab", name="Training").click()
+    info = page.locator("#f-train-lora_kind .info-text")
+    line = page.evaluate("parseFloat(getComputedStyle(document.querySelector("
+                         "'#f-train-lora_kind .info-text')).lineHeight)")
+    assert info.bounding_box()["height"] <= 3.5 * line
+
+
+def test_a_gated_model_preset_says_how_to_get_access(page) -> None:
+    page.locator("#preset-source input").fill("preset: flux-lora")
+    page.keyboard.press("Enter")
+    page.click("#preset-load")
+    page.wait_for_function("document.querySelector('#preset-message')?.innerText"
+                           ".includes('gated')")
+    text = page.inner_text("#preset-message")
+    assert "https://huggingface.co/black-forest-labs/FLUX.1-dev" in text
+    assert "HF_TOKEN" in text

@@ -1,0 +1,179 @@
+"""Run management as a person sees it, in headless Chromium at 1280x800 (one app and one
+page for the module): a refused Delete says why beside the button, a queued launch
+leaves the live view on the running run and the view follows the queue when that run
+ends, a deleted run is not shown as done, removing datasets never trips Gradio's
+choices check, and the cache message says how the build ended.
+
+UI_SHOTS_DIR=/some/dir keeps the screenshots there (else in the module's tmp folder)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from test_queue import fake_live_run, finished_run
+from test_ui_browser import field, set_field
+from test_ui_support import ERROR_TOASTS, browser_page, running_app
+
+pytestmark = pytest.mark.slow
+
+RUN_MS = 300_000  # a tiny demo run on 2 busy CPU cores
+SMALL_RUN = (("f-output-dir", "runs/second"), ("f-train-max_steps", "2"),
+             ("f-train-checkpoint_every", "2"), ("f-train-eval_every", "2"),
+             ("f-train-eval_images", "4"), ("f-validation-every", "2"),
+             ("f-validation-steps", "2"), ("f-validation-resolution", "64"))
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory):
+    with running_app(tmp_path_factory.mktemp("runs-ui") / "ws") as (ctx, url):
+        yield ctx, url
+
+
+@pytest.fixture(scope="module")
+def page(app):
+    with browser_page(app[1]) as page:
+        yield page
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = Path(os.environ.get("UI_SHOTS_DIR") or tmp_path_factory.mktemp("shots"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def text_of(elem_id: str) -> str:
+    return f"(document.querySelector('#{elem_id}')?.innerText || '')"
+
+
+def wait_text(page, elem_id: str, part: str, timeout: float = 60_000) -> None:
+    page.wait_for_function(f"{text_of(elem_id)}.includes({part!r})", timeout=timeout)
+
+
+def tab(page, name: str) -> None:
+    page.get_by_role("tab", name=name).click()
+
+
+def choose_run(page, name: str) -> None:
+    """Pick `name` (a run folder, as the workspace names it) in the Runs tab's chooser."""
+    page.click("#runs-refresh")
+    page.click("#runs-choice input")
+    page.get_by_role("option", name=name).first.click()
+    page.wait_for_function(f"document.querySelector('#runs-delete-confirm')"
+                           f".innerText.includes({name!r})")
+
+
+def uncovered(page, selector: str) -> bool:
+    """Nothing (a toast) lies over the middle of the element."""
+    return page.evaluate("""s => { const e = document.querySelector(s);
+        const r = e.getBoundingClientRect();
+        const top = document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2);
+        return !!top && e.contains(top); }""", selector)
+
+
+def test_delete_without_the_tick_is_refused_beside_the_button_not_in_toasts(app, page,
+                                                                            shots):
+    ctx, url = app
+    old = finished_run(ctx.workspace, "old")
+    page.goto(url)
+    tab(page, "Runs")
+    choose_run(page, "runs/old")
+    for _ in range(3):  # an impatient person
+        page.click("#runs-delete")
+    page.wait_for_timeout(2500)  # a toast would have shown by now
+    assert page.evaluate(ERROR_TOASTS) == [], "a refusal is not an error toast"
+    wait_text(page, "runs-delete-message", "nothing was deleted")
+    text = page.inner_text("#runs-delete-message")
+    assert 'tick "I understand this deletes runs/old' in text, text
+    page.locator("#runs-delete-message").scroll_into_view_if_needed()
+    assert uncovered(page, "#runs-delete-confirm input"), "the box to tick is hidden"
+    page.screenshot(path=str(shots / "runs-delete-refused.png"))
+    assert old.is_dir()
+    page.locator("#runs-delete-confirm input").check()
+    page.click("#runs-delete")
+    wait_text(page, "runs-delete-message", "deleted runs/old")
+    assert not old.exists()
+    assert "nothing was deleted" not in page.inner_text("#runs-delete-message")
+
+
+def test_removing_datasets_quickly_never_trips_the_choices_check(app, page):
+    """Remove while the list changes under it (a selection, a rename in flight): the
+    selector's choices and value go together and no "not in the list of choices"
+    error reaches the page."""
+    page.goto(app[1])
+    wait_text(page, "check-panel", "image(s)")
+    for n in range(2, 6):
+        page.click("#ds-add")
+        page.wait_for_function(f"{text_of('ds-selector')}.includes('{n}. ')")
+    for n in range(4, 0, -1):  # select the last, rename it and remove it at once
+        page.locator("#ds-selector label").nth(n).click()
+        field(page, "ds-id").fill(f"renamed-{n}")
+        page.click("#ds-remove")
+        page.wait_for_function(f"!{text_of('ds-selector')}.includes('{n + 1}. ')")
+    page.wait_for_timeout(2000)
+    body = page.inner_text("body")
+    assert page.evaluate(ERROR_TOASTS) == [] and "list of choices" not in body
+    assert page.locator("#ds-selector label").count() == 1
+
+
+def test_a_queued_launch_keeps_the_running_run_in_view_then_follows_the_queue(app, page,
+                                                                              shots):
+    ctx, url = app
+    live, sleeper = fake_live_run(ctx.workspace)  # the GPU is taken
+    try:
+        page.goto(url)  # the page opens on the live run
+        wait_text(page, "check-panel", "image(s)")
+        set_field(page, "ds-resolution", "64")  # a small run: 2 busy CPU cores
+        tab(page, "Training")
+        wait_text(page, "train-progress", "runs/live")
+        page.click("#advanced button, #advanced .label-wrap")
+        for elem_id, value in SMALL_RUN:
+            set_field(page, elem_id, value)
+        page.wait_for_timeout(1500)  # the live check settles on the new values
+        page.click("#launch")
+        wait_text(page, "train-message", "queued (number 1")
+        page.wait_for_timeout(2500)  # a few ticks: the view must not move
+        progress = page.inner_text("#train-progress")
+        assert "runs/live" in progress and "runs/second" not in progress, progress
+        assert "/tmp/" not in page.inner_text("#train-message"), "workspace-relative"
+        page.locator("#train-progress").scroll_into_view_if_needed()
+        page.screenshot(path=str(shots / "training-queued.png"))
+        tab(page, "Runs")
+        page.click("#runs-refresh")
+        page.wait_for_function(f"{text_of('runs-queue')}.includes('runs/second')")
+        page.locator("#runs-queue").scroll_into_view_if_needed()
+        page.screenshot(path=str(shots / "runs-queue.png"))
+        tab(page, "Training")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    # The live run ended: the queue starts the next, and the view goes with it, saying so.
+    wait_text(page, "train-progress", "now following runs/second", timeout=60_000)
+    assert "runs/live ended (failed)" in page.inner_text("#train-progress")
+    wait_text(page, "train-message", "runs/second left the queue")
+    assert "queued" not in page.inner_text("#train-message"), "it started: not queued"
+    wait_text(page, "train-progress", "done", timeout=RUN_MS)
+    page.locator("#train-progress").scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / "training-followed-next.png"))
+
+    tab(page, "Runs")
+    choose_run(page, "runs/second")
+    page.locator("#runs-delete-confirm input").check()
+    page.click("#runs-delete")
+    wait_text(page, "runs-delete-message", "deleted runs/second")
+    tab(page, "Training")
+    wait_text(page, "train-progress", "runs/second was deleted")
+    assert "done" not in page.inner_text("#train-progress"), "a deleted run is not done"
+    assert field(page, "train-log").input_value() == ""
+
+
+def test_the_cache_message_says_how_the_build_ended(app, page):
+    page.goto(app[1])
+    tab(page, "Cache")
+    page.click("#cache-build")
+    wait_text(page, "cache-message", "cache build")
+    wait_text(page, "cache-progress", "cache build: done", timeout=RUN_MS)
+    wait_text(page, "cache-message", "cache build done")
+    assert "started" not in page.inner_text("#cache-message")

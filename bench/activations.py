@@ -283,9 +283,9 @@ def measure(family: str, folder: Path, resolution: int, batch: int,
 
 def sizes_for(family: str, folder: Path) -> Any:
     """What `--stage check` reads from the configs (LoRA rank 16 on attention)."""
-    from core.models.memory_model import ModelSource, read_sizes
+    from core.models.memory_model import ConfigSource, read_sizes
 
-    return read_sizes(ModelSource(family, folder), LORA_RANK, "attention", True)
+    return read_sizes(ConfigSource(family, folder), LORA_RANK, "attention", True)
 
 
 def estimated(family: str, sizes: Any, resolution: int, batch: int,

@@ -59,13 +59,13 @@ def load_model(cfg: Config, workspace: Path, state: Any, dtype: Any = None,
     others wait. `random:<family>` is built straight onto `device` by every process (no
     files: the same seed gives every process the same weights). A single file reads its
     architecture from model.config; model.prediction_type then sets the target."""
-    from core.models.full_size import RANDOM_PREFIX
     from core.models.registry import get_family
+    from core.models.source import model_source
     from core.models.tiny import resolve_model_path
 
     family = get_family(cfg.model.family)
     device = state.device if device is None else device
-    if cfg.model.path.startswith(RANDOM_PREFIX):
+    if model_source(cfg.model.path).kind == "random":
         from core.models.full_size.build import build_random
         from core.models.full_size.spec import check_random_source
         from core.models.loading import ModelLoadError

@@ -43,3 +43,37 @@ def test_the_check_stage_resolves_the_path_against_the_workspace(tmp_path: Path)
     report = run_check(cfg, tmp_path, estimate=False)
     [p] = [p for p in report.problems if p.where == "model.path"]
     assert "does not exist" in p.message and "HF cache" not in p.message
+
+
+def test_model_path_is_classified_once_into_one_kind(tmp_path: Path) -> None:
+    from core.models.source import model_source
+
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    kinds = {text: model_source(text) for text in (
+        "tiny:sd15-shapes", "random:flux", str(tmp_path / "folder"),
+        str(tmp_path / "model.safetensors"), "black-forest-labs/FLUX.1-dev",
+        "data/model.safetensors", "", str(tmp_path / "absent"))}
+    assert [(s.kind, s.name) for s in kinds.values()] == [
+        ("tiny", "sd15-shapes"), ("random", "flux"), ("folder", str(tmp_path / "folder")),
+        ("file", str(tmp_path / "model.safetensors")),
+        ("hub", "black-forest-labs/FLUX.1-dev"),
+        ("missing", "data/model.safetensors"), ("missing", ""),
+        ("missing", str(tmp_path / "absent"))]
+    assert [s.built for s in kinds.values()][:3] == [True, True, False]
+
+
+def test_only_the_source_module_reads_the_model_path_prefixes() -> None:
+    """The kinds are decided in core/models/source.py: elsewhere in core/ and ui/, no
+    `startswith("tiny:")`, `startswith(RANDOM_PREFIX)` or the like."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    pattern = re.compile(r"startswith\(\(?\s*(\"(tiny|random):|'(tiny|random):|"
+                         r"TINY_PREFIX|RANDOM_PREFIX)")
+    found = [f"{path.relative_to(root)}:{n}"
+             for folder in ("core", "ui") for path in sorted((root / folder).rglob("*.py"))
+             if path != root / "core/models/source.py"
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if pattern.search(line)]
+    assert found == [], found

@@ -56,21 +56,21 @@ class CacheStatus:
 def model_identity(cfg: Config, workspace: Path) -> tuple[dict[str, str] | None, str]:
     """(identity the cache entries record, note). None when it cannot be computed yet."""
     from core.models.loading import ModelLoadError, classify_source, fingerprint
+    from core.models.source import model_source
 
-    path = cfg.model.path
-    if path.startswith("tiny:"):
+    path, source = cfg.model.path, model_source(cfg.model.path)
+    if source.kind == "tiny":
         from core.models.tiny import tiny_dir, tiny_is_built
 
-        folder = tiny_dir(path.removeprefix("tiny:"), workspace)
-        if not tiny_is_built(path.removeprefix("tiny:"), workspace):
+        folder = tiny_dir(source.name, workspace)
+        if not tiny_is_built(source.name, workspace):
             return None, (f"the tiny model is not built yet ({folder}); it is built by the "
                           "first cache build or training run")
         path = str(folder)
-    if path.startswith("random:"):
+    if source.kind == "random":
         from core.models.full_size.build import random_fingerprint
 
-        return {"family": cfg.model.family,
-                "model": random_fingerprint(path.removeprefix("random:"))}, ""
+        return {"family": cfg.model.family, "model": random_fingerprint(source.name)}, ""
     try:
         kind = classify_source(path)
         return {"family": cfg.model.family, "model": fingerprint(path, kind)}, ""

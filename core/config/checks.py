@@ -13,6 +13,7 @@ from core.config.schema import CONFIG_VERSION, FAMILIES, SECTION_TYPES, Config
 from core.models.base import FamilyDefaults
 from core.models.objectives import MODE_SCALE
 from core.models.registry import families, get_family, list_families
+from core.models.source import RANDOM_PREFIX, TINY_PREFIX, model_source
 from core.models.tiny import tiny_family, tiny_names
 from core.problems import Problem, error
 from core.train.optimizers import OPTIMIZERS, OPTION_DEFAULTS
@@ -51,7 +52,7 @@ def _resolve_model_path(value: str, workspace: Path) -> str:
     """model.path or model.config: joined to the workspace only when it names something
     there (or is absolute); otherwise a hub id, kept. tiny:/random: name built models,
     never files (a folder called "random:sd15" in the workspace must not capture them)."""
-    if not value or value.startswith(("tiny:", "random:")):
+    if not value or model_source(value).built:
         return value
     candidate = resolve_path(value, workspace)
     if Path(value).expanduser().is_absolute() or candidate.exists():
@@ -114,14 +115,15 @@ def _check_datasets(cfg: Config) -> list[Problem]:
 
 def _check_cross(cfg: Config) -> list[Problem]:
     out: list[Problem] = []
-    prefix = next((p for p in ("tiny:", "random:") if cfg.model.path.startswith(p)), None)
-    if prefix:
-        name = cfg.model.path.removeprefix(prefix)
-        fam = tiny_family(name) if prefix == "tiny:" else name
-        names = tiny_names() if prefix == "tiny:" else list(FAMILIES)
+    source = model_source(cfg.model.path)
+    if source.built:
+        tiny = source.kind == "tiny"
+        fam = tiny_family(source.name) if tiny else source.name
+        names = tiny_names() if tiny else list(FAMILIES)
         if fam not in FAMILIES:
-            kind = "tiny model" if prefix == "tiny:" else "random family"
-            out.append(error("model.path", f"unknown {kind} {name!r}; use one of "
+            kind, prefix = ("tiny model", TINY_PREFIX) if tiny else ("random family",
+                                                                     RANDOM_PREFIX)
+            out.append(error("model.path", f"unknown {kind} {source.name!r}; use one of "
                                            f"{', '.join(prefix + n for n in names)}"))
         elif fam != cfg.model.family:
             out.append(error("model.path", f"{cfg.model.path} does not match "

@@ -1,12 +1,12 @@
-"""Where a model comes from and how its files load, with errors that name the path.
+"""How a model's files load, with errors that name the path.
 
-A `model.path` is a local diffusers folder, a single-file .safetensors checkpoint or a hub
-id (`classify_source`). Folders and files are checked against the configured family before
-any weights load (a folder's model_index.json, a file's tensor names read from its JSON
-header); hub ids fail at once without network instead of after minutes of retries.
-`check_model_source` runs the same checks for `--stage check` without torch.
-`fingerprint` gives caches a stable id of the weights; `resolve_dtype` reads the config's
-precision names.
+A `model.path` is classified once (core/models/source.py: tiny, random, folder, single
+file, hub id); this module loads the kinds read from files. Folders and files are checked
+against the configured family before any weights load (a folder's model_index.json, a
+file's tensor names read from its JSON header); hub ids fail at once without network
+instead of after minutes of retries. `check_model_source` runs the same checks for
+`--stage check` without torch. `fingerprint` gives caches a stable id of the weights;
+`resolve_dtype` reads the config's precision names.
 
 torch and diffusers are imported inside the functions that need them, so importing this
 module stays cheap (the registry and `--stage check` import it).
@@ -16,94 +16,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from core.models.full_size import RANDOM_PREFIX
+from core.models.source import (  # noqa: F401  (the names loading's callers import)
+    HUB_ID,
+    ModelLoadError,
+    SourceKind,
+    classify_source,
+    hub_cached,
+    hub_error,
+    hub_reachable,
+    missing_local_path,
+    model_source,
+)
 from core.problems import Problem, error, warning
 
-SourceKind = Literal["folder", "file", "hub"]
-
-# A hub id is "owner/name" (an optional "@revision" is not supported by from_pretrained).
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
-class ModelLoadError(Exception):
-    """A model cannot be loaded; `problem` names the path and what to do."""
-
-    def __init__(self, where: str, message: str):
-        self.problem: Problem = error(where, message)
-        super().__init__(str(self.problem))
-
-
-# ---------------------------------------------------------------- where a model comes from
-
-
-def classify_source(path: str) -> SourceKind:
-    """Say whether `path` is a local diffusers folder, a single file, or a hub id.
-
-    Raises ModelLoadError with a message that names the path when it is none of these.
-    """
-    if not path:
-        raise ModelLoadError("model.path", "is empty: give a hub id, a diffusers folder, "
-                             "a .safetensors file or tiny:<family>")
-    if path.startswith("tiny:"):
-        raise ModelLoadError(path, "tiny models must be resolved first with "
-                             "core.models.tiny.resolve_model_path(path, workspace)")
-    if path.startswith(RANDOM_PREFIX):
-        raise ModelLoadError(path, "is a full-size architecture with random weights: it is "
-                             "built, not loaded from files, by core.models.full_size.build."
-                             "build_random (core.startup.load_model does so)")
-    p = Path(path).expanduser()
-    if p.is_dir():
-        if not (p / "model_index.json").is_file():
-            raise ModelLoadError(path, "is a folder but not a diffusers model folder (no "
-                                 "model_index.json); point model.path at the folder that "
-                                 "holds model_index.json, or at a .safetensors file")
-        return "folder"
-    if p.is_file():
-        if p.suffix.lower() != ".safetensors":
-            raise ModelLoadError(path, f"is a {p.suffix or 'extensionless'} file; only "
-                                 ".safetensors single-file checkpoints are loaded (pickle "
-                                 ".ckpt files can run code: convert them to .safetensors)")
-        return "file"
-    # "owner/name" and nothing else; "data/model.safetensors" is a missing file, not an id.
-    if _HUB_ID.match(path) and not path.lower().endswith((".safetensors", ".ckpt")):
-        return "hub"
-    raise ModelLoadError(path, "does not exist: it is not a folder, not a .safetensors "
-                         "file and not a hub id (owner/name); check model.path")
-
-
-def hub_error(path: str, what: str, exc: BaseException | None = None) -> ModelLoadError:
-    """The message for a hub id that cannot be fetched: offline and not cached
-    (exc None), or the hub's own refusal (private, gated, misspelt)."""
-    if exc is None:
-        return ModelLoadError(path, f"cannot download {what} of hub model {path!r}: no "
-                              "network and not in the HF cache. Download it where there is "
-                              "network (huggingface-cli download), or point model.path at a "
-                              "local diffusers folder or .safetensors file")
-    first = str(exc).splitlines()[0][:200] if str(exc) else ""
-    return ModelLoadError(path, f"cannot download {what} of hub model {path!r} "
-                          f"({type(exc).__name__}: {first}); check the id, and log in "
-                          "(huggingface-cli login) for gated or private models")
-
-
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether the hub answers at all: a quick TCP connect instead of letting
-    huggingface_hub retry for half a minute on a machine without network."""
-    import socket
-    from urllib.parse import urlparse
-
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
-        return False
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        with socket.create_connection((url.hostname or "huggingface.co", port), timeout):
-            return True
-    except OSError:
-        return False
+# ---------------------------------------------------------------- loading from files
 
 
 def from_pretrained(cls: Any, path: str, kind: SourceKind, what: str,
@@ -327,10 +256,11 @@ def config_source_problem(config: str, family: str) -> Problem | None:
     diffusers folder of `family`, a tiny:<name> of it, or a hub id that is cached or
     downloadable."""
     where = "model.config"
-    if config.startswith("tiny:"):  # a tiny model's folder, built at load (the tests')
+    source = model_source(config)
+    if source.kind == "tiny":  # a tiny model's folder, built at load (the tests')
         found = check_model_source(config, family, where)
         return found[0] if found else None
-    if config.startswith(RANDOM_PREFIX):
+    if source.kind == "random":
         return error(where, f"{config} has no config files; {CONFIG_HINT}")
     p = Path(config).expanduser()
     if p.is_file():
@@ -345,10 +275,10 @@ def config_source_problem(config: str, family: str) -> Problem | None:
             return error(where, f"{config} holds a {cls} ({' or '.join(families)}), not a "
                                 f"{family} model; point it at a {family} diffusers folder")
         return None
-    if not _HUB_ID.match(config):
+    if not HUB_ID.match(config):
         return error(where, f"{config} does not exist: it is not a folder and not a hub id "
                             f"(owner/name); {CONFIG_HINT}")
-    if not _hub_cached(config) and not hub_reachable():
+    if not hub_cached(config) and not hub_reachable():
         return error(where, f"{config} is neither a folder (relative paths are under the "
                             "workspace) nor a hub id in the HF cache, and there is no network "
                             "to download it: fix the folder's path, or download the hub id's "
@@ -365,7 +295,7 @@ def single_file_config_problem(path: str, config: str, family: str) -> Problem |
     if hub_reachable():
         return None
     repo = default_config_repo(path)
-    if repo is not None and _hub_cached(repo):
+    if repo is not None and hub_cached(repo):
         return None
     why = (f"diffusers would read the configs of {repo} for it, which are not in the HF "
            "cache" if repo else "diffusers cannot tell its architecture from its tensor names")
@@ -379,7 +309,7 @@ def check_model_config(path: str, config: str, family: str,
     `check_model_source`): a single file needs usable configs; a config beside a folder,
     hub id or built model is ignored (a warning); an SD2 file read with diffusers' default
     configs gets SD2-768's v-prediction unless prediction_type says otherwise."""
-    if path.startswith(("tiny:", RANDOM_PREFIX)) or classify_source(path) != "file":
+    if model_source(path).built or classify_source(path) != "file":
         if not config:
             return []
         return [warning("model.config", f"is only read for a single-file model.path; "
@@ -404,10 +334,11 @@ def check_model_source(path: str, family: str, where: str = "model.path",
     (`missing_local_path`, relative ones against `workspace`) and is absent is a missing
     folder, not a hub model missing from the HF cache.
     """
-    if path.startswith("tiny:"):
+    source = model_source(path)
+    if source.kind == "tiny":
         from core.models.tiny import tiny_family, tiny_names
 
-        tiny = tiny_family(path[len("tiny:"):])
+        tiny = tiny_family(source.name)
         if tiny is None:
             return [error(where, f"unknown tiny model {path}; use one of "
                           + ", ".join(f"tiny:{n}" for n in tiny_names()))]
@@ -415,7 +346,7 @@ def check_model_source(path: str, family: str, where: str = "model.path",
             return [error(where, f"{path} is a {tiny} model but model.family is {family}; "
                           f"use tiny:{family}")]
         return []
-    if path.startswith(RANDOM_PREFIX):
+    if source.kind == "random":
         from core.models.full_size.spec import check_random_source
 
         return check_random_source(path, family, where)
@@ -424,7 +355,7 @@ def check_model_source(path: str, family: str, where: str = "model.path",
         return [error(where, missing)]
     try:
         kind = checked_source(path, family)
-        if kind == "hub" and not hub_reachable() and not _hub_cached(path):
+        if kind == "hub" and not hub_reachable() and not hub_cached(path):
             return [error(where, f"hub model {path} is not in the HF cache and there is no "
                           "network to download it: download it where there is network "
                           "(huggingface-cli download) or use a local folder/.safetensors")]
@@ -433,51 +364,6 @@ def check_model_source(path: str, family: str, where: str = "model.path",
         subject = path if p.where in (path, "model.path") else p.where
         return [error(where, f"{subject} {p.message}" if subject else p.message)]
     return []
-
-
-def missing_local_path(path: str, workspace: str | Path | None = None) -> str | None:
-    """Why `path` names a local folder or file that is not there, or None.
-
-    A hub id is `owner/name`, so a value is taken for a local path when it cannot be one
-    (starts with `.`, `~` or `/`, has a backslash or two slashes) or when its parent
-    folder exists (`models/tiny-sd51` beside `models/tiny-sd15`): a typo there must say
-    the folder is missing, not that a hub model is not cached.
-    """
-    if not path or path.startswith(("tiny:", RANDOM_PREFIX)):
-        return None
-    base = Path(workspace).expanduser() if workspace is not None else Path.cwd()
-    p = Path(path).expanduser()
-    full = p if p.is_absolute() else base / p
-    if full.exists() or (p.is_absolute() and p.exists()):
-        return None
-    looks_local = (path.startswith((".", "~", "/")) or "\\" in path
-                   or path.count("/") > 1 or not _HUB_ID.match(path))
-    if not looks_local and not full.parent.is_dir():
-        return None
-    message = f"{full} does not exist (model.path looks like a local folder or file)"
-    return message + _near_names(full)
-
-
-def _near_names(full: Path) -> str:
-    """'; did you mean ...' with the closest names in the parent folder, if any."""
-    import difflib
-
-    parent = full.parent
-    if not parent.is_dir():
-        return f"; its folder {parent} does not exist either"
-    names = sorted(child.name for child in parent.iterdir() if not child.name.startswith("."))
-    close = difflib.get_close_matches(full.name, names, n=3, cutoff=0.6)
-    if close:
-        return "; did you mean " + " or ".join(str(parent / n) for n in close) + "?"
-    return f"; {parent} holds: {', '.join(names[:8]) or 'nothing'}"
-
-
-def _hub_cached(repo_id: str) -> bool:
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return False
-    return isinstance(try_to_load_from_cache(repo_id, "model_index.json"), str)
 
 
 # ---------------------------------------------------------------- fingerprint

@@ -154,14 +154,14 @@ def estimate_memory(cfg: Config, workspace: Path,
     dataset's square bucket (its resolution rounded down to a multiple of 64). With every
     cache built (`caches_built`, looked up when None) there is no caching phase to
     estimate."""
-    from core.models.memory_model import UnknownModel, model_source, read_sizes
+    from core.models.memory_model import UnknownModel, config_source, read_sizes
 
     if _invalid_for_estimate(cfg):
         return None
     lora = cfg.train.method == "lora"
     try:
         with quiet_libraries(), \
-                model_source(cfg.model.path, cfg.model.family, Path(workspace)) as source:
+                config_source(cfg.model.path, cfg.model.family, Path(workspace)) as source:
             sizes = read_sizes(source, cfg.train.lora_rank, cfg.train.lora_targets, lora,
                                cfg.train.lora_kind)
     except UnknownModel as exc:

@@ -1,9 +1,10 @@
 """The sizes a memory estimate needs, read from a model's configs without loading weights.
 
-Where the configs come from (`model_source`): a local diffusers folder; `random:<family>`
-the full-size configs in core/models/families/<family>/full_size/; `tiny:<family>` the workspace's
-built tiny model, or a throwaway build in a temporary folder (a check writes nothing to
-the workspace); a hub id the HF cache only (a check downloads nothing); a single-file
+Where the configs come from (`config_source`, by the kind core/models/source.py gives
+model.path): a local diffusers folder; `random:<family>` the full-size configs in
+core/models/families/<family>/full_size/; `tiny:<family>` the workspace's built tiny model,
+or a throwaway build in a temporary folder (a check writes nothing to the workspace); a
+hub id the HF cache only (a check downloads nothing); a single-file
 .safetensors the tensor shapes in its header, with the architecture (LoRA layers,
 activations, and the parts the file lacks) from the full-size configs of its family.
 
@@ -68,7 +69,7 @@ class ModelSizes:
 
 
 @dataclass
-class ModelSource:
+class ConfigSource:
     family: str
     folder: Path  # diffusers layout: model_index.json and <component>/config.json
     file: Path | None = None  # a single-file checkpoint: frozen sizes from its header
@@ -78,38 +79,36 @@ class ModelSource:
 
 
 @contextlib.contextmanager
-def model_source(path: str, family: str, workspace: Path) -> Iterator[ModelSource]:
+def config_source(path: str, family: str, workspace: Path) -> Iterator[ConfigSource]:
     """The folder of configs for model.path (resolved); raises UnknownModel."""
-    from core.models.full_size import RANDOM_PREFIX, full_size_dir
-    from core.models.tiny import TINY_PREFIX, tiny_family
+    from core.models.full_size import full_size_dir
+    from core.models.source import model_source
+    from core.models.tiny import tiny_family
 
-    if path.startswith(TINY_PREFIX):
-        name = path[len(TINY_PREFIX):]
-        with _tiny_folder(name, workspace) as folder:
-            yield ModelSource(tiny_family(name) or name, folder)
-        return
-    if path.startswith(RANDOM_PREFIX):
-        name = path[len(RANDOM_PREFIX):]
-        yield ModelSource(name, _config_folder(full_size_dir(name), f"{path}: no full-size"))
-        return
-    p = Path(path).expanduser()
-    if p.is_dir():
-        yield ModelSource(family, _config_folder(p, f"{path}: no"))
-    elif p.is_file():
+    source, p = model_source(path), Path(path).expanduser()
+    if source.kind == "tiny":
+        with _tiny_folder(source.name, workspace) as folder:
+            yield ConfigSource(tiny_family(source.name) or source.name, folder)
+    elif source.kind == "random":
+        yield ConfigSource(source.name, _config_folder(full_size_dir(source.name),
+                                                      f"{path}: no full-size"))
+    elif source.kind == "folder":
+        yield ConfigSource(family, _config_folder(p, f"{path}: no"))
+    elif source.kind == "file":
         from core.models.loading import detect_checkpoint_family, safetensors_keys
 
         found = detect_checkpoint_family(safetensors_keys(str(p))) or family
         arch = _config_folder(full_size_dir(found), f"{path} is a single file and there "
                               f"are no full-size {found} configs for its architecture:")
-        yield ModelSource(found, arch, file=p)
+        yield ConfigSource(found, arch, file=p)
     else:
-        from core.models.loading import ModelLoadError, classify_source
+        from core.models.source import ModelLoadError, classify_source
 
         try:
             classify_source(path)  # a missing folder or file is not a hub id
         except ModelLoadError as exc:
             raise UnknownModel(f"{path} {exc.problem.message}") from None
-        yield ModelSource(family, _hub_folder(path))
+        yield ConfigSource(family, _hub_folder(path))
 
 
 def _config_folder(folder: Path, missing: str) -> Path:
@@ -152,7 +151,7 @@ def _tiny_folder(name: str, workspace: Path) -> Iterator[Path]:
 # ---------------------------------------------------------------- counting
 
 
-def read_sizes(source: ModelSource, lora_rank: int, lora_scope: str,
+def read_sizes(source: ConfigSource, lora_rank: int, lora_scope: str,
                with_lora: bool, lora_kind: str = "lora") -> ModelSizes:
     """Every loaded component's size; the denoiser's quantizable weights and adapter
     (train.lora_kind)."""
@@ -225,7 +224,7 @@ def _size_of(module: Any, size: ComponentSize) -> ComponentSize:
     return size
 
 
-def _denoiser_size(source: ModelSource, name: str, entry: list[str], lora_rank: int,
+def _denoiser_size(source: ConfigSource, name: str, entry: list[str], lora_rank: int,
                    lora_scope: str, lora_kind: str | None) -> DenoiserSize:
     """lora_kind: the adapter to count, None for a full fine-tune."""
     from core.models.quantize import quantizable

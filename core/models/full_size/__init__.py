@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-RANDOM_PREFIX = "random:"
+from core.models.source import RANDOM_PREFIX  # noqa: F401  (the prefix, decided in one place)
 
 
 def full_size_dir(family: str) -> Path:

@@ -16,6 +16,7 @@ from typing import Any
 
 from core.models.full_size import RANDOM_PREFIX, full_size_dir
 from core.models.registry import get_family, list_families
+from core.models.source import model_source
 from core.problems import Problem, error
 
 MODEL_PREFIXES = ("unet", "transformer", "vae", "text_encoder")
@@ -28,7 +29,8 @@ class FullSizeConfigError(ValueError):
 
 def random_family(path: str) -> str | None:
     """The family part of `random:<family>`, or None for any other model.path."""
-    return path[len(RANDOM_PREFIX):] if path.startswith(RANDOM_PREFIX) else None
+    source = model_source(path)
+    return source.name if source.kind == "random" else None
 
 
 def require_family(family: str) -> None:

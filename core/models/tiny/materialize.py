@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from core.models.registry import list_families
+from core.models.source import TINY_PREFIX, model_source  # noqa: F401  (core.models.tiny re-exports the prefix)
 
-TINY_PREFIX = "tiny:"
 TINY_SEED = 0
 # Bump when a family's tiny config changes so existing workspaces rebuild.
 TINY_VERSION = 2  # 2: calibrated VAE latent scaling
@@ -180,6 +180,7 @@ def _swap_in(tmp: Path, final: Path, name: str) -> None:
 
 def resolve_model_path(path: str, workspace: Path) -> str:
     """Turn `tiny:<name>` into its built folder; return any other path unchanged."""
-    if path.startswith(TINY_PREFIX):
-        return str(materialize_tiny(path[len(TINY_PREFIX):], workspace))
+    source = model_source(path)
+    if source.kind == "tiny":
+        return str(materialize_tiny(source.name, workspace))
     return path

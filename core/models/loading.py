@@ -5,8 +5,8 @@ file, hub id); this module loads the kinds read from files. Folders and files ar
 against the configured family before any weights load (a folder's model_index.json, a
 file's tensor names read from its JSON header); hub ids fail at once without network
 instead of after minutes of retries. `check_model_source` runs the same checks for
-`--stage check` without torch. `fingerprint` gives caches a stable id of the weights;
-`resolve_dtype` reads the config's precision names.
+`--stage check` without torch. (`fingerprint` and `resolve_dtype`, imported from here by
+many, live in weights.py.)
 
 torch and diffusers are imported inside the functions that need them, so importing this
 module stays cheap (the registry and `--stage check` import it).
@@ -14,7 +14,6 @@ module stays cheap (the registry and `--stage check` import it).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from core.models.source import (  # noqa: F401  (the names loading's callers imp
     missing_local_path,
     model_source,
 )
+from core.models.weights import fingerprint, resolve_dtype  # noqa: F401  (re-exported)
 from core.problems import Problem, error, warning
 
 # ---------------------------------------------------------------- loading from files
@@ -364,50 +364,3 @@ def check_model_source(path: str, family: str, where: str = "model.path",
         subject = path if p.where in (path, "model.path") else p.where
         return [error(where, f"{subject} {p.message}" if subject else p.message)]
     return []
-
-
-# ---------------------------------------------------------------- fingerprint
-
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".ckpt", ".gguf")
-
-
-def fingerprint(path: str, kind: SourceKind, revision: str = "main") -> str:
-    """A stable id of the weights, recorded in caches so a different model rebuilds them.
-
-    Folder: model_index.json and every component's config/tokenizer JSON contents plus
-    each weight file's name, size and mtime (hashing gigabytes of weights is too slow).
-    File: its resolved path, size and mtime. Hub id: the id and revision.
-    """
-    h = hashlib.sha256()
-    if kind == "hub":
-        h.update(f"hub:{path}@{revision}".encode())
-    elif kind == "file":
-        st = Path(path).stat()
-        h.update(f"file:{Path(path).resolve()}:{st.st_size}:{st.st_mtime_ns}".encode())
-    else:
-        root = Path(path)
-        for f in sorted(p for p in root.rglob("*") if p.is_file()):
-            rel = f.relative_to(root).as_posix()
-            if f.suffix == ".json" or f.suffix == ".txt":
-                h.update(f"{rel}\0".encode() + f.read_bytes() + b"\0")
-            elif f.suffix in _WEIGHT_SUFFIXES:
-                st = f.stat()
-                h.update(f"{rel}:{st.st_size}:{st.st_mtime_ns}\0".encode())
-    return h.hexdigest()[:16]
-
-
-# ---------------------------------------------------------------- dtypes
-
-
-def resolve_dtype(dtype: Any) -> Any:
-    """Accept None, a torch dtype, or the config strings "no"/"fp16"/"bf16"/"fp32"."""
-    import torch
-
-    if dtype is None or isinstance(dtype, torch.dtype):
-        return dtype
-    table = {"no": torch.float32, "fp32": torch.float32, "float32": torch.float32,
-             "fp16": torch.float16, "float16": torch.float16,
-             "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
-    if str(dtype) not in table:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(table)}")
-    return table[str(dtype)]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PYTHON, REPO, small_config, write_shapes
+from test_ui_support import free_port
 
 from core.cache.plan import plan_caches
 from core.cache.stage import build_caches
@@ -189,9 +190,11 @@ def test_two_process_accelerate_build_writes_each_entry_once(tmp_path: Path,
     config = tmp_path / "run.toml"
     save_config(cfg, config)
     env = {**os.environ, "ACCELERATE_USE_CPU": "1"}
+    # A free port, not accelerate's 29500: another two-process run on the machine (a
+    # parallel test, a user's run) must not take this one's rendezvous.
     command = [PYTHON, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
-               "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-               "-m", "core.cache.main", "--config", str(config), "--workspace",
+               "2", "--num_machines", "1", "--main_process_port", str(free_port()),
+               "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "core.cache.main", "--config", str(config), "--workspace",
                str(tiny_workspace)]
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=400)

@@ -194,8 +194,8 @@ def test_two_process_accelerate_build_writes_each_entry_once(tmp_path: Path,
     # parallel test, a user's run) must not take this one's rendezvous.
     command = [PYTHON, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
                "2", "--num_machines", "1", "--main_process_port", str(free_port()),
-               "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "core.cache.main", "--config", str(config), "--workspace",
-               str(tiny_workspace)]
+               "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "core.cache.main",
+               "--config", str(config), "--workspace", str(tiny_workspace)]
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=400)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

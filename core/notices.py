@@ -1,12 +1,17 @@
 """Library notices that ask nothing of the user, kept out of the logs and the check's output.
 
-Imports only logging: the check, the trainer and the cache builder all call in here before
-the libraries that print the notices are imported.
+Imports only the standard library: the check, the trainer and the cache builder all call
+in here before the libraries that print the notices are imported. `quiet_libraries` lives
+here, below core.models, because both the model loading and the memory estimate use it
+(in core/models/memory.py it made an import circle: loading -> memory -> loading).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+from collections.abc import Iterator
 
 # Loggers whose import-time notices (torchao's CUDA extensions, torch about torchao's
 # enums) show at ERROR only.
@@ -52,3 +57,48 @@ def quiet_library_notices() -> None:
     for name in IMPORT_NOISE_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
     drop_library_advisories()
+
+
+_QUIET_ENV = {"DIFFUSERS_VERBOSITY": "error", "TRANSFORMERS_VERBOSITY": "error",
+              "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+
+
+@contextlib.contextmanager
+def quiet_libraries() -> Iterator[None]:
+    """Meta-device models (and a tiny model built in a temporary folder) make diffusers,
+    transformers and torchao print import notices and progress bars that would bury the
+    check's own output; the environment is put back for the processes launched after."""
+    saved = {key: os.environ.get(key) for key in _QUIET_ENV}
+    os.environ.update(_QUIET_ENV)
+    drop_library_advisories()
+    loggers = {name: logging.getLogger(name).level for name in IMPORT_NOISE_LOGGERS}
+    for name in loggers:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        from diffusers.utils import logging as diffusers_logging
+        from transformers.utils import logging as transformers_logging
+
+        levels = diffusers_logging.get_verbosity(), transformers_logging.get_verbosity()
+        bars = (diffusers_logging.is_progress_bar_enabled(),
+                transformers_logging.is_progress_bar_enabled())
+        diffusers_logging.set_verbosity_error()
+        transformers_logging.set_verbosity_error()
+        diffusers_logging.disable_progress_bar()
+        transformers_logging.disable_progress_bar()
+        try:
+            yield
+        finally:
+            diffusers_logging.set_verbosity(levels[0])
+            transformers_logging.set_verbosity(levels[1])
+            if bars[0]:
+                diffusers_logging.enable_progress_bar()
+            if bars[1]:
+                transformers_logging.enable_progress_bar()
+    finally:
+        for name, level in loggers.items():
+            logging.getLogger(name).setLevel(level)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -18,10 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from core import ops
-from core.check import CheckReport
 from core.config import Config, resolved
+from core.ops import CheckReport, RunFolder
 from core.problems import Problem
-from core.runs.folder import RunFolder
 from ui.context import AppContext
 
 STOP_GRACE_S = 60.0
@@ -208,9 +207,7 @@ def stop_caption(ctx: AppContext) -> str:
 
 
 def cache_status(ctx: AppContext, cfg: Config):
-    from core.cache.status import cache_status as status
-
-    return status(resolved(cfg, ctx.workspace), ctx.workspace)
+    return ops.cache_status(resolved(cfg, ctx.workspace), ctx.workspace)
 
 
 def dataset_by_id(cfg: Config, dataset_id: str) -> int:
@@ -223,23 +220,19 @@ def dataset_by_id(cfg: Config, dataset_id: str) -> int:
 
 def cache_files(ctx: AppContext, cfg: Config, dataset_id: str):
     """What clearing would delete, for the confirmation."""
-    from core.cache.clear import ClearRefused, find_cache_files
-
     full = resolved(cfg, ctx.workspace)
     try:
-        return find_cache_files(full.datasets[dataset_by_id(cfg, dataset_id)], full)
-    except ClearRefused as exc:
-        raise ActionError(str(exc)) from None
+        return ops.cache_files(full.datasets[dataset_by_id(cfg, dataset_id)], full)
+    except ops.OpError as exc:
+        raise ActionError(exc.message) from None
 
 
 def clear_cache(ctx: AppContext, cfg: Config, dataset_id: str):
-    from core.cache.clear import ClearRefused, clear_dataset_cache
-
     job = ctx.cache_job
     if job is not None and job.poll() is None:
         raise ActionError("a cache build is running; stop it before clearing a cache")
     full = resolved(cfg, ctx.workspace)
     try:
-        return clear_dataset_cache(full.datasets[dataset_by_id(cfg, dataset_id)], full)
-    except ClearRefused as exc:
-        raise ActionError(str(exc)) from None
+        return ops.clear_cache(full.datasets[dataset_by_id(cfg, dataset_id)], full)
+    except ops.OpError as exc:
+        raise ActionError(exc.message) from None

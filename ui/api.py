@@ -16,9 +16,8 @@ import gradio as gr
 
 from core import ops
 from core.config import loads_config
+from core.ops import RunFolder, last_lines
 from core.problems import ConfigError
-from core.runs.folder import RunFolder
-from core.runs.tail import last_lines
 from ui import actions
 from ui.actions import ActionError
 from ui.context import AppContext

@@ -26,11 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from core import ops
-from core.cache.job import CacheJob
-from core.caption.job import CaptionJob
-from core.runs.folder import RunFolder
-from core.runs.manager import RunHandle, attach
-from core.runs.registry import RunInfo
+from core.ops import CacheJob, CaptionJob, RunFolder, RunHandle, RunInfo, attach
 from ui.watch import WatcherPool
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from core.config import Config, dumps_config, load_config, save_config
-from core.presets import PRESETS_DIR, gated_note, is_demo, list_presets
+from core.ops import PRESETS_DIR, gated_note, is_demo, list_presets
 from core.problems import ConfigError, Problem
 from ui import actions
 from ui.actions import ActionError

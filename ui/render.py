@@ -8,8 +8,8 @@ import html
 import time
 from pathlib import Path
 
+from core.ops import RunFolder
 from core.problems import Problem, blocking, counted, errors, errors_first, warnings
-from core.runs.folder import RunFolder
 from ui.state import field_label
 
 BAR = ("<div class='dt-bar' style='background:#e5e7eb;border-radius:6px;height:14px;"
@@ -181,7 +181,7 @@ LORA_HEADERS = ["step", "folder", "files"]
 def lora_rows(run_dir: Path, relative) -> list[list[object]]:
     """The run's saved LoRAs (lora/step_NNNNNN/), newest first, paths as the workspace
     names them."""
-    from core.runs.outputs import saved_loras
+    from core.ops import saved_loras
 
     return [[s.step, relative(s.folder), ", ".join(f.name for f in s.files)]
             for s in reversed(saved_loras(run_dir))]
@@ -189,7 +189,7 @@ def lora_rows(run_dir: Path, relative) -> list[list[object]]:
 
 def tensorboard_markdown(run_dir: Path) -> str:
     """The command that shows the run in TensorBoard, or nothing when it does not log."""
-    from core.runs.outputs import tensorboard_command
+    from core.ops import tensorboard_command
 
     command = tensorboard_command(run_dir)
     return f"TensorBoard: `{command}`" if command else ""

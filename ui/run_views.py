@@ -26,12 +26,16 @@ import gradio as gr
 
 from core import ops
 from core.config import load_config
-from core.runs.folder import RunFolder
-from core.runs.follow import SERIES, RunFollower
-from core.runs.memory import format_memory
-from core.runs.registry import run_info
-from core.runs.status import LIVE_STATES, read_status
-from core.runs.tail import LogTail
+from core.ops import (
+    LIVE_STATES,
+    SERIES,
+    LogTail,
+    RunFolder,
+    RunFollower,
+    format_memory,
+    read_status,
+    run_info,
+)
 from ui import actions, render
 from ui.context import AppContext
 
@@ -288,9 +292,7 @@ def next_run(ctx: AppContext, f: Following) -> Path | None:
     now = time.monotonic()
     f.ended_at = f.ended_at or now
     if now - f.ended_at > HANDOFF_S:
-        from core.runs.queue import pending
-
-        if not pending(ctx.workspace):  # nothing more will start: stop looking
+        if not ops.queued_runs(ctx.workspace):  # nothing more will start: stop looking
             f.live_seen = False
             return None
     live = newest_live(ctx)

@@ -15,8 +15,8 @@ from typing import Any
 
 import gradio as gr
 
-from core.check import CheckReport
 from core.config import Config, resolved
+from core.ops import CheckReport
 from ui import actions, render, tab_upload
 from ui.context import AppContext
 from ui.errors import guarded
@@ -166,11 +166,11 @@ def on_move(form: Form, data: dict[Any, Any], delta: int) -> dict[Any, Any]:
 def histogram_rows(report) -> Any:
     import pandas as pd
 
-    from core.data.buckets import Bucket, bucket_histogram
+    from core.ops import bucket_histogram
 
     rows = []
     for ds in report.datasets:
-        for bucket, count in bucket_histogram([Bucket(w, h) for w, h in ds.buckets]):
+        for bucket, count in bucket_histogram(ds.buckets):
             rows.append({"bucket": bucket.label, "images": count, "dataset": ds.label})
     totals: dict[str, int] = {}
     for row in rows:
@@ -216,7 +216,7 @@ def preview_view(ctx: AppContext, tab: DatasetTab, cfg: Config, index: int,
     """Page `page` (clamped) of the preview of dataset `index` of the form's config:
     thumbnails with captions, their full captions beside them, their image paths (the
     only ones whose captions can be edited) and a note saying which images show."""
-    from core.data.index import index_dataset
+    from core.ops import index_dataset
 
     if not 0 <= index < len(cfg.datasets):
         return _preview(tab, [], [], "No dataset selected.")

@@ -22,8 +22,8 @@ import gradio as gr
 
 from core import ops
 from core.config import load_config
+from core.ops import RunFolder
 from core.problems import ConfigError
-from core.runs.folder import RunFolder
 from ui import actions, render, run_views
 from ui.actions import ActionError
 from ui.context import AppContext
@@ -116,10 +116,8 @@ def runs_view(ctx: AppContext, tab: RunsTab, chosen: str | None = None) -> dict[
 
 
 def queue_rows(ctx: AppContext) -> list[list[object]]:
-    from core.runs.queue import pending
-
     return [[n, ctx.relative(e.run_dir), _clock(e.queued_at)]
-            for n, e in enumerate(pending(ctx.workspace), start=1)]
+            for n, e in enumerate(ops.queue_entries(ctx.workspace), start=1)]
 
 
 def _clock(stamp: float) -> str:

@@ -93,9 +93,8 @@ def memory_view(ctx: AppContext, cfg: Config, last: dict[str, Any]) -> str:
     the model's configs (seconds for an unbuilt tiny model), and most edits of the form
     (captions, datasets' folders, validation) do not change it; whether the caches are
     built is looked up each time (cheap: file headers)."""
-    from core.cache.status import caches_complete
     from core.config import resolved
-    from core.models.memory import estimate_memory
+    from core.ops import caches_complete, estimate_memory
 
     full = resolved(cfg, ctx.workspace)
     built = caches_complete(full, ctx.workspace)  # built since: no caching phase any more
@@ -145,7 +144,7 @@ def model_check_view(ctx: AppContext, cfg: Config) -> str:
     """model.path's problems (a missing folder, a family mismatch, an uncached hub id),
     or what it was found to be."""
     from core.config import resolved
-    from core.models.loading import check_model_source
+    from core.ops import check_model_source
 
     full = resolved(cfg, ctx.workspace)
     problems = check_model_source(full.model.path, cfg.model.family,

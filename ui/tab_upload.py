@@ -11,7 +11,7 @@ from typing import Any
 
 import gradio as gr
 
-from core.data.upload import dataset_name, upload_images, uploaded_dataset
+from core.ops import dataset_name, upload_images, uploaded_dataset
 from ui import render
 from ui.actions import ActionError
 from ui.context import AppContext

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.runs.folder import RunFolder
+from core.ops import RunFolder
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,6 @@ stay out of the run registry.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
@@ -18,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from core.config import Config
-from core.runs.command import build_accelerate_command
 from core.runs.folder import RunFolder
 from core.runs.jobs import new_job_folder
-from core.runs.manager import RunHandle, start_run
+from core.runs.launcher import start_accelerate
+from core.runs.manager import RunHandle
 from core.runs.tail import EventTail, last_lines
 
 JOBS_DIR = ".cache-jobs"
@@ -112,8 +111,7 @@ def start_cache_job(cfg: Config, workspace: str | Path) -> CacheJob:
     """Start building the caches of `cfg` (paths as the user wrote them); returns at once."""
     workspace = Path(workspace).expanduser().absolute()
     folder = new_job_folder(cfg, workspace, JOBS_DIR, "cache", KEEP_JOBS)
-    spec = build_accelerate_command(
-        cfg, folder.root, workspace, resume=None,
-        script=["--module", CACHE_MODULE, "--events", str(folder.events)])
-    spec = dataclasses.replace(spec, workspace=None)  # not a training run: no registry record
-    return CacheJob(handle=start_run(spec, folder))
+    handle, _ = start_accelerate(  # not a training run: no registry record
+        cfg, folder, workspace, script=["--module", CACHE_MODULE, "--events",
+                                        str(folder.events)], registered=False)
+    return CacheJob(handle=handle)

@@ -237,7 +237,7 @@ def default_config_repo(path: str) -> str | None:
     the header alone; None when diffusers cannot tell."""
     from types import SimpleNamespace
 
-    from core.models.memory import quiet_libraries
+    from core.notices import quiet_libraries
 
     # diffusers' guess reads only the shapes of a few tensors: stand-ins carry them.
     shapes = {k: SimpleNamespace(shape=tuple(v.get("shape", ())))

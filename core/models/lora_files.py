@@ -31,8 +31,8 @@ from core.models.adapters import (
     network_metadata,
     split_key,
 )
+from core.models.file_names import LORA_WEIGHTS_NAME as DIFFUSERS_FILE  # run-folder contract
 from core.models.modules import unwrap
-from core.runs.folder import LORA_WEIGHTS_NAME as DIFFUSERS_FILE  # the run-folder contract
 
 
 def adapter_weights(model: Any, adapter_name: str = "default") -> tuple[dict[str, Any], Any]:

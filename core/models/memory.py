@@ -13,18 +13,15 @@ memory_activations.py holds the activation formulas and their coefficients.
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import math
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.notices import IMPORT_NOISE_LOGGERS, drop_library_advisories
+from core.notices import quiet_libraries
 from core.problems import warning
 
 if TYPE_CHECKING:
@@ -219,52 +216,6 @@ def step_pixels(cfg: Config, buckets: list[tuple[int, int]] | None = None
         return max(buckets, key=lambda b: (b[0] * b[1], b))
     side = max((effective_resolution(ds.resolution) for ds in cfg.datasets), default=512)
     return side, side
-
-
-# torchao warns at import about its CUDA-only extensions, and torch about torchao's enums.
-_QUIET_ENV = {"DIFFUSERS_VERBOSITY": "error", "TRANSFORMERS_VERBOSITY": "error",
-              "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
-
-
-@contextlib.contextmanager
-def quiet_libraries() -> Iterator[None]:
-    """Meta-device models (and a tiny model built in a temporary folder) make diffusers,
-    transformers and torchao print import notices and progress bars that would bury the
-    check's own output; the environment is put back for the processes launched after."""
-    saved = {key: os.environ.get(key) for key in _QUIET_ENV}
-    os.environ.update(_QUIET_ENV)
-    drop_library_advisories()
-    loggers = {name: logging.getLogger(name).level for name in IMPORT_NOISE_LOGGERS}
-    for name in loggers:
-        logging.getLogger(name).setLevel(logging.ERROR)
-    try:
-        from diffusers.utils import logging as diffusers_logging
-        from transformers.utils import logging as transformers_logging
-
-        levels = diffusers_logging.get_verbosity(), transformers_logging.get_verbosity()
-        bars = (diffusers_logging.is_progress_bar_enabled(),
-                transformers_logging.is_progress_bar_enabled())
-        diffusers_logging.set_verbosity_error()
-        transformers_logging.set_verbosity_error()
-        diffusers_logging.disable_progress_bar()
-        transformers_logging.disable_progress_bar()
-        try:
-            yield
-        finally:
-            diffusers_logging.set_verbosity(levels[0])
-            transformers_logging.set_verbosity(levels[1])
-            if bars[0]:
-                diffusers_logging.enable_progress_bar()
-            if bars[1]:
-                transformers_logging.enable_progress_bar()
-    finally:
-        for name, level in loggers.items():
-            logging.getLogger(name).setLevel(level)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def assemble(cfg: Config, sizes: ModelSizes, gpu: tuple[int, str] | None,

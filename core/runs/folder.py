@@ -32,11 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from core.models.file_names import LORA_WEIGHTS_NAME  # read here by merge.py and tests
+
 FolderKind = Literal["train", "cache", "caption"]
 
 _LOG_NAMES: dict[str, str] = {"train": "train.log", "cache": "cache.log",
                               "caption": "caption.log"}
-LORA_WEIGHTS_NAME = "pytorch_lora_weights.safetensors"  # diffusers' load_lora_weights name
 STEP_PREFIX = "step_"
 STEP_RE = re.compile(r"^step_(\d{6,})$")
 SHARED_TOKEN_NAME = "shared.token"  # also written into every cache folder of the run

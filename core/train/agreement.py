@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from core.config import Config, config_to_dict
 from core.runs.folder import SHARED_TOKEN_NAME
 from core.runs.prepare import PER_MACHINE_KEYS, flatten
-from core.train.setup import TrainingError
+from core.train.errors import TrainingError
 
 if TYPE_CHECKING:
     from core.cache.dataset import CachedDataset

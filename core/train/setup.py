@@ -18,16 +18,13 @@ from core.models.loading import resolve_dtype
 from core.models.modules import cast_encoders, move_encoders, release_device_memory
 from core.models.quantize import quantize_frozen, quantized_layers
 from core.startup import load_model, process_group
+from core.train.errors import TrainingError
 from core.train.memory import MemoryTracker
 from core.train.texts import TrainTexts, make_train_texts
 from core.train.validation import ValidationTexts, encode_validation_prompts
 
 if TYPE_CHECKING:
     from core.models.base import Components, ModelFamily
-
-
-class TrainingError(Exception):
-    """A problem the user can act on; the message says what to do."""
 
 
 @dataclasses.dataclass

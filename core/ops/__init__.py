@@ -1,0 +1,93 @@
+"""The actions of the tool, one set for both front ends.
+
+`python app.py --no-ui` (core/headless.py) and the web UI (ui/actions.py, behind its
+buttons and API endpoints) call these and nothing below them, so a click, an API call
+and a command line do the same thing: check, prepare the demo data, build the caches,
+caption the images, launch or resume a run, stop it, read its status, list the runs.
+The UI imports core only from here (and core.config, core.problems, core.exits for
+types): tests/test_layering.py holds it to that.
+
+One module per subject: checks (configs, the check, the model source, the memory
+estimate), datasets, uploads, caches, captions, runs, queued (the UI's run queue),
+downloads, merging, and following (what the UI reads to follow runs and jobs).
+
+Refusals raise `OpError`: a message for a person, the problems behind it (each naming a
+key or a path) and the CLI exit code it maps to. Nothing here prints. Importing this
+package loads no torch, diffusers or PIL: the heavy parts are imported inside the
+functions that use them.
+"""
+
+from __future__ import annotations
+
+from core.ops.caches import cache_files, cache_status, caches_complete, clear_cache, start_cache
+from core.ops.captions import caption_config, check_captioning, start_caption
+from core.ops.checks import (
+    PRESETS_DIR,
+    CheckReport,
+    check,
+    check_model_source,
+    estimate_memory,
+    gated_note,
+    is_demo,
+    list_presets,
+    load_run_config,
+    output_dir,
+    require_ok,
+    require_workspace,
+)
+from core.ops.datasets import bucket_histogram, index_dataset, prepare_demo
+from core.ops.downloads import run_downloads, saved_loras, tensorboard_command
+from core.ops.errors import OpError
+from core.ops.following import (
+    LIVE_STATES,
+    SERIES,
+    CacheJob,
+    CaptionJob,
+    LogTail,
+    RunFolder,
+    RunFollower,
+    RunHandle,
+    RunInfo,
+    attach,
+    format_memory,
+    last_lines,
+    read_status,
+    run_info,
+)
+from core.ops.merging import merge, merge_run
+from core.ops.queued import (
+    cancel_queued,
+    move_queued,
+    queue_entries,
+    queued_runs,
+    start_next_queued,
+)
+from core.ops.runs import (
+    Launched,
+    delete_run,
+    extend,
+    launch,
+    list_runs,
+    reconcile_runs,
+    resume,
+    run_status,
+    run_status_or_none,
+    saved_config,
+    stop,
+)
+from core.ops.uploads import dataset_name, upload_images, uploaded_dataset
+
+__all__ = [
+    "LIVE_STATES", "PRESETS_DIR", "SERIES", "CacheJob", "CaptionJob", "CheckReport",
+    "Launched", "LogTail", "OpError", "RunFolder", "RunFollower", "RunHandle", "RunInfo",
+    "attach", "bucket_histogram", "cache_files", "cache_status", "caches_complete",
+    "cancel_queued", "caption_config", "check", "check_captioning", "check_model_source",
+    "clear_cache", "dataset_name", "delete_run", "estimate_memory", "extend",
+    "format_memory", "gated_note", "index_dataset", "is_demo", "last_lines", "launch",
+    "list_presets", "list_runs", "load_run_config", "merge", "merge_run", "move_queued",
+    "output_dir", "prepare_demo", "queue_entries", "queued_runs", "read_status",
+    "reconcile_runs", "require_ok", "require_workspace", "resume", "run_downloads",
+    "run_info", "run_status", "run_status_or_none", "saved_config", "saved_loras",
+    "start_cache", "start_caption", "start_next_queued", "stop", "tensorboard_command",
+    "upload_images", "uploaded_dataset",
+]

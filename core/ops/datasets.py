@@ -1,0 +1,52 @@
+"""Datasets: the demo's images, a dataset's index (the preview and the check read it)
+and the bucket histogram."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from core.config import Config, DatasetConfig, resolved
+from core.data.buckets import bucket_histogram
+from core.ops.errors import OpError
+from core.problems import error
+from core.runs.folder import RunFolder
+
+if TYPE_CHECKING:
+    from core.data.index import DatasetIndex
+
+__all__ = ["bucket_histogram", "index_dataset", "prepare_demo"]
+
+
+def prepare_demo(cfg: Config, workspace: Path, *, new_output: bool) -> list[str]:
+    """The demo preset brings its own images: generate them once into the workspace.
+
+    With `new_output`, a demo never refuses to run again: an output folder that holds a
+    run gets a free `-N` sibling (cfg is changed). Returns notes for the user.
+    """
+    from core.data.synthetic import generate_demo_dataset
+
+    folder = Path(resolved(cfg, workspace).datasets[0].images)
+    try:
+        count = generate_demo_dataset(folder)
+    except FileExistsError as exc:
+        raise OpError(str(exc), [error("datasets.0.images", str(exc))]) from None
+    notes = [f"demo images: {count}, with captions, in {folder}"]
+    if new_output:
+        base = cfg.output.dir.rstrip("/")
+        candidate, n = base, 2
+        while RunFolder(workspace / candidate).config.exists():
+            candidate, n = f"{base}-{n}", n + 1
+        if candidate != base:
+            notes.append(f"{workspace / base} holds an earlier demo run; this one goes to "
+                         f"{workspace / candidate}")
+        cfg.output.dir = candidate
+    return notes
+
+
+def index_dataset(ds: DatasetConfig, dataset_key: str) -> DatasetIndex:
+    """The images of `ds` (paths absolute) with their sizes and captions, read from the
+    files' headers (core/data/index.py); problems name `dataset_key`. Reads only."""
+    from core.data.index import index_dataset as index
+
+    return index(ds, dataset_key)

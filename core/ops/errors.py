@@ -1,0 +1,17 @@
+"""The one exception every action raises when it refuses or cannot start."""
+
+from __future__ import annotations
+
+from core.exits import EXIT_INVALID
+from core.problems import Problem
+
+
+class OpError(Exception):
+    """An action was refused or could not start; nothing was left half done."""
+
+    def __init__(self, message: str, problems: list[Problem] | None = None,
+                 exit_code: int = EXIT_INVALID):
+        self.message = message
+        self.problems = problems or []
+        self.exit_code = exit_code
+        super().__init__(message + "".join(f"\n{p}" for p in self.problems))

@@ -1,0 +1,132 @@
+"""Issue 22 items 4 and 5: imports flow one way. The UI reaches core only through the
+actions (`core.ops`, plus `core.config`, `core.problems` and `core.exits` for types), and
+no two modules of core import each other, directly or round a circle. Both read the
+source with `ast`, module-level and function-level imports alike (a lazy import inside a
+function is still a dependency)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.conftest import REPO
+
+UI_MAY_IMPORT = ("core.ops", "core.config", "core.problems", "core.exits")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, module) for every import in the file, at any depth; `from a import b`
+    names a.b when that is a module of the tree, else a."""
+    package = module_name(path)
+    if path.name != "__init__.py":
+        package = package.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the file's package, up level - 1
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            for alias in node.names:
+                child = f"{base}.{alias.name}"
+                yield node.lineno, child if _is_module(child) else base
+
+
+def _is_module(name: str) -> bool:
+    path = REPO.joinpath(*name.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def core_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in sorted((REPO / "core").rglob("*.py")):
+        name = module_name(path)
+        graph[name] = {m for _, m in imported(path)
+                       if (m == "core" or m.startswith("core.")) and m != name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of the graph, as the modules round it (first == last), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_ui_imports_core_only_through_the_actions() -> None:
+    outside = []
+    for path in sorted((REPO / "ui").rglob("*.py")):
+        for line, name in sorted(set(imported(path))):
+            if name.split(".")[0] != "core":
+                continue
+            if not any(name == ok or name.startswith(ok + ".") for ok in UI_MAY_IMPORT):
+                outside.append(f"{path.relative_to(REPO)}:{line} imports {name}")
+    assert not outside, "the UI goes through core.ops:\n" + "\n".join(outside)
+
+
+def test_core_has_no_import_circles() -> None:
+    cycle = find_cycle(core_graph())
+    assert cycle is None, "import circle in core: " + " -> ".join(cycle or [])
+
+
+def test_the_checks_see_a_circle_and_a_ui_import() -> None:
+    """The helpers find what they look for: a made-up circle and `from core import ops`
+    (ops is a module, so it is named as core.ops, not core)."""
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+    names = {name for _, name in imported(REPO / "ui" / "actions.py")}
+    assert "core.ops" in names
+
+
+# The lowest layers of core: models and data import nothing above them (no config, cache,
+# runs, train, ...), only each other and these.
+LOWEST = ("core.data", "core.models")
+BELOW_THEM = ("core.problems", "core.exits", "core.notices", *LOWEST)
+# Upward imports still there (issue 22 item 5): data reads the typed config's dataset
+# entries, and the memory estimate (core/models/memory.py) reads the config, the cache
+# status and the buckets. Nothing may be added to this list.
+KNOWN_UPWARD = {
+    ("core.data.conflicts", "core.config"),
+    ("core.data.index", "core.config"),
+    ("core.data.upload", "core.config"),
+    ("core.models.memory", "core.config"),
+    ("core.models.memory", "core.cache.status"),
+}
+
+
+def upward_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    def within(name: str, packages: tuple[str, ...]) -> bool:
+        return any(name == p or name.startswith(p + ".") for p in packages)
+
+    return {(a, b) for a, targets in graph.items() if within(a, LOWEST)
+            for b in targets if not within(b, BELOW_THEM)}
+
+
+def test_models_and_data_import_nothing_above_them() -> None:
+    new = sorted(upward_imports(core_graph()) - KNOWN_UPWARD)
+    assert not new, "imports from core's lowest layers back up: " + ", ".join(
+        f"{a} -> {b}" for a, b in new)

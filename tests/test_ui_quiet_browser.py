@@ -199,9 +199,15 @@ def test_the_dataset_and_training_tabs_fit(page) -> None:
     page.wait_for_function("document.querySelector('#bucket-histogram')?.innerText"
                            ".includes('128x128 (')")
     page.wait_for_selector("#bucket-histogram g.role-legend-entry")
-    legend = page.locator("#bucket-histogram g.role-legend").first.bounding_box()
-    block = page.locator("#bucket-histogram").bounding_box()
-    assert legend["y"] + legend["height"] <= block["y"] + block["height"], (legend, block)
+    # Measured in one go in the page: the plot redraws when the check's data arrives, and
+    # a legend read between two draws has no box. A clipped legend never passes.
+    page.wait_for_function("""(() => {
+        const block = document.querySelector('#bucket-histogram');
+        const legend = block?.querySelector('g.role-legend');
+        if (!legend) return false;
+        const l = legend.getBoundingClientRect(), b = block.getBoundingClientRect();
+        return l.height > 0 && l.bottom <= b.bottom;
+    })()""", timeout=30_000)
     page.get_by_role("tab", name="Training").click()
     info = page.locator("#f-train-lora_kind .info-text")
     line = page.evaluate("parseFloat(getComputedStyle(document.querySelector("

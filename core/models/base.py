@@ -142,7 +142,7 @@ class FamilyDefaults:
 
 
 class ModelFamily(Protocol):
-    name: str  # "sd15"
+    name: str  # its folder under core/models/families/, and model.family
     prediction: str  # "epsilon" | "v_prediction" | "flow_matching"
     text_encoder_count: int
     # Whether `loss` applies train.min_snr_gamma (the check warns where it is ignored).

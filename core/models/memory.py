@@ -14,13 +14,11 @@ memory_activations.py holds the activation formulas and their coefficients.
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.models.gpu_probe import cuda_available, detect_gpu
 from core.notices import quiet_libraries
 from core.problems import warning
 
@@ -179,15 +177,6 @@ def estimate_memory(cfg: Config, workspace: Path,
     if caches_built:
         estimate.caching = []
     return estimate
-
-
-def cuda_available() -> bool:
-    try:
-        import torch
-
-        return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001 - a broken CUDA install: no GPU to run on
-        return False
 
 
 # Keys the estimate reads: an error on one of them (train.lora_rank = 0) skips it.
@@ -373,7 +362,7 @@ def caching_activation_bytes(cfg: Config, sizes: ModelSizes,
     return max(peaks)
 
 
-# ---------------------------------------------------------------- the machine
+# ---------------------------------------------------------------- advice
 
 
 def _advice(cfg: Config) -> list[str]:
@@ -393,36 +382,3 @@ def _advice(cfg: Config) -> list[str]:
     if t.mixed_precision == "no":
         out.append('train.mixed_precision = "bf16"')
     return out
-
-
-def detect_gpu() -> tuple[int, str] | None:
-    """(total bytes, name) of the first visible GPU, or None without one. Read through
-    nvidia-smi rather than torch.cuda, which would start a CUDA context (hundreds of MB
-    of GPU memory) in the web server for the rest of its life."""
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return None
-        if torch.cuda.is_initialized():  # a process that already has its context
-            props = torch.cuda.get_device_properties(0)
-            return int(props.total_memory), str(props.name)
-    except Exception:  # noqa: BLE001 - no usable CUDA: no GPU to compare with
-        return None
-    return _nvidia_smi_first_gpu()
-
-
-def _nvidia_smi_first_gpu() -> tuple[int, str] | None:
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    command = [smi, "--query-gpu=memory.total,name", "--format=csv,noheader,nounits",
-               "-i", visible or "0"]
-    try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=10,
-                             check=True).stdout.strip().splitlines()
-        mib, name = out[0].split(",", 1)
-        return int(float(mib)) * 1024 ** 2, name.strip()
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return None

@@ -8,6 +8,7 @@ Only the standard library and core.config are imported here: no torch, so the CL
 from __future__ import annotations
 
 from core.runs.command import LaunchSpec, build_accelerate_command, format_command
+from core.runs.final_state import decide_final_state, finalize_run
 from core.runs.folder import RunFolder
 from core.runs.foreground import follow_run
 from core.runs.manager import (
@@ -15,8 +16,6 @@ from core.runs.manager import (
     RunStartError,
     StopResult,
     attach,
-    decide_final_state,
-    finalize_run,
     request_stop,
     start_run,
     stop_run,

@@ -18,7 +18,7 @@ Stopping:
   first signal and re-collected since, gets SIGTERM, then SIGKILL.
 
 The final state is decided from the exit code and what the trainer wrote, never
-assumed: see `decide_final_state`.
+assumed: see core/runs/final_state.py.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from pathlib import Path
 
 from core.runs import pids
 from core.runs.command import Join, LaunchSpec, format_command
+from core.runs.final_state import finalize_run
 from core.runs.folder import RunFolder, as_folder
 from core.runs.registry import (
     new_record,
@@ -42,7 +43,6 @@ from core.runs.registry import (
     run_is_alive,
 )
 from core.runs.status import RunStatus, append_event, read_status, write_status
-from core.runs.tail import last_lines
 
 DEFAULT_GRACE_S = 60.0  # time to finish the step and save a checkpoint after SIGINT
 TERM_GRACE_S = 5.0  # between SIGTERM and SIGKILL
@@ -58,94 +58,6 @@ def request_stop(run_dir: str | Path) -> None:
     """The soft stop: the trainer checks for this file every step, saves and exits."""
     path = RunFolder(Path(run_dir)).stop_file
     path.write_text(f"stop requested at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-
-
-# ---------------------------------------------------------------- final state
-
-
-def _describe_exit(returncode: int | None) -> str:
-    if returncode is None:
-        return "ended (exit code unknown: it was not started by this process)"
-    if returncode < 0:
-        return f"was killed by {pids.signal_name(returncode)}"
-    return f"exited with code {returncode}"
-
-
-def decide_final_state(
-    returncode: int | None,
-    status: RunStatus | None,
-    *,
-    stop_requested: bool = False,
-    forced: bool = False,
-    log: str = "its log",
-) -> tuple[str, str]:
-    """(state, reason) for a run whose processes have all ended; a failure's reason
-    points at `log`.
-
-    A final state the trainer wrote itself is kept, except "done" with a failing exit
-    code when nobody asked it to stop (one rank may have crashed). Otherwise the exit
-    code decides: 0 done, 130 or SIGINT stopped, a stop we asked for stopped (noting
-    when it had to be forced), anything else failed. The launcher turns a trainer's
-    130 into 1, which is why the trainer's own "stopped" is trusted.
-    """
-    status = status or RunStatus()
-    trainer_state = None if status.finalized_by == "manager" else status.state
-    if trainer_state in ("failed", "stopped"):
-        return trainer_state, status.reason
-    if trainer_state == "done":
-        if returncode in (0, None) or stop_requested:
-            return "done", ""
-        return "failed", (f"the trainer reported done but the launcher "
-                          f"{_describe_exit(returncode)}; see {log}")
-    if returncode == 0:
-        return "done", ""
-    if returncode in (130, -signal.SIGINT):
-        return "stopped", "stopped by the user"
-    if stop_requested:
-        if forced:
-            return "stopped", ("stopped by the user; it did not exit within the grace "
-                               "period and was killed, so the last checkpoint may be older "
-                               "than the last step")
-        return "stopped", "stopped by the user"
-    return "failed", f"the training process {_describe_exit(returncode)}; see {log}"
-
-
-def finalize_run(
-    folder: RunFolder,
-    returncode: int | None,
-    *,
-    stop_requested: bool = False,
-    forced: bool = False,
-    failure: str = "",
-) -> str:
-    """Decide the final state and record it in status.json and events.jsonl.
-
-    `failure` replaces the reason of a failure the trainer did not report itself (the
-    manager knows better, e.g. that the other machines never joined)."""
-    status = read_status(folder.root) or RunStatus()
-    state, reason = decide_final_state(returncode, status, stop_requested=stop_requested,
-                                       forced=forced, log=str(folder.log))
-    if state == "failed" and failure and status.state != "failed":
-        reason = failure
-    if state == "failed":
-        tail = last_lines(folder.log, 1)
-        if tail and "last line:" not in reason:
-            reason += f" (last line: {tail[-1].strip()[:200]})"
-    stop_forced = True if forced else None
-    if status.state == state and status.finalized_by != "manager":
-        # the trainer said it already; add the exit code
-        write_status(folder.root, exit_code=returncode, stop_forced=stop_forced)
-        return state
-    already = status.state == state  # e.g. a reconcile marked it failed first
-    write_status(folder.root, state=state, reason=reason, finalized_by="manager", eta_s=None,
-                 exit_code=returncode, stop_forced=stop_forced)
-    if not already:
-        if state == "failed":
-            append_event(folder.root, {"type": "error", "step": status.step,
-                                       "message": reason})
-        append_event(folder.root, {"type": "status", "state": state, "step": status.step,
-                                   "reason": reason})
-    return state
 
 
 # ---------------------------------------------------------------- the handle

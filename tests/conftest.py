@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -122,3 +123,9 @@ def ks_distance(sigmas, law: str, shift: float = 1.0) -> float:
     above = torch.arange(1, n + 1, dtype=torch.float64) / n - cdf
     below = cdf - torch.arange(0, n, dtype=torch.float64) / n
     return float(torch.maximum(above, below).max())
+
+
+def per_gpu_gib(check_stdout: str) -> float:
+    """The per-GPU figure of `--stage check`'s memory estimate: first on its memory line,
+    or, on a machine without a GPU (where the RAM figure leads), on the line after."""
+    return float(re.search(r"([0-9.]+) GiB per GPU", check_stdout).group(1))

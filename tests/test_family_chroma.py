@@ -223,7 +223,7 @@ def test_preset_check_passes_and_its_estimate_fits_24gb(tmp_path: Path) -> None:
     import re
     import subprocess
 
-    from conftest import PYTHON, REPO, write_shapes
+    from conftest import PYTHON, REPO, per_gpu_gib, write_shapes
 
     write_shapes(tmp_path / "data/mydata", 2)
     done = subprocess.run([PYTHON, str(REPO / "app.py"), "--no-ui", "--preset", "chroma-lora",
@@ -232,8 +232,7 @@ def test_preset_check_passes_and_its_estimate_fits_24gb(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     line = next(x for x in done.stdout.splitlines() if x.startswith("memory: "))
-    # the per-GPU figure: first, or (this machine without a GPU) on the line after
-    total = float(re.search(r"([0-9.]+) GiB per GPU", done.stdout).group(1))
+    total = per_gpu_gib(done.stdout)
     frozen = float(re.search(r"frozen weights ([0-9.]+) GiB", line).group(1))
     assert 16.5 < frozen < 16.7  # 8.9 B parameters in bf16
     assert 18 < total < 21, line

@@ -12,13 +12,12 @@ Mistral's chat template in the processor's place.
 
 from __future__ import annotations
 
-import re
 import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import PYTHON, REPO
+from conftest import PYTHON, REPO, per_gpu_gib
 
 from core.models import loading
 from core.models.families.flux2 import FAMILY as FLUX2
@@ -215,8 +214,7 @@ def test_preset_check_estimate_fits_24gb(tmp_path: Path) -> None:
                            str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     line = next(x for x in done.stdout.splitlines() if x.startswith("memory:"))
-    # the per-GPU figure: first, or (this machine without a GPU) on the line after
-    gib = float(re.search(r"([0-9.]+) GiB per GPU", done.stdout).group(1))
+    gib = per_gpu_gib(done.stdout)
     assert 6 < gib < 22, line
 
 

@@ -5,13 +5,12 @@ the prompt template and text mask, the script's sigma draw, a LoRA that reloads 
 
 from __future__ import annotations
 
-import re
 import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import PYTHON, REPO, write_shapes
+from conftest import PYTHON, REPO, per_gpu_gib, write_shapes
 from safetensors import safe_open
 
 from core.data.collate import collate
@@ -266,8 +265,7 @@ def test_preset_check_prints_an_estimate_that_fits_24gb(tmp_path: Path) -> None:
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     line = next(x for x in done.stdout.splitlines() if x.startswith("memory:"))
-    # the per-GPU figure: first, or (this machine without a GPU) on the line after
-    gib = float(re.search(r"([0-9.]+) GiB per GPU", done.stdout).group(1))
+    gib = per_gpu_gib(done.stdout)
     assert 18 < gib < 24, line  # int8 20B base at 1024 px: fits a 24 GB card
     assert "gemm_4bit" not in done.stdout + done.stderr  # bitsandbytes' import notice
     assert "frozen weights 19.0 GiB" in line

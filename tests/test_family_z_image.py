@@ -5,13 +5,12 @@ ComfyUI's names, ComfyUI-layout single files, and the preset's `--stage check`."
 
 from __future__ import annotations
 
-import re
 import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import PYTHON, REPO, ks_distance, write_shapes
+from conftest import PYTHON, REPO, ks_distance, per_gpu_gib, write_shapes
 from safetensors import safe_open
 from safetensors.torch import save_file
 
@@ -251,8 +250,7 @@ def test_preset_check_passes_and_prints_the_memory_estimate(tmp_path: Path) -> N
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     line = next(x for x in done.stdout.splitlines() if x.startswith("memory: "))
-    # the per-GPU figure: first, or (this machine without a GPU) on the line after
-    gib = float(re.search(r"([0-9.]+) GiB per GPU", done.stdout).group(1))
+    gib = per_gpu_gib(done.stdout)
     # bf16, unquantized: 11.5 GiB of transformer weights plus LoRA and activations at
     # 1024 px fit a 24 GB card.
     assert 12 < gib < 22, line

@@ -55,16 +55,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from core.models.base import Components, NoiseSample
+from core.models.families.flux.family import LORA_TARGETS as FLUX_LORA_TARGETS
 from core.models.flow import FlowFamily, pack_2x2
 from core.models.modules import unwrap
 
 # Flux's targets (train_dreambooth_lora_flux.py's default): Chroma's blocks have the same
 # attention and feed-forward modules; its pruned norms have no linear layers.
-LORA_TARGETS = [
-    "attn.to_k", "attn.to_q", "attn.to_v", "attn.to_out.0",
-    "attn.add_k_proj", "attn.add_q_proj", "attn.add_v_proj", "attn.to_add_out",
-    "ff.net.0.proj", "ff.net.2", "ff_context.net.0.proj", "ff_context.net.2",
-]
+LORA_TARGETS = FLUX_LORA_TARGETS
 
 
 class ChromaFamily(FlowFamily):

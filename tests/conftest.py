@@ -86,6 +86,25 @@ def train_in_process(cfg_path: Path, workspace: Path, *extra: str) -> int:
             signal.signal(sig, handler)
 
 
+def step_losses(folder: Path, steps: int, family: str = "sd15", **train: object) -> list[float]:
+    """The loss of each of `steps` steps of small_config(folder) trained in-process on the
+    CPU with the `train.*` keys given (no eval, no validation)."""
+    import json
+
+    from core.config import save_config
+
+    cfg = small_config(folder, images=4, family=family)
+    for key, value in train.items():
+        setattr(cfg.train, key, value)
+    cfg.train.max_steps, cfg.train.eval_every, cfg.validation.every = steps, 100, 100
+    cfg.validation.prompts = []
+    cfg.launch.cpu = True
+    save_config(cfg, folder / "config.toml")
+    assert train_in_process(folder / "config.toml", folder) == 0
+    events = (Path(cfg.output.dir) / "events.jsonl").read_text().splitlines()
+    return [e["loss"] for e in map(json.loads, events) if e["type"] == "step"]
+
+
 @pytest.fixture(scope="session")
 def tiny_sd15(tiny_workspace: Path):
     """(family, components) of the tiny SD1.5, loaded once; tests must not change it."""

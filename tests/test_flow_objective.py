@@ -5,19 +5,18 @@ the check on epsilon/v families, and reaching the training loop."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from core.config import Config, save_config, validate_config
+from core.config import Config, validate_config
 from core.models.objectives import FlowTraining, loss_weights, sample_sigmas, timestep_density
 from core.models.registry import FLOW_FAMILIES, get_family
 from core.models.tiny import resolve_model_path
 from core.train.setup import apply_objective
-from tests.conftest import small_config, train_in_process
+from tests.conftest import step_losses
 
 QUANTILES = torch.linspace(0.05, 0.95, 19)
 
@@ -184,28 +183,15 @@ def test_check_warns_about_keys_the_sampling_ignores() -> None:
 # ---------------------------------------------------------------- the training loop
 
 
-def _losses(tmp: Path, name: str, family: str, **train: Any) -> list[float]:
-    cfg = small_config(tmp / name, images=4, family=family)
-    for key, value in train.items():
-        setattr(cfg.train, key, value)
-    cfg.train.max_steps, cfg.train.eval_every, cfg.validation.every = 2, 100, 100
-    cfg.validation.prompts = []
-    cfg.launch.cpu = True
-    save_config(cfg, tmp / name / "config.toml")
-    assert train_in_process(tmp / name / "config.toml", tmp / name) == 0
-    events = (Path(cfg.output.dir) / "events.jsonl").read_text().splitlines()
-    return [e["loss"] for e in map(json.loads, events) if e["type"] == "step"]
-
-
 @pytest.mark.slow
 def test_the_keys_reach_the_training_loop(tmp_path: Path, tiny_workspace: Path) -> None:
     """sd3: the family's own sampling spelled out trains exactly as auto; mode sampling,
     a shift and a weighting each change the first step's loss. flux: guidance 3.5 too."""
-    base = _losses(tmp_path, "auto", "sd3")
-    assert _losses(tmp_path, "spelled", "sd3", timestep_sampling="logit_normal",
-                   flow_shift=3.0, loss_weighting="none") == base
+    base = step_losses(tmp_path / "auto", 2, "sd3")
+    assert step_losses(tmp_path / "spelled", 2, "sd3", timestep_sampling="logit_normal",
+                       flow_shift=3.0, loss_weighting="none") == base
     for name, train in {"mode": {"timestep_sampling": "mode"}, "shift": {"flow_shift": 1.0},
                         "cosmap": {"loss_weighting": "cosmap"}}.items():
-        assert _losses(tmp_path, name, "sd3", **train)[0] != base[0], name
-    flux = _losses(tmp_path, "flux", "flux")
-    assert _losses(tmp_path, "flux35", "flux", guidance=3.5)[0] != flux[0]
+        assert step_losses(tmp_path / name, 2, "sd3", **train)[0] != base[0], name
+    flux = step_losses(tmp_path / "flux", 2, "flux")
+    assert step_losses(tmp_path / "flux35", 2, "flux", guidance=3.5)[0] != flux[0]

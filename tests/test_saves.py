@@ -65,8 +65,9 @@ def test_checkpoints_and_epoch_ends_leave_loadable_loras_and_tensorboard(
     tags = acc.Tags()
     assert [s.step for s in acc.Scalars("train/loss")] == list(range(1, 8))
     assert [s.step for s in acc.Scalars("train/lr")] == list(range(1, 8))
-    assert [s.step for s in acc.Scalars("eval/loss")] == [0, 3, 6, 7]
-    assert [s.step for s in acc.Scalars("eval/loss_shuffled")] == [0, 3, 6, 7]
+    # No step-0 eval: train.eval_before_training is off by default.
+    assert [s.step for s in acc.Scalars("eval/loss")] == [3, 6, 7]
+    assert [s.step for s in acc.Scalars("eval/loss_shuffled")] == [3, 6, 7]
     eval_events = _events(run_dir, "eval")
     assert acc.Scalars("eval/loss")[-1].value == pytest.approx(eval_events[-1]["loss"], 1e-5)
     by_t = [t for t in tags["scalars"] if t.startswith("eval/by_t/")]

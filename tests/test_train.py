@@ -72,6 +72,23 @@ def test_demo_run_writes_the_whole_run_folder(demo_run):
     assert "step 8/8" in (run_dir / "train.log").read_text()
 
 
+def test_demo_launch_says_where_its_start_up_time_went(demo_run):
+    """A launch by the run manager counts accelerate's launcher and the interpreter too;
+    the demo asks for the step-0 eval and the before-training validation."""
+    _, run_dir, _ = demo_run
+    all_events = events(run_dir)
+    (startup,) = [e for e in all_events if e["type"] == "startup"]
+    assert list(startup["phases"]) == [
+        "launcher", "interpreter", "imports", "accelerator", "model", "caches", "setup",
+        "eval", "validation", "first_step"]
+    started = json.loads((run_dir / "status.json").read_text())["started_at"]
+    first_step = next(e["time"] for e in all_events if e["type"] == "step")
+    # The phases account for the wall time from the manager's start to the first step.
+    assert abs(started + startup["total_s"] - first_step) < 1.0
+    assert 0 in [e["step"] for e in all_events if e["type"] == "eval"]
+    assert "started in " in (run_dir / "train.log").read_text()
+
+
 def test_demo_lora_loads_in_diffusers_and_changes_the_image(demo_run):
     import torch
     from diffusers import StableDiffusionPipeline

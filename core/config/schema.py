@@ -180,6 +180,9 @@ class TrainConfig:
                                     "beside them (lora/step_NNNNNN/) always are.")
     eval_every: int = _f(50, label="Eval every (steps)", min=1, max=10_000_000, advanced=True)
     eval_images: int = _f(8, label="Eval images", min=1, max=1000, advanced=True)
+    eval_before_training: bool = _f(False, label="Eval before training", advanced=True,
+                                    help="Also evaluate the untrained base at step 0, so "
+                                         "the eval curve starts from the base's loss.")
     caption_dropout: float = _f(0.0, label="Caption dropout", min=0.0, max=1.0, advanced=True,
                                 help="Share of samples trained on the empty caption (the "
                                      "model learns the images unconditioned too, which "

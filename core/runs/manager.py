@@ -216,7 +216,8 @@ def start_run(spec: LaunchSpec, where: RunFolder | str | Path) -> RunHandle:
     folder.command.write_text(command + "\n", encoding="utf-8")
     _reset_status(folder)
     token = uuid.uuid4().hex
-    env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1", pids.RUN_TOKEN_ENV: token}
+    env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1", pids.RUN_TOKEN_ENV: token,
+           pids.LAUNCHED_AT_ENV: repr(time.time())}
     started = time.monotonic()
     log_fd, log_offset = _open_log(folder, command, spec.notes)
     try:

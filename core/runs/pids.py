@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 RUN_TOKEN_ENV = "DIFFTRAINER_RUN_TOKEN"
+# When the run manager started the launcher (seconds since the epoch): the trainer's
+# start-up breakdown counts the launcher's share from it (core/train/startup_clock.py).
+LAUNCHED_AT_ENV = "DIFFTRAINER_LAUNCHED_AT"
 PROC = Path("/proc")
 
 

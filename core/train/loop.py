@@ -315,10 +315,12 @@ class Loop:
                                        cfg.train.eval_images, cfg.train.batch_size,
                                        lambda items: s.texts.fill(_unwrapped(s.components),
                                                                   items))
-        if start_step == 0:
+        if start_step == 0 and cfg.train.eval_before_training:
             self.eval(0)
-            if cfg.validation.before_training:
-                self.validate(0)
+        self.reporter.phase_done("eval")
+        if start_step == 0 and cfg.validation.before_training:
+            self.validate(0)
+            self.reporter.phase_done("validation")
         batches = iter(s.sampler)
         step = start_step
         while step < cfg.train.max_steps:
@@ -333,6 +335,7 @@ class Loop:
                                     "train.learning_rate or use mixed_precision = \"bf16\"")
             self.reporter.step(step, loss, s.lr_scheduler.get_last_lr()[0], s.sampler.epoch)
             if step == start_step + 1:
+                self.reporter.started()
                 self.reporter.memory(s.memory.snapshot("first_step"))
             if stop:
                 self.reporter.status("stopping", step=step)

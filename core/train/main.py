@@ -115,10 +115,18 @@ def check_ranks(cfg: Any, accelerator: Any, reporter: Any) -> None:
     check_same_config(cfg, ranks)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, own_process: bool = False) -> int:
+    """Train; `own_process` (the program `accelerate launch` runs, not a test calling
+    main in its own process) also leaves out optional libraries the run does not use."""
     from core.notices import quiet_library_notices
     from core.startup import load_resolved_config
+    from core.train.startup_clock import (
+        StartupClock,
+        skip_libraries,
+        unused_optional_libraries,
+    )
 
+    clock = StartupClock(own_process)
     quiet_library_notices()  # notices, not problems: keep train.log readable
     workspace = Path(args.workspace).absolute()
     cfg = load_resolved_config(Path(args.config), workspace)
@@ -126,6 +134,10 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     run_dir = Path(cfg.output.dir)
     stop = StopSignal(run_dir).install()
+    if own_process:
+        skip_libraries(unused_optional_libraries(cfg.train.optimizer, cfg.model.quantize))
+    clock.mark("interpreter")
+    clock.import_libraries()
 
     from accelerate.utils import set_seed
 
@@ -137,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
     trackers, notes = make_trackers(cfg, run_dir)
     accelerator = make_accelerator(cfg, trackers)
     reporter = make_reporter(cfg, accelerator, run_dir)
+    reporter.startup = clock
     for note in notes:
         reporter.say(note)
     reporter.status("starting", step=0, phase="loading",
@@ -144,12 +157,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         set_seed(cfg.train.seed, device_specific=True)
         check_ranks(cfg, accelerator, reporter)
+        reporter.phase_done("accelerator")
         setup = build_setup(cfg, workspace, accelerator, reporter)
         if setup.sharded_class is not None:
             from core.train.sharding import describe
 
             reporter.say(describe(setup.components.denoiser, accelerator.num_processes))
+        reporter.phase_done("setup")
         start = restore(setup, run_dir, args.resume, reporter) if args.resume else 0
+        if args.resume:
+            reporter.phase_done("resume")
         if start:  # the ETA counts the rounds to come with the earlier launch's times
             reporter.continue_from()
         if accelerator.num_processes > 1:
@@ -182,9 +199,9 @@ def run(args: argparse.Namespace) -> int:
     return exit_code_for_state(state)
 
 
-def main(argv: list[str] | None = None) -> int:
-    return run(parse_args(argv))
+def main(argv: list[str] | None = None, own_process: bool = False) -> int:
+    return run(parse_args(argv), own_process)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(own_process=True))

@@ -18,6 +18,7 @@ from core.runs.progress import format_step_line
 from core.runs.status import append_event, write_status
 
 if TYPE_CHECKING:
+    from core.train.startup_clock import StartupClock
     from core.train.trackers import Tracking
 
 STATUS_EVERY_S = 1.0
@@ -90,6 +91,22 @@ class Reporter:
         self._rounds = {kind: (n, deque(maxlen=ROUNDS_KEPT))
                         for kind, n in (every or {}).items()}
         self._earlier_step: float | None = None  # an earlier launch's step time
+        self.startup: StartupClock | None = None  # until the first step is reported
+
+    def phase_done(self, phase: str) -> None:
+        """A start-up phase (core/train/startup_clock.py) ended now."""
+        if self.startup is not None:
+            self.startup.mark(phase)
+
+    def started(self) -> None:
+        """The first step is done: where the start-up time went, as a `startup` event
+        and a log line; the clock stops."""
+        if self.startup is None:
+            return
+        self.startup.mark("first_step")
+        self.event("startup", **self.startup.summary())
+        self.say(self.startup.line())
+        self.startup = None
 
     def continue_from(self) -> None:
         """A resumed (or extended) run: the ETA starts from what the earlier launches

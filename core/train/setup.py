@@ -251,8 +251,10 @@ def load_and_place(cfg: Config, workspace: Path, accelerator: Any, reporter: Any
     elif c.denoiser.dtype != weight_dtype:  # a loader that kept the stored dtype
         c.denoiser.to(dtype=weight_dtype)
     reporter.memory(memory.snapshot("loaded"))
+    reporter.phase_done("model")
     move_encoders(c, accelerator.device)
     datasets, sampler, train_texts = prepare_data(cfg, family, c, accelerator, reporter.say)
+    reporter.phase_done("caches")
     texts = encode_validation_prompts(family, c, cfg.validation.prompts)
     if train_texts.encoders_needed:  # captions encoded at train time: the encoders stay
         c.vae.to("cpu")

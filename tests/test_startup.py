@@ -1,0 +1,82 @@
+"""Start-up: the trainer says where its time went before the first step, evaluates at step 0
+only when asked, and leaves out optional libraries the run does not use.
+bench/startup.py measures the figures; the real launch's phases are checked in
+tests/test_train.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from conftest import PYTHON, REPO, small_config, train_in_process
+
+from core.config import save_config
+from core.train.startup_clock import unused_optional_libraries
+
+IN_PROCESS_PHASES = ["interpreter", "imports", "accelerator", "model", "caches", "setup", "eval",
+                     "first_step"]  # "interpreter": here the config read alone
+
+
+def _train(folder: Path, **train: object) -> list[dict]:
+    cfg = small_config(folder, images=4)
+    cfg.train.max_steps, cfg.train.eval_every, cfg.validation.every = 2, 100, 100
+    for key, value in train.items():
+        setattr(cfg.train, key, value)
+    cfg.validation.prompts = []
+    cfg.launch.cpu = True
+    save_config(cfg, folder / "config.toml")
+    assert train_in_process(folder / "config.toml", folder) == 0
+    lines = (Path(cfg.output.dir) / "events.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def test_startup_event_names_each_phase_and_step_0_eval_only_when_asked(tmp_path, capsys):
+    quiet = _train(tmp_path / "default")
+    assert [e["step"] for e in quiet if e["type"] == "eval"] == [2], "no step-0 eval"
+    startup = [e for e in quiet if e["type"] == "startup"]
+    assert len(startup) == 1
+    phases = startup[0]["phases"]
+    assert list(phases) == IN_PROCESS_PHASES
+    assert all(seconds >= 0 for seconds in phases.values())
+    assert abs(sum(phases.values()) - startup[0]["total_s"]) < 0.01
+    first_step = next(e for e in quiet if e["type"] == "step")
+    assert startup[0]["time"] >= first_step["time"], "written once the first step is done"
+    assert "started in " in capsys.readouterr().out
+
+    asked = _train(tmp_path / "asked", eval_before_training=True)
+    assert [e["step"] for e in asked if e["type"] == "eval"] == [0, 2]
+
+
+def test_a_run_leaves_out_bitsandbytes_and_torchao_unless_it_uses_them():
+    assert unused_optional_libraries("adamw", "none") == ["bitsandbytes", "torchao"]
+    assert unused_optional_libraries("adamw8bit", "none") == ["torchao"]
+    assert unused_optional_libraries("adamw", "nf4") == ["torchao"]
+    assert unused_optional_libraries("adamw", "int8") == ["bitsandbytes"]
+    assert unused_optional_libraries("prodigy", "fp8") == ["bitsandbytes"]
+
+
+def test_peft_and_diffusers_work_with_the_unused_libraries_left_out():
+    """The trainer's own process skips them before importing anything: peft still adds a
+    LoRA to a diffusers model, and neither library was imported."""
+    code = """
+import sys
+from core.train.startup_clock import skip_libraries, unused_optional_libraries
+skip_libraries(unused_optional_libraries("adamw", "none"))
+import torch, peft, diffusers
+from diffusers import UNet2DConditionModel
+unet = UNet2DConditionModel(sample_size=8, in_channels=4, out_channels=4,
+                            block_out_channels=(8, 16), layers_per_block=1,
+                            down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                            up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+                            cross_attention_dim=8, norm_num_groups=4, attention_head_dim=2)
+unet.add_adapter(peft.LoraConfig(r=2, target_modules=["to_q", "to_k"]))
+trained = sum(p.numel() for p in unet.parameters() if p.requires_grad)
+print(trained, sys.modules.get("bitsandbytes"), sys.modules.get("torchao"))
+"""
+    done = subprocess.run([PYTHON, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    trained, bnb, torchao = done.stdout.split()[-3:]
+    assert int(trained) > 0
+    assert (bnb, torchao) == ("None", "None")

@@ -3,6 +3,10 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# Test processes side by side (pytest-xdist); whole files go to one worker, so a module's
+# shared run is set up once.
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadfile
 STAMP := $(VENV)/.installed-stamp
 
 .PHONY: demo test test-fast ui lint bench bench-ui bench-gpu clean-venv
@@ -17,10 +21,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	./tools/ensure-chromium.sh
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q $(XDIST) -m "not slow"
 
 ui: $(STAMP)
 	$(PY) app.py

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import sys
 from pathlib import Path
 
@@ -16,6 +17,19 @@ PYTHON = sys.executable
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Under pytest-xdist (make test) the workers share the cores: torch in each takes its
+# share instead of every core (oversubscribed threads make every test slower).
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+
+
+def free_port() -> int:
+    """A TCP port free now on 127.0.0.1 (for a test's rendezvous or web server: tests run
+    side by side under pytest-xdist, so none may count on accelerate's 29500)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -62,6 +76,7 @@ def small_config(tmp: Path, datasets: int = 1, images: int = 6, family: str = "s
     cfg.train.batch_size = 2
     cfg.validation.resolution = 64
     cfg.validation.steps = 2
+    cfg.launch.main_process_port = free_port()  # a two-process run's rendezvous
     return cfg
 
 

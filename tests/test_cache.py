@@ -9,8 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, REPO, small_config, write_shapes
-from test_ui_support import free_port
+from conftest import PYTHON, REPO, free_port, small_config, write_shapes
 
 from core.cache.plan import plan_caches
 from core.cache.stage import build_caches

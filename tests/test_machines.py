@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, REPO, small_config
+from conftest import PYTHON, REPO, free_port, small_config
 
 from core.config import Config, save_config
 from core.headless import FOLLOW_GRACE_S
@@ -25,12 +24,6 @@ from core.runs.status import read_status
 pytestmark = pytest.mark.slow
 
 MAX_STEPS = 20
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def two_machine_config(tmp: Path) -> Config:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",
@@ -20,12 +20,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 FAST = {"train.max_steps": "8", "train.checkpoint_every": "4", "train.eval_every": "4",
         "train.eval_images": "4", "validation.every": "4", "validation.steps": "2",
         "validation.resolution": "64", "datasets.0.resolution": "64"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ from core.models.source import TINY_PREFIX, model_source  # noqa: F401  (core.mo
 
 TINY_SEED = 0
 # Bump when a family's tiny config changes so existing workspaces rebuild.
-TINY_VERSION = 2  # 2: calibrated VAE latent scaling
+TINY_VERSION = 3  # 2: calibrated VAE latent scaling; 3: one tiny Qwen3 for z_image, flux2
 MARKER = ".tiny-complete.json"
 
 

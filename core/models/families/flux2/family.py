@@ -92,9 +92,9 @@ class Flux2Family(FlowFamily):
         c.is_distilled = bool(index.get("is_distilled", False))
 
     def random_qwen_tokenizer(self, folder: Path) -> Any:
-        from core.models.tiny.flux2_qwen3 import qwen_tokenizer
+        from core.models.tiny.qwen3 import qwen_tokenizer
 
-        return qwen_tokenizer(folder)[0]
+        return qwen_tokenizer(folder)
 
     # ------------------------------------------------------------ loading
 

@@ -1,6 +1,6 @@
 """Tiny random FLUX.2-klein (base, undistilled): a Flux2Transformer2DModel with one double
 and one single block and no guidance embeddings (klein's `guidance_embeds=False`), an
-AutoencoderKLFlux2 whose batch-norm statistics are calibrated, a tiny Qwen3 (tiny/qwen.py)
+AutoencoderKLFlux2 whose batch-norm statistics are calibrated, a tiny Qwen3 (tiny/qwen3.py)
 and FLUX.2's dynamically shifted scheduler.
 
 The VAE has 8 latent channels (the real one 32), so the patchified latents the
@@ -13,10 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from core.models.tiny.flux2_qwen3 import QWEN_HIDDEN, qwen_tokenizer, tiny_qwen3
+from core.models.tiny.qwen3 import qwen_tokenizer, tiny_qwen3
 
 LATENT_CHANNELS = 8
 TEXT_LAYERS = 3  # the pipeline stacks hidden states (9, 18, 27)
+QWEN_LAYERS = 28  # so layer 27 exists and is intermediate, as in the real 36-layer Qwen3
+QWEN_HIDDEN = 16
 
 
 def tiny_flux2_vae(seed: int) -> Any:
@@ -68,12 +70,13 @@ def build(out_dir: Path, seed: int = 0) -> None:
         joint_attention_dim=TEXT_LAYERS * QWEN_HIDDEN, axes_dims_rope=(4, 4, 4, 4),
         guidance_embeds=False)
     vae = tiny_flux2_vae(seed + 1)
-    tokenizer, vocab_size = qwen_tokenizer(out_dir / "tokenizer")
+    tokenizer = qwen_tokenizer(out_dir / "tokenizer")
     # FLUX.2's scheduler config (diffusers' convert_flux2_to_diffusers.py takes FLUX.1-dev's).
     scheduler = FlowMatchEulerDiscreteScheduler(
         num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=True, base_shift=0.5,
         max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096)
     pipe = Flux2KleinPipeline(
         transformer=transformer, vae=vae, scheduler=scheduler,
-        text_encoder=tiny_qwen3(vocab_size, seed + 2), tokenizer=tokenizer, is_distilled=False)
+        text_encoder=tiny_qwen3(len(tokenizer), QWEN_HIDDEN, QWEN_LAYERS, seed + 2,
+                                causal_lm=True), tokenizer=tokenizer, is_distilled=False)
     pipe.save_pretrained(str(out_dir), safe_serialization=True)

@@ -75,7 +75,7 @@ class ZImageFamily(FlowFamily):
 
     def random_qwen_tokenizer(self, folder: Any) -> Any:
         """random:z_image's tokenizer: the tiny build's (core/models/full_size/build.py)."""
-        from core.models.tiny.z_image_qwen3 import qwen_tokenizer
+        from core.models.tiny.qwen3 import qwen_tokenizer
 
         return qwen_tokenizer(folder)
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from core.models.tiny.qwen3 import qwen_tokenizer, tiny_qwen3
 from core.models.tiny.vae import calibrate_tiny_vae, tiny_vae
-from core.models.tiny.z_image_qwen3 import qwen_tokenizer, tiny_qwen3_encoder
 
 # The real VAE's latent normalisation (FLUX.1's), before calibration.
 VAE_SCALING = 0.3611
 VAE_SHIFT = 0.1159
 TEXT_DIM = 32  # Qwen3 hidden size = the transformer's cap_feat_dim
+TEXT_LAYERS = 2  # the pipeline takes hidden_states[-2]
 SHIFT = 6.0
 
 
@@ -39,7 +40,7 @@ def build(out_dir: Path, seed: int = 0) -> None:
     vae = tiny_vae(16, VAE_SCALING, VAE_SHIFT, quant_convs=False)
     calibrate_tiny_vae(vae, seed, with_shift=True)
     tokenizer = qwen_tokenizer(out_dir / "tokenizer")
-    text_encoder = tiny_qwen3_encoder(len(tokenizer), TEXT_DIM, seed + 2)
+    text_encoder = tiny_qwen3(len(tokenizer), TEXT_DIM, TEXT_LAYERS, seed + 2, causal_lm=False)
     scheduler = FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000,
                                                 use_dynamic_shifting=False, shift=SHIFT)
     pipe = ZImagePipeline(scheduler=scheduler, vae=vae, text_encoder=text_encoder,

@@ -292,7 +292,7 @@ def estimated(family: str, sizes: Any, resolution: int, batch: int,
               checkpointing: bool) -> int:
     """The activations part of the estimate, by the estimate's own code path."""
     from core.config import Config, DatasetConfig
-    from core.models.memory import activation_bytes, step_shape
+    from core.memory_estimate import activation_bytes, step_shape
 
     cfg = Config()
     cfg.model.family = family

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from core.config import Config, resolved, validate_config
 from core.data.conflicts import check_directory_conflicts
-from core.models.memory import MemoryEstimate
+from core.memory_estimate import MemoryEstimate
 from core.problems import Problem, error, errors, errors_first, warning, warnings
 
 
@@ -146,7 +146,7 @@ def optimizer_problems(cfg: Config) -> list[Problem]:
     imports it only after loading the model)."""
     from importlib.util import find_spec
 
-    from core.train.optimizers import OPTIMIZERS
+    from core.config.optimizers import OPTIMIZERS
 
     name = cfg.train.optimizer
     spec = OPTIMIZERS.get(name)
@@ -185,8 +185,8 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
     """Every problem and the summary; `estimate`: with the memory estimate (it reads the
     model's configs, a second or more: views that re-check on each edit leave it out)."""
     workspace = Path(workspace).expanduser().absolute()
+    from core.memory_estimate import estimate_memory
     from core.models.loading import check_model_config, check_model_source
-    from core.models.memory import estimate_memory
     from core.models.quantize import quantize_problems
 
     problems = validate_config(cfg)

@@ -102,31 +102,45 @@ def test_the_checks_see_a_circle_and_a_ui_import() -> None:
     assert "core.ops" in names
 
 
-# The lowest layers of core: models and data import nothing above them (no config, cache,
-# runs, train, ...), only each other and these.
-LOWEST = ("core.data", "core.models")
-BELOW_THEM = ("core.problems", "core.exits", "core.notices", *LOWEST)
-# Upward imports still there (issue 22 item 5): data reads the typed config's dataset
-# entries, and the memory estimate (core/models/memory.py) reads the config, the cache
-# status and the buckets. Nothing may be added to this list.
-KNOWN_UPWARD = {
-    ("core.data.conflicts", "core.config"),
-    ("core.data.index", "core.config"),
-    ("core.data.upload", "core.config"),
-    ("core.models.memory", "core.config"),
-    ("core.models.memory", "core.cache.status"),
-}
+# core's layers, lowest first: a module imports only from its own layer and those below.
+# The config's checks read the data and the models; runs are the folders and processes
+# the cache, caption and training jobs are launched into; the check and the memory
+# estimate read everything the run will; the actions and the headless CLI sit on top.
+LAYERS = (
+    ("core.problems", "core.exits", "core.notices"),
+    ("core.data", "core.models"),
+    ("core.config",),
+    ("core.runs",),
+    ("core.startup",),
+    ("core.cache", "core.caption", "core.merge"),
+    ("core.train",),
+    ("core.check", "core.memory_estimate"),
+    ("core.ops", "core.headless", "core"),
+)
 
 
-def upward_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
-    def within(name: str, packages: tuple[str, ...]) -> bool:
-        return any(name == p or name.startswith(p + ".") for p in packages)
+def layer_of(module: str) -> int:
+    for depth in range(module.count(".") + 1, 0, -1):
+        prefix = ".".join(module.split(".")[:depth])
+        for index, layer in enumerate(LAYERS):
+            if prefix in layer:
+                return index
+    raise AssertionError(f"{module} is in no layer of LAYERS: add it to one")
 
-    return {(a, b) for a, targets in graph.items() if within(a, LOWEST)
-            for b in targets if not within(b, BELOW_THEM)}
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                  if layer_of(b) > layer_of(a))
 
 
-def test_models_and_data_import_nothing_above_them() -> None:
-    new = sorted(upward_imports(core_graph()) - KNOWN_UPWARD)
-    assert not new, "imports from core's lowest layers back up: " + ", ".join(
-        f"{a} -> {b}" for a, b in new)
+def test_core_imports_only_its_own_layer_and_below() -> None:
+    """Issue 22 item 5: no import back up (the data layer once read the config, the
+    memory estimate the cache status, the run folder the trainer's checkpoint lookup)."""
+    upward = upward_imports(core_graph())
+    assert not upward, "imports from a lower layer of core back up: " + ", ".join(upward)
+
+
+def test_the_layer_check_sees_an_upward_import() -> None:
+    assert upward_imports({"core.data.index": {"core.config"}}) == [
+        "core.data.index -> core.config"]
+    assert upward_imports({"core.config.checks": {"core.data.index"}}) == []

@@ -14,9 +14,9 @@ import torch
 from conftest import PYTHON, REPO, write_shapes
 
 from core.config import Config, DatasetConfig, apply_overrides, load_config, resolved, save_config
+from core.memory_estimate import GIB, MemoryEstimate, MemoryPart, estimate_memory
 from core.models.adapters import adapter_config
 from core.models.full_size import full_size_dir
-from core.models.memory import GIB, MemoryEstimate, MemoryPart, estimate_memory
 from core.models.memory_activations import StepShape, mmdit_activation_bytes, unet_activation_bytes
 from core.models.registry import get_family
 from core.models.tiny import materialize_tiny
@@ -323,7 +323,7 @@ def test_without_a_gpu_the_line_leads_with_the_ram_of_a_cpu_run(
     """The machine the UI runs on has no GPU (forced, so a GPU box checks it too): the
     run goes on its CPU, so the first line is RAM without a CUDA context; the per-GPU
     figure follows for whoever plans a GPU run."""
-    import core.models.memory as memory
+    import core.memory_estimate as memory
 
     monkeypatch.setattr(memory, "cuda_available", lambda: False)
     cfg = resolved(load_config(preset_path("demo")), workspace)

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from core.config import Config, save_config, validate_config
-from core.train.optimizers import OPTIMIZER_NAMES, averaged_weights, build_optimizer
+from core.config.optimizers import OPTIMIZER_NAMES
+from core.train.optimizers import averaged_weights, build_optimizer
 from tests.conftest import small_config, train_in_process
 
 # adamw8bit where bitsandbytes is installed (its recent releases step on the CPU too).

@@ -54,7 +54,7 @@ def test_the_optimizer_and_flow_objective_keys_sit_in_advanced_settings(page) ->
     the optimizer dropdown offers every optimizer."""
     import gradio as gr
 
-    from core.train.optimizers import OPTIMIZER_NAMES
+    from core.config.optimizers import OPTIMIZER_NAMES
 
     advanced = next(b for b in _descendants(page) if getattr(b, "elem_id", "") == "advanced")
     keys = ("optimizer", "optimizer_beta1", "optimizer_beta2", "optimizer_eps",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from conftest import write_shapes
 
-from core.data.upload import dataset_name, upload_images, uploaded_dataset
+from core.ops import dataset_name, upload_images, uploaded_dataset
 
 
 def _uploads(tmp_path: Path) -> list[Path]:

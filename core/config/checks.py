@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from core.config.distributed import distributed_problems
+from core.config.optimizers import OPTIMIZERS, OPTION_DEFAULTS
 from core.config.schema import CONFIG_VERSION, FAMILIES, SECTION_TYPES, Config
 from core.models.base import FamilyDefaults
 from core.models.objectives import MODE_SCALE
@@ -16,7 +17,6 @@ from core.models.registry import families, get_family, list_families
 from core.models.source import RANDOM_PREFIX, TINY_PREFIX, model_source
 from core.models.tiny import tiny_family, tiny_names
 from core.problems import Problem, error
-from core.train.optimizers import OPTIMIZERS, OPTION_DEFAULTS
 
 # ---------------------------------------------------------------- paths
 

@@ -10,10 +10,10 @@ import dataclasses
 from dataclasses import dataclass, field, fields
 from typing import Any, get_type_hints
 
+from core.config.optimizers import OPTIMIZER_NAMES
 from core.models.adapters import LORA_KINDS
 from core.models.objectives import LOSS_WEIGHTINGS, MODE_SCALE, TIMESTEP_SAMPLINGS
 from core.models.registry import FAMILY_NAMES as FAMILIES
-from core.train.optimizers import OPTIMIZER_NAMES
 
 CONFIG_VERSION = 1
 CAPTION_STRATEGIES = ("textfile", "filename", "jsonl", "instance_prompt")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from core.config import Config
+from core.data.entries import FolderLayout
 from core.problems import Problem, error, warning
 
 Relation = Literal["same", "inside", "contains"]
@@ -63,7 +63,7 @@ def _pair(a: Folder, b: Folder, why: str, level: str = "error",
     return make(a.key, f"{_describe(rel, a, b)}; {why}")
 
 
-def _folders(cfg: Config) -> tuple[list[Folder], list[Folder], Folder, Folder]:
+def _folders(cfg: FolderLayout) -> tuple[list[Folder], list[Folder], Folder, Folder]:
     images, vae = [], []
     for i, ds in enumerate(cfg.datasets):
         images.append(Folder(f"datasets.{i}.images", f"dataset '{ds.id}' images", ds.images))
@@ -87,7 +87,7 @@ def _missing_images(images: list[Folder]) -> list[Problem]:
     return out
 
 
-def check_directory_conflicts(cfg: Config) -> list[Problem]:
+def check_directory_conflicts(cfg: FolderLayout) -> list[Problem]:
     """Every folder-pair rule. `cfg` must be resolved (absolute paths)."""
     images, vae, text, output = _folders(cfg)
     found: list[Problem | None] = []
@@ -118,12 +118,12 @@ def check_directory_conflicts(cfg: Config) -> list[Problem]:
     return _missing_images(images) + _missing_masks(cfg) + problems
 
 
-def _mask_folders(cfg: Config) -> list[Folder]:
+def _mask_folders(cfg: FolderLayout) -> list[Folder]:
     return [Folder(f"datasets.{i}.masks", f"dataset '{ds.id}' masks", ds.masks)
             for i, ds in enumerate(cfg.datasets) if ds.masks.strip()]
 
 
-def _mask_conflicts(cfg: Config, images: list[Folder], vae: list[Folder],
+def _mask_conflicts(cfg: FolderLayout, images: list[Folder], vae: list[Folder],
                     text: Folder) -> list[Problem | None]:
     """A masks folder equal to or inside an images folder would be scanned as training
     images; inside a cache it mixes with (and is cleared with) cache files."""
@@ -138,7 +138,7 @@ def _mask_conflicts(cfg: Config, images: list[Folder], vae: list[Folder],
     return found
 
 
-def _missing_masks(cfg: Config) -> list[Problem]:
+def _missing_masks(cfg: FolderLayout) -> list[Problem]:
     out = []
     for folder in _mask_folders(cfg):
         path = real(folder.path)

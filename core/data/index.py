@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.config import DatasetConfig
 from core.data.captions import CaptionReader
+from core.data.entries import DatasetEntry
 from core.data.images import IMAGE_EXTENSIONS, BadImage, load_rgb, read_header
 from core.data.scan import scan_images
 from core.problems import Problem, error, errors, warning
@@ -57,7 +57,7 @@ def _check_folder(root: Path, key: str) -> Problem | None:
     return None
 
 
-def _scan(ds: DatasetConfig, root: Path, key: str, out: DatasetIndex) -> list[Path]:
+def _scan(ds: DatasetEntry, root: Path, key: str, out: DatasetIndex) -> list[Path]:
     others: Counter[str] = Counter()
     exclude = [ds.vae_cache] if ds.vae_cache.strip() else []
     try:
@@ -76,7 +76,7 @@ def _scan(ds: DatasetConfig, root: Path, key: str, out: DatasetIndex) -> list[Pa
 
 
 def index_dataset(
-    ds: DatasetConfig,
+    ds: DatasetEntry,
     dataset_key: str,
     verify: bool = False,
     progress: Callable[[int, int], None] | None = None,
@@ -115,7 +115,7 @@ def index_dataset(
     return out
 
 
-def _attach_masks(ds: DatasetConfig, dataset_key: str, out: DatasetIndex) -> None:
+def _attach_masks(ds: DatasetEntry, dataset_key: str, out: DatasetIndex) -> None:
     """Each item's loss mask (core/data/masks.py); a missing masks folder is the conflict
     check's error, so nothing is matched here then."""
     if not ds.masks.strip() or not Path(ds.masks).is_dir() or not out.items:

@@ -14,10 +14,9 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.config import DatasetConfig
 from core.data.images import IMAGE_EXTENSIONS
 
-DATASETS_DIR = "datasets"
+DATASETS_DIR = "datasets"  # under the workspace
 CAPTION_SUFFIX = ".txt"
 
 
@@ -45,14 +44,6 @@ def dataset_name(text: str) -> str:
     """A folder and dataset id from what the person typed ("My cats!" -> "My-cats")."""
     name = re.sub(r"[^\w.-]+", "-", text.strip()).strip("-.")
     return name or "uploaded"
-
-
-def uploaded_dataset(name: str, dataset_id: str | None = None) -> DatasetConfig:
-    """The dataset entry for `datasets/<name>`, its latents cached outside the images
-    in a folder named after its (unique) id, so no two datasets share one."""
-    dataset_id = dataset_id or name
-    return DatasetConfig(id=dataset_id, images=f"{DATASETS_DIR}/{name}",
-                         vae_cache=f"cache/{dataset_id}/vae")
 
 
 def upload_images(files: list[str | Path], workspace: str | Path, name: str) -> UploadResult:

@@ -96,7 +96,7 @@ class FamilyDefaults:
     text_encoder_lora_targets: list[str] | None = None
     # Whether diffusers' load_lora_weights of this pipeline loads LoKr (core/models/adapters.py).
     diffusers_lokr: bool = False
-    # Memory estimate (core/models/memory.py): text tokens attended beside the padded
+    # Memory estimate (core/memory_estimate.py): text tokens attended beside the padded
     # max_sequence_length (SD3's CLIP tokens), and the latent patch the family packs
     # itself before the transformer (Flux-style 2x2 packing: 2; its configs say 1).
     extra_text_tokens: int = 0

@@ -13,7 +13,7 @@ from core.presets import PRESETS_DIR, gated_note, is_demo, list_presets, preset_
 from core.problems import ConfigError, Problem, blocking, error, errors
 
 if TYPE_CHECKING:
-    from core.models.memory import MemoryEstimate
+    from core.memory_estimate import MemoryEstimate
 
 __all__ = ["PRESETS_DIR", "CheckReport", "check", "check_model_source", "estimate_memory",
            "gated_note", "is_demo", "list_presets", "load_run_config", "output_dir",
@@ -90,7 +90,7 @@ def estimate_memory(cfg: Config, workspace: Path,
                     buckets: list[tuple[int, int]] | None = None,
                     caches_built: bool | None = None) -> MemoryEstimate | None:
     """The memory a run of `cfg` (resolved) needs, or None when the model cannot be read
-    without a download (core/models/memory.py). Reads only."""
-    from core.models.memory import estimate_memory as estimate
+    without a download (core/memory_estimate.py). Reads only."""
+    from core.memory_estimate import estimate_memory as estimate
 
     return estimate(cfg, workspace, buckets, caches_built)

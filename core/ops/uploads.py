@@ -20,10 +20,15 @@ def dataset_name(text: str) -> str:
 
 
 def uploaded_dataset(name: str, dataset_id: str | None = None) -> DatasetConfig:
-    """The dataset entry that reads the upload folder `name`."""
-    from core.data.upload import uploaded_dataset as dataset
+    """The dataset entry for the upload folder `datasets/<name>`, its latents cached
+    outside the images in a folder named after its (unique) id, so no two datasets
+    share one."""
+    from core.config import DatasetConfig
+    from core.data.upload import DATASETS_DIR
 
-    return dataset(name, dataset_id)
+    dataset_id = dataset_id or name
+    return DatasetConfig(id=dataset_id, images=f"{DATASETS_DIR}/{name}",
+                         vae_cache=f"cache/{dataset_id}/vae")
 
 
 def upload_images(files: list[str | Path], workspace: str | Path, name: str) -> UploadResult:

@@ -122,6 +122,25 @@ class RunFolder:
         first."""
         return [p for _, p in _step_folders(self.checkpoints)]
 
+    def find_checkpoint(self, which: str) -> Path:
+        """`latest` (or ""), a step number, a folder name or a path: the complete
+        checkpoint it names; FileNotFoundError with a clear message when absent."""
+        if which in ("latest", ""):
+            found = self.checkpoint_folders()
+            if not found:
+                raise FileNotFoundError(
+                    f"no checkpoint in {self.checkpoints} to resume from (the run ended "
+                    "before its first one); start a new run with another output.dir")
+            return found[-1]
+        candidate = Path(which)
+        if which.isdigit():
+            candidate = self.checkpoint(int(which))
+        elif not candidate.is_absolute():
+            candidate = self.checkpoints / which
+        if not (candidate / "meta.json").exists():
+            raise FileNotFoundError(f"checkpoint {candidate} not found or incomplete")
+        return candidate
+
     @property
     def lora(self) -> Path:
         return self.root / "lora"

@@ -96,10 +96,8 @@ def require_checkpoint(run_dir: Path, which: str) -> None:
     """Refuse a resume whose checkpoint (`which`: "latest" or a name) the trainer would
     not find, before the folder is touched: the trainer finds out only after loading the
     model, and an extension would already have rewritten config.toml."""
-    from core.train.checkpoint import find_checkpoint  # the trainer's own lookup
-
     try:
-        find_checkpoint(run_dir, which)
+        RunFolder(run_dir).find_checkpoint(which)  # the trainer's own lookup
     except FileNotFoundError as exc:
         have = [p.name for p in RunFolder(run_dir).checkpoint_folders()]
         hint = (f"; it has {', '.join(have)} (--resume without a name takes the latest)"

@@ -44,22 +44,8 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
 
 
 def find_checkpoint(run_dir: Path, which: str) -> Path:
-    """`latest`, a step number, a folder name or a path; a clear error when absent."""
-    if which in ("latest", ""):
-        found = list_checkpoints(run_dir)
-        if not found:
-            raise FileNotFoundError(f"no checkpoint in {RunFolder(run_dir).checkpoints} to "
-                                    "resume from (the run ended before its first one); "
-                                    "start a new run with another output.dir")
-        return found[-1]
-    candidate = Path(which)
-    if which.isdigit():
-        candidate = RunFolder(run_dir).checkpoint(int(which))
-    elif not candidate.is_absolute():
-        candidate = RunFolder(run_dir).checkpoints / which
-    if not (candidate / "meta.json").exists():
-        raise FileNotFoundError(f"checkpoint {candidate} not found or incomplete")
-    return candidate
+    """The checkpoint `which` names in `run_dir` (RunFolder.find_checkpoint)."""
+    return RunFolder(run_dir).find_checkpoint(which)
 
 
 def rng_state() -> dict[str, Any]:

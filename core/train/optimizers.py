@@ -1,8 +1,8 @@
 """train.optimizer: which class each name builds, from which package, with which of the
 train.optimizer_* keys, and the schedule-free switch to averaged weights.
 
-The table is data (no heavy import at module level), so the config check can say which
-keys an optimizer ignores without importing torch.
+The table is core/config/optimizers.py (data, no heavy import), so the config check can
+say which keys an optimizer ignores without importing torch.
 
 - adamw: torch.optim.AdamW. adamw8bit: bitsandbytes' AdamW8bit (on CUDA, and on the CPU
   since bitsandbytes 0.45).
@@ -22,42 +22,9 @@ import contextlib
 import importlib
 import inspect
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
-BETAS = ("optimizer_beta1", "optimizer_beta2")
-
-
-@dataclass(frozen=True)
-class OptimizerSpec:
-    module: str
-    cls: str
-    package: str  # what to pip install when the import fails
-    keys: tuple[str, ...]  # the train.* option keys it reads
-    fixed: dict[str, Any] = field(default_factory=dict)  # constructor arguments always given
-
-
-OPTIMIZERS: dict[str, OptimizerSpec] = {
-    "adamw": OptimizerSpec("torch.optim", "AdamW", "torch", (*BETAS, "optimizer_eps")),
-    "adamw8bit": OptimizerSpec("bitsandbytes.optim", "AdamW8bit", "bitsandbytes",
-                               (*BETAS, "optimizer_eps")),
-    "prodigy": OptimizerSpec("pytorch_optimizer", "Prodigy", "pytorch-optimizer",
-                             (*BETAS, "optimizer_eps", "prodigy_d_coef",
-                              "prodigy_safeguard_warmup")),
-    "adafactor": OptimizerSpec("transformers.optimization", "Adafactor", "transformers",
-                               ("optimizer_beta1",),
-                               {"relative_step": False, "scale_parameter": False,
-                                "warmup_init": False}),
-    "lion": OptimizerSpec("pytorch_optimizer", "Lion", "pytorch-optimizer", BETAS),
-    "came": OptimizerSpec("pytorch_optimizer", "CAME", "pytorch-optimizer", BETAS),
-    "adamw_schedulefree": OptimizerSpec("pytorch_optimizer", "ScheduleFreeAdamW",
-                                        "pytorch-optimizer", (*BETAS, "optimizer_eps")),
-}
-OPTIMIZER_NAMES = tuple(OPTIMIZERS)
-# Option keys and the value meaning "the optimizer's own default" (the schema's defaults).
-OPTION_DEFAULTS: dict[str, Any] = {"optimizer_beta1": 0.0, "optimizer_beta2": 0.0,
-                                   "optimizer_eps": 0.0, "prodigy_d_coef": 1.0,
-                                   "prodigy_safeguard_warmup": False}
+from core.config.optimizers import OPTIMIZERS
 
 
 class OptimizerUnavailable(Exception):

@@ -7,8 +7,10 @@ with the text encoders and the VAE on the GPU; they go back to the CPU, and only
 does the denoiser come to the GPU, with what trains it. The per-GPU figure is the larger
 phase. A CPU run (launch.cpu) holds every part in RAM at once.
 
-memory_model.py reads the sizes (meta-device components from their configs);
-memory_activations.py holds the activation formulas and their coefficients.
+core/models/memory_model.py reads the sizes (meta-device components from their configs);
+core/models/memory_activations.py holds the activation formulas and their coefficients.
+This module reads the whole config and the caches' state, so it sits above both, beside
+the check, not in core/models.
 """
 
 from __future__ import annotations

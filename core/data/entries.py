@@ -1,0 +1,44 @@
+"""What the data layer reads of the typed config, as structural types.
+
+core/data sits below core/config (the config's checks read the data layer), so it
+cannot import the config's dataclasses; these protocols name the fields it reads, and
+core.config's DatasetConfig and Config satisfy them as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+
+class DatasetEntry(Protocol):
+    """One `[[datasets]]` entry: its folders and how its captions are read."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def images(self) -> str: ...
+    @property
+    def vae_cache(self) -> str: ...
+    @property
+    def masks(self) -> str: ...
+    @property
+    def caption(self) -> str: ...
+    @property
+    def instance_prompt(self) -> str: ...
+
+
+class HasDir(Protocol):
+    @property
+    def dir(self) -> str: ...
+
+
+class FolderLayout(Protocol):
+    """The folders of a whole config: every dataset's, the text cache's, the output's."""
+
+    @property
+    def datasets(self) -> Sequence[DatasetEntry]: ...
+    @property
+    def text_cache(self) -> HasDir: ...
+    @property
+    def output(self) -> HasDir: ...

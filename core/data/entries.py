@@ -14,18 +14,12 @@ from typing import Protocol
 class DatasetEntry(Protocol):
     """One `[[datasets]]` entry: its folders and how its captions are read."""
 
-    @property
-    def id(self) -> str: ...
-    @property
-    def images(self) -> str: ...
-    @property
-    def vae_cache(self) -> str: ...
-    @property
-    def masks(self) -> str: ...
-    @property
-    def caption(self) -> str: ...
-    @property
-    def instance_prompt(self) -> str: ...
+    id: str
+    images: str
+    vae_cache: str
+    masks: str
+    caption: str
+    instance_prompt: str
 
 
 class HasDir(Protocol):

@@ -190,6 +190,13 @@ def run_config(tmp: Path) -> Path:
     return tmp / "run.toml"
 
 
+def terminal_env() -> dict[str, str]:
+    """The environment of a command typed in a terminal: its width is the terminal's.
+    pytest-xdist's workers export COLUMNS=80, which would override the pty's 120."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    return {**env, "TERM": "xterm"}
+
+
 def command(config: Path, workspace: Path) -> list[str]:
     return [PYTHON, str(REPO / "app.py"), "--no-ui", "--config", str(config),
             "--workspace", str(workspace)]
@@ -240,7 +247,7 @@ def test_headless_run_in_a_terminal_redraws_one_progress_line(
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     proc = subprocess.Popen(command(run_config(tmp_path), tiny_workspace), cwd=REPO,
                             stdin=subprocess.DEVNULL, stdout=slave, stderr=slave,
-                            env={**os.environ, "TERM": "xterm"})
+                            env=terminal_env())
     os.close(slave)
     try:
         raw = read_all(master, proc, timeout=600).decode("utf-8", "replace")

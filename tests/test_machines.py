@@ -24,6 +24,10 @@ from core.runs.status import read_status
 pytestmark = pytest.mark.slow
 
 MAX_STEPS = 20
+# Runs `python <args>` with SIGINT back at its default, so Python installs its Ctrl-C
+# handler (it does not when SIGINT is ignored at start).
+DEFAULT_SIGINT_EXEC = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                       "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
 
 
 def two_machine_config(tmp: Path) -> Config:
@@ -58,8 +62,11 @@ class Machines:
 
     def start(self, config: Path, rank: int, port: int, *sets: str,
               resume: bool = False) -> subprocess.Popen:
-        args = [PYTHON, "app.py", "--no-ui", "--workspace", str(self.workspace),
-                "--config", str(config), *(["--resume"] if resume else []),
+        # Ctrl-C as a terminal delivers it: a suite started in the background (`make
+        # test &` in a script) ignores SIGINT, and the machine's app.py would inherit that.
+        args = [PYTHON, "-c", DEFAULT_SIGINT_EXEC, "app.py", "--no-ui",
+                "--workspace", str(self.workspace), "--config", str(config),
+                *(["--resume"] if resume else []),
                 "--set", f"launch.machine_rank={rank}",
                 "--set", f"launch.main_process_port={port}"]
         for setting in sets:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -163,3 +164,28 @@ def per_gpu_gib(check_stdout: str) -> float:
     """The per-GPU figure of `--stage check`'s memory estimate: first on its memory line,
     or, on a machine without a GPU (where the RAM figure leads), on the line after."""
     return float(re.search(r"([0-9.]+) GiB per GPU", check_stdout).group(1))
+
+
+def check_in_process(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """`python app.py --no-ui --stage check <args>` run by app.main in this process (from
+    `cwd`), its stdout, stderr and exit code as subprocess.run gives them. The check
+    launches nothing, so the interpreter and the imports (about 5 s a call here) are not
+    what these tests are about; tests/test_cli.py runs the real command."""
+    import contextlib
+    import io
+
+    import app
+
+    argv = ["--no-ui", "--stage", "check", *args]
+    out, err = io.StringIO(), io.StringIO()
+    previous = Path.cwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = app.main(argv)
+            except SystemExit as exc:  # argparse's refusals
+                code = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        os.chdir(previous)
+    return subprocess.CompletedProcess(["app.py", *argv], code, out.getvalue(), err.getvalue())

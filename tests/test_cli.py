@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, REPO, write_shapes
+from conftest import PYTHON, REPO, check_in_process, write_shapes
 
 from core.config import Config, DatasetConfig, save_config
 
@@ -61,8 +62,7 @@ def layout(tmp: Path) -> Path:
 def test_check_prints_errors_then_warnings_then_summary_and_exits_2(tmp_path: Path):
     config = layout(tmp_path)
     before = tree(tmp_path)
-    done = app("--no-ui", "--config", str(config), "--workspace", str(tmp_path / "ws"),
-               "--stage", "check")
+    done = check_in_process("--config", str(config), "--workspace", str(tmp_path / "ws"))
     assert done.returncode == 2, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "== check"
@@ -143,8 +143,7 @@ def test_relative_workspace_resolves_from_the_current_folder(tmp_path: Path):
     cfg = Config(datasets=[DatasetConfig(id="a", images="data/a", vae_cache="cache/a",
                                          resolution=64)])
     save_config(cfg, tmp_path / "run.toml")
-    done = app("--no-ui", "--config", "run.toml", "--workspace", "ws", "--stage", "check",
-               cwd=tmp_path)
+    done = check_in_process("--config", "run.toml", "--workspace", "ws", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert not (tmp_path / "ws/cache").exists()
     assert os.listdir(tmp_path / "ws") == ["data"]
@@ -192,20 +191,16 @@ def test_a_run_without_a_checkpoint_is_not_offered_a_resume(tmp_path: Path, stat
                                                "resumed")
 
 
-def test_adamw8bit_without_bitsandbytes_is_an_error_at_check(tmp_path: Path):
+def test_adamw8bit_without_bitsandbytes_is_an_error_at_check(tmp_path: Path,
+                                                              monkeypatch) -> None:
     write_shapes(tmp_path / "data/a", 2)
     cfg = Config(datasets=[DatasetConfig(id="a", images="data/a", vae_cache="cache/a",
                                          resolution=64)])
     save_config(cfg, tmp_path / "run.toml")
-    # requirements.txt installs bitsandbytes: the app runs here as on a machine without it.
-    (tmp_path / "site").mkdir()
-    (tmp_path / "site/sitecustomize.py").write_text(
-        "import sys\nsys.modules['bitsandbytes'] = None  # find_spec: None; import fails\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
-    done = subprocess.run([PYTHON, str(REPO / "app.py"), "--no-ui", "--config",
-                           str(tmp_path / "run.toml"), "--workspace", str(tmp_path), "--stage",
-                           "check", "--set", "train.optimizer=adamw8bit"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    # requirements.txt installs bitsandbytes: the check runs as on a machine without it.
+    monkeypatch.setitem(sys.modules, "bitsandbytes", None)  # find_spec: None; import fails
+    done = check_in_process("--config", str(tmp_path / "run.toml"), "--workspace",
+                            str(tmp_path), "--set", "train.optimizer=adamw8bit")
     assert done.returncode == 2, done.stdout + done.stderr
     out = done.stdout + done.stderr
     assert "error: train.optimizer:" in out

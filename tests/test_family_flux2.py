@@ -12,12 +12,10 @@ Mistral's chat template in the processor's place.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import PYTHON, REPO, per_gpu_gib
 
 from core.models import loading
 from core.models.families.flux2 import FAMILY as FLUX2
@@ -198,24 +196,6 @@ def test_lora_trains_saves_and_both_files_reload_in_diffusers(folder: Path, tmp_
     torch.testing.assert_close(_image(base, embeds), before)
     base.load_lora_weights(str(files["comfyui"]))  # BFL layout, as ComfyUI reads it
     torch.testing.assert_close(_image(base, embeds), trained, atol=2e-4, rtol=0)
-
-
-# ---------------------------------------------------------------- the preset
-
-
-def test_preset_check_estimate_fits_24gb(tmp_path: Path) -> None:
-    """The check's estimate, not a measurement (bench/gpu_memory.py measures)."""
-    (tmp_path / "data/mydata").mkdir(parents=True)
-    from conftest import write_shapes
-
-    write_shapes(tmp_path / "data/mydata", 2)
-    done = subprocess.run([PYTHON, "app.py", "--no-ui", "--preset", "flux2-lora", "--set",
-                           "model.path=random:flux2", "--stage", "check", "--workspace",
-                           str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    line = next(x for x in done.stdout.splitlines() if x.startswith("memory:"))
-    gib = per_gpu_gib(done.stdout)
-    assert 6 < gib < 22, line
 
 
 # ---------------------------------------------------------------- single files

@@ -6,12 +6,11 @@ estimates against a 24 GB card (an estimate: bench/gpu_memory.py measures on a G
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import PYTHON, REPO, write_shapes
+from conftest import REPO, check_in_process, per_gpu_gib, write_shapes
 
 from core.config import Config, DatasetConfig, apply_overrides, load_config, resolved, save_config
 from core.memory_estimate import GIB, MemoryEstimate, MemoryPart, estimate_memory
@@ -170,10 +169,7 @@ def test_check_prints_the_memory_line_and_leaves_an_unbuilt_workspace_alone(
     cfg.output.dir = "runs/x"
     save_config(cfg, tmp_path / "run.toml")
     before = tree(ws)
-    done = subprocess.run([PYTHON, str(REPO / "app.py"), "--no-ui", "--config",
-                           str(tmp_path / "run.toml"), "--workspace", str(ws),
-                           "--stage", "check"], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
+    done = check_in_process("--config", str(tmp_path / "run.toml"), "--workspace", str(ws))
     assert done.returncode == 0, done.stdout + done.stderr
     assert [line for line in done.stdout.splitlines() if MEMORY_LINE.match(line)], done.stdout
     assert tree(ws) == before  # the tiny model was built elsewhere, and removed
@@ -332,3 +328,30 @@ def test_without_a_gpu_the_line_leads_with_the_ram_of_a_cpu_run(
     assert "no GPU" in lines[0] and "CUDA context" not in lines[0], lines
     assert "per GPU" not in lines[0]
     assert lines[1].startswith("  on a GPU: ") and "per GPU" in lines[1], lines
+
+
+# The shipped presets of the large families on their real sizes (random:<family> reads the
+# shipped configs and builds nothing): (preset, family, per-GPU GiB bounds, the frozen
+# weights the line names). Estimates, not measurements: bench/gpu_memory.py measures.
+PRESET_ESTIMATES = [
+    ("chroma-lora", "chroma", (18, 21), "16.6"),  # 8.9 B parameters in bf16, 1024 px
+    ("qwen-image-lora", "qwen_image", (18, 24), "19.0"),  # int8 20 B base, 1024 px
+    ("flux2-lora", "flux2", (6, 22), None),
+    ("z-image-lora", "z_image", (12, 22), "11.5"),  # bf16, unquantized, 1024 px
+]
+
+
+@pytest.mark.parametrize(("preset", "family", "bounds", "frozen"), PRESET_ESTIMATES,
+                         ids=[p[1] for p in PRESET_ESTIMATES])
+def test_preset_check_passes_and_its_estimate_fits_a_24gb_card(
+        tmp_path: Path, preset: str, family: str, bounds: tuple[int, int],
+        frozen: str | None) -> None:
+    write_shapes(tmp_path / "data/mydata", 2)
+    done = check_in_process("--preset", preset, "--workspace", str(tmp_path),
+                            "--set", f"model.path=random:{family}")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("memory: "))
+    assert bounds[0] < per_gpu_gib(done.stdout) < bounds[1], line
+    if frozen is not None:
+        assert f"frozen weights {frozen} GiB" in line
+

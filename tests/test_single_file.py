@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import PYTHON, REPO, write_shapes
+from conftest import PYTHON, REPO, check_in_process, write_shapes
 from ldm_checkpoint import build_sdxl_with_distinct_encoders, write_single_file
 
 from core.check import run_check
@@ -167,10 +167,8 @@ def test_sd2_file_with_default_configs_warns_about_v_prediction(models, tmp_path
 def test_offline_single_file_without_model_config_exits_2_at_check(models, tmp_path) -> None:
     file = models["sd15"][1]
     save_config(_config(tmp_path, file), tmp_path / "run.toml")
-    done = subprocess.run([PYTHON, str(REPO / "app.py"), "--no-ui", "--config",
-                           str(tmp_path / "run.toml"), "--workspace", str(tmp_path),
-                           "--stage", "check"], cwd=REPO, capture_output=True, text=True,
-                          timeout=180)
+    done = check_in_process("--config", str(tmp_path / "run.toml"), "--workspace",
+                            str(tmp_path))
     assert done.returncode == 2, done.stdout + done.stderr
     [line] = [x for x in done.stdout.splitlines() if x.startswith("error:")]
     assert line.startswith("error: model.config: is empty") and str(file) in line

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, REPO, small_config
+from conftest import check_in_process, small_config
 
 from core.config import DatasetConfig, dumps_config, load_config
 from core.presets import list_presets, preset_path
@@ -82,9 +81,7 @@ def test_saved_form_is_accepted_unchanged_by_the_cli(tmp_path):
     path = save_named(ctx, cfg, "my-run")
     assert path == tmp_path / "ws/configs/my-run.toml"
     assert path.read_text() == dumps_config(cfg)
-    done = subprocess.run([PYTHON, "app.py", "--no-ui", "--config", str(path), "--workspace",
-                           str(tmp_path / "ws"), "--stage", "check"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    done = check_in_process("--config", str(path), "--workspace", str(tmp_path / "ws"))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "dataset 'shapes': 72 image(s)" in done.stdout
 

@@ -4,17 +4,17 @@ trainer runs of a tiny model."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, REPO, small_config
+from conftest import small_config, train_in_process
 
 from core.config import save_config
 
 
-def _train(tmp: Path, workspace: Path, **settings) -> tuple[Path, subprocess.CompletedProcess]:
-    """A tiny sd15 LoRA run, trainer only: 4 images at batch 2, so 2 steps an epoch."""
+def _train(tmp: Path, workspace: Path, **settings) -> Path:
+    """A tiny sd15 LoRA run, trainer only and in-process: 4 images at batch 2, so 2 steps
+    an epoch."""
     cfg = small_config(tmp, images=4)
     cfg.validation.prompts = ["a red circle"]
     cfg.validation.every = 1000
@@ -22,11 +22,8 @@ def _train(tmp: Path, workspace: Path, **settings) -> tuple[Path, subprocess.Com
         section, name = key.split("__")
         setattr(getattr(cfg, section), name, value)
     save_config(cfg, tmp / "run.toml")
-    done = subprocess.run([PYTHON, "-m", "core.train.main", "--config", str(tmp / "run.toml"),
-                           "--workspace", str(workspace)], cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return Path(cfg.output.dir), done
+    assert train_in_process(tmp / "run.toml", workspace) == 0
+    return Path(cfg.output.dir)
 
 
 def _events(run_dir: Path, kind: str) -> list[dict]:
@@ -40,9 +37,9 @@ def test_checkpoints_and_epoch_ends_leave_loadable_loras_and_tensorboard(
     from safetensors.torch import load_file
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    run_dir, _ = _train(tmp_path, tiny_workspace, train__max_steps=7,
-                        train__checkpoint_every=3, train__keep_checkpoints=1,
-                        train__save_every_epochs=2, train__eval_every=3)
+    run_dir = _train(tmp_path, tiny_workspace, train__max_steps=7,
+                     train__checkpoint_every=3, train__keep_checkpoints=1,
+                     train__save_every_epochs=2, train__eval_every=3)
     # Checkpoints at 3, 6 and the last step 7; epochs end at 2, 4, 6: every 2nd is step 4.
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step_000007"]
     saved = sorted(p.name for p in (run_dir / "lora").iterdir() if p.is_dir())
@@ -78,6 +75,7 @@ def test_checkpoints_and_epoch_ends_leave_loadable_loras_and_tensorboard(
     from core.headless import summarize_run
     from ui.render import lora_rows, tensorboard_markdown
 
+    capsys.readouterr()  # the trainer's own output
     summarize_run(run_dir, "done", tiny_workspace)
     out = capsys.readouterr().out
     assert f"tensorboard --logdir {run_dir / 'tensorboard'}" in out
@@ -90,8 +88,8 @@ def test_checkpoints_and_epoch_ends_leave_loadable_loras_and_tensorboard(
 
 @pytest.mark.slow
 def test_tensorboard_off_writes_no_folder(tmp_path: Path, tiny_workspace: Path):
-    run_dir, done = _train(tmp_path, tiny_workspace, train__max_steps=2,
-                           train__checkpoint_every=1000, logging__tensorboard=False)
+    run_dir = _train(tmp_path, tiny_workspace, train__max_steps=2,
+                     train__checkpoint_every=1000, logging__tensorboard=False)
     assert (run_dir / "lora/pytorch_lora_weights.safetensors").is_file()
     assert not (run_dir / "tensorboard").exists()
     from ui.render import tensorboard_markdown

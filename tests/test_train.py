@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, REPO, small_config
+from conftest import PYTHON, REPO, small_config, train_in_process
 
 from core.config import Config, save_config
 from core.runs.command import build_accelerate_command
@@ -128,6 +128,11 @@ def test_same_output_folder_is_refused_with_instructions(demo_run):
     assert "it is not overwritten" in done.stderr and "--resume" in done.stderr
 
 
+# Long enough that a stop at step 7 (or a kill after the checkpoint at 5) lands well
+# before the end even on a loaded machine, with steps left to compare after the resume.
+STOP_RUN_STEPS = 30
+
+
 def _config(tmp: Path, workspace: Path, steps: int, **train) -> tuple[Config, Path]:
     cfg = small_config(tmp, images=8)
     cfg.train.max_steps = steps
@@ -155,17 +160,17 @@ def _wait_for_step(run_dir: Path, step: int, timeout: float = 300) -> None:
 
 
 def test_stop_then_resume_continues_the_same_curve(tmp_path: Path, tiny_workspace: Path):
-    reference_cfg, reference_dir = _config(tmp_path / "a", tiny_workspace, 60)
+    reference_cfg, reference_dir = _config(tmp_path / "a", tiny_workspace, STOP_RUN_STEPS)
     assert _start(reference_cfg, tiny_workspace).wait(timeout=600) == "done"
     reference = step_losses(reference_dir)
 
-    cfg, run_dir = _config(tmp_path / "b", tiny_workspace, 60)
+    cfg, run_dir = _config(tmp_path / "b", tiny_workspace, STOP_RUN_STEPS)
     handle = _start(cfg, tiny_workspace)
     _wait_for_step(run_dir, 7)
     result = handle.stop(grace_s=120)
     assert result.state == "stopped" and not result.forced
     stopped_at = read_status(run_dir).step
-    assert stopped_at < 60
+    assert stopped_at < STOP_RUN_STEPS
     assert (run_dir / f"checkpoints/step_{stopped_at:06d}").is_dir()
     assert (run_dir / "lora/pytorch_lora_weights.safetensors").is_file()
 
@@ -174,14 +179,14 @@ def test_stop_then_resume_continues_the_same_curve(tmp_path: Path, tiny_workspac
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "resumed from" in (run_dir / "train.log").read_text()
     losses = step_losses(run_dir)
-    later = list(range(stopped_at + 1, 61))
+    later = list(range(stopped_at + 1, STOP_RUN_STEPS + 1))
     assert later, "the resumed run must take steps"
     for step in later:
         assert losses[step] == pytest.approx(reference[step], rel=1e-3, abs=1e-4), step
 
 
 def test_killed_run_is_marked_failed_and_resumes(tmp_path: Path, tiny_workspace: Path):
-    cfg, run_dir = _config(tmp_path, tiny_workspace, 60)
+    cfg, run_dir = _config(tmp_path, tiny_workspace, STOP_RUN_STEPS)
     handle = _start(cfg, tiny_workspace)
     deadline = time.monotonic() + 300
     while not (run_dir / "checkpoints/step_000005").is_dir():
@@ -195,7 +200,7 @@ def test_killed_run_is_marked_failed_and_resumes(tmp_path: Path, tiny_workspace:
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     log = (run_dir / "train.log").read_text()
     assert "resumed from" in log and "checkpoints/step_0000" in log
-    assert read_status(run_dir).state == "done" and read_status(run_dir).step == 60
+    assert read_status(run_dir).state == "done" and read_status(run_dir).step == STOP_RUN_STEPS
 
 
 def test_two_process_cpu_run(tmp_path: Path, tiny_workspace: Path):
@@ -235,10 +240,8 @@ def test_each_family_trains_a_few_steps(tmp_path: Path, tiny_workspace: Path, fa
     cfg.validation.every = 3
     cfg.validation.prompts = ["a red circle"]
     save_config(cfg, tmp_path / "run.toml")
-    done = subprocess.run([PYTHON, "-m", "core.train.main", "--config", str(tmp_path / "run.toml"),
-                           "--workspace", str(tiny_workspace)], cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # In-process (the launched program is test_demo_run's and test_two_process_cpu_run's).
+    assert train_in_process(tmp_path / "run.toml", tiny_workspace) == 0
     run_dir = Path(cfg.output.dir)
     assert sorted(step_losses(run_dir)) == [1, 2, 3]
     assert (run_dir / "validation/step_000003/00.png").is_file()
@@ -259,10 +262,7 @@ def test_a_crash_is_recorded_as_failed_with_the_error(tmp_path: Path, tiny_works
     cfg = small_config(tmp_path, images=2)
     cfg.model.path = str(tmp_path / "missing/model.safetensors")
     save_config(cfg, tmp_path / "run.toml")
-    done = subprocess.run([PYTHON, "-m", "core.train.main", "--config", str(tmp_path / "run.toml"),
-                           "--workspace", str(tiny_workspace)], cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 1
+    assert train_in_process(tmp_path / "run.toml", tiny_workspace) == 1
     run_dir = Path(cfg.output.dir)
     status = read_status(run_dir)
     assert status.state == "failed" and "missing/model.safetensors" in status.reason
@@ -276,10 +276,7 @@ def test_full_fine_tune_saves_a_loadable_model(tmp_path: Path, tiny_workspace: P
     cfg.train.max_steps = 2
     cfg.validation.prompts = []
     save_config(cfg, tmp_path / "run.toml")
-    done = subprocess.run([PYTHON, "-m", "core.train.main", "--config", str(tmp_path / "run.toml"),
-                           "--workspace", str(tiny_workspace)], cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert train_in_process(tmp_path / "run.toml", tiny_workspace) == 0
     from diffusers import StableDiffusionPipeline
 
     StableDiffusionPipeline.from_pretrained(str(Path(cfg.output.dir) / "model"),

@@ -120,7 +120,7 @@ def events(run_dir: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1600)  # the whole demo run: its own 1500 s limit, not the suite's 900
+@pytest.mark.timeout(1600)  # the whole demo run: its own 1500 s limit, not the suite's 600
 def test_demo_learns_the_captions_and_shows_before_beside_after(tmp_path: Path):
     """The demo as shipped: the eval loss falls, the loss with true captions is well
     below the loss with shuffled ones, the prompts are drawn before training and after,

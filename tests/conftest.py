@@ -179,26 +179,31 @@ def per_gpu_gib(check_stdout: str) -> float:
     return float(re.search(r"([0-9.]+) GiB per GPU", check_stdout).group(1))
 
 
-def check_in_process(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    """`python app.py --no-ui --stage check <args>` run by app.main in this process (from
-    `cwd`), its stdout, stderr and exit code as subprocess.run gives them. The check
-    launches nothing, so the interpreter and the imports (about 5 s a call here) are not
-    what these tests are about; tests/test_cli.py runs the real command."""
+def app_in_process(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """`python app.py <args>` run by app.main in this process (from `cwd`), its stdout,
+    stderr and exit code as subprocess.run gives them. For commands whose outcome is
+    decided here (a check, a refusal): the interpreter and the imports (about 5 s a
+    call here) are not what those tests are about; tests/test_cli.py runs the real
+    command."""
     import contextlib
     import io
 
     import app
 
-    argv = ["--no-ui", "--stage", "check", *args]
     out, err = io.StringIO(), io.StringIO()
     previous = Path.cwd()
     os.chdir(cwd)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                code = app.main(argv)
+                code = app.main(list(args))
             except SystemExit as exc:  # argparse's refusals
                 code = exc.code if isinstance(exc.code, int) else 2
     finally:
         os.chdir(previous)
-    return subprocess.CompletedProcess(["app.py", *argv], code, out.getvalue(), err.getvalue())
+    return subprocess.CompletedProcess(["app.py", *args], code, out.getvalue(), err.getvalue())
+
+
+def check_in_process(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """`python app.py --no-ui --stage check <args>`, in this process (app_in_process)."""
+    return app_in_process("--no-ui", "--stage", "check", *args, cwd=cwd)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from core.config import Config, DatasetConfig, save_config
-from tests.conftest import PYTHON, REPO, write_shapes
+from tests.conftest import app_in_process, write_shapes
 
 CAPTIONER = "models/tiny-blip"  # relative: resolved against the workspace
 
@@ -56,12 +56,21 @@ def config(ws: Path, **captioning: object) -> Path:
 
 
 def run_stage(ws: Path, cfg: Path, *sets: str) -> subprocess.CompletedProcess:
-    args = [PYTHON, str(REPO / "app.py"), "--no-ui", "--workspace", str(ws), "--config",
-            str(cfg), "--stage", "caption"]
+    """`app.py --stage caption`, in-process: its check here, the captioning job launched
+    as a subprocess under the run manager as always; CPU only, as on a machine without a
+    GPU."""
+    args = ["--no-ui", "--workspace", str(ws), "--config", str(cfg), "--stage", "caption"]
     for item in sets:
         args += ["--set", item]
-    return subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    try:
+        return app_in_process(*args)
+    finally:
+        if saved is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES")
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = saved
 
 
 def test_caption_stage_fills_missing_captions_and_touches_no_existing_one(

@@ -6,11 +6,10 @@ from __future__ import annotations
 import argparse
 import shlex
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, REPO
+from conftest import app_in_process
 
 from core import ops
 from core.config import load_config
@@ -101,10 +100,9 @@ def test_resume_from_a_checkpoint_that_is_not_there_is_refused_before_anything_c
     workspace = tmp_path / "ws"
     run_dir = done_run(workspace)
     before = tree(workspace)
-    done = subprocess.run([PYTHON, str(REPO / "app.py"), "--no-ui", "--workspace",
-                           str(workspace), "--config", str(RunFolder(run_dir).config),
-                           "--resume", "step_000099", "--set", "train.max_steps=60"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = app_in_process("--no-ui", "--workspace", str(workspace), "--config",
+                          str(RunFolder(run_dir).config), "--resume", "step_000099",
+                          "--set", "train.max_steps=60")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "error: --resume:" in done.stderr and "step_000099" in done.stderr
     assert "it has step_000040" in done.stderr  # what can be resumed instead

@@ -1,27 +1,22 @@
 """A cache build: `accelerate launch -m core.cache.main`, run by the run manager.
 
-The UI and `--stage cache` both start it here, through `core.runs.start_run`, so it gets
-its own process group, a log, a clean stop and an honest final state. Each build gets a
-job folder `<workspace>/.cache-jobs/<stamp>/` (a `RunFolder` of kind "cache"): the config
-it ran, `cache.log` (the program's output), `events.jsonl` (its progress lines) and
-`status.json`; the newest few job folders are kept. Jobs are not training runs, so they
-stay out of the run registry.
+The UI and `--stage cache` both start it here, as a job (core/runs/jobs.py): its own
+process group, a log, a clean stop and an honest final state. Each build gets a job
+folder `<workspace>/.cache-jobs/<stamp>/` (a `RunFolder` of kind "cache"): the config it
+ran, `cache.log` (the program's output), `events.jsonl` (its progress lines) and
+`status.json`.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from core.config import Config
-from core.runs.folder import RunFolder
-from core.runs.jobs import new_job_folder
+from core.runs.jobs import BackgroundJob, new_job_folder
 from core.runs.launcher import start_accelerate
-from core.runs.manager import RunHandle
-from core.runs.tail import EventTail, last_lines
 
 JOBS_DIR = ".cache-jobs"
 KEEP_JOBS = 5
@@ -68,43 +63,16 @@ class CacheProgress:
 
 
 @dataclass
-class CacheJob:
-    handle: RunHandle
+class CacheJob(BackgroundJob):
     started_at: float = field(default_factory=time.time)
     progress: CacheProgress = field(default_factory=CacheProgress)
-    _events: EventTail | None = None
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    @property
-    def folder(self) -> RunFolder:
-        return self.handle.folder
 
     @property
     def job_dir(self) -> Path:
         return self.handle.folder.root
 
-    @property
-    def log_path(self) -> Path:
-        return self.handle.folder.log
-
-    def poll(self) -> str | None:
-        """Read new progress events; the final state ("done", "failed", "stopped") or None.
-
-        Thread-safe: a UI polls from its monitor thread and from request handlers."""
-        with self._lock:
-            if self._events is None:
-                self._events = EventTail(self.folder.events)
-            now = time.monotonic()
-            for event in self._events.read():
-                self.progress.update(event, now)
-            return self.handle.poll()
-
-    def log_lines(self, n: int = 40) -> list[str]:
-        return last_lines(self.log_path, n)
-
-    def stop(self, grace_s: float = 10.0) -> str:
-        with self._lock:
-            return self.handle.stop(grace_s=grace_s).state
+    def on_event(self, event: dict[str, Any], now: float) -> None:
+        self.progress.update(event, now)
 
 
 def start_cache_job(cfg: Config, workspace: str | Path) -> CacheJob:

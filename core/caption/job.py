@@ -1,27 +1,24 @@
 """An auto-captioning job: `python -m core.caption.main`, run by the run manager.
 
-The UI's "Caption images" button and `--stage caption` both start it here, through
-`core.runs.start_run`, so it gets its own process group, a log, a clean stop and an
-honest final state, like a cache build (core/cache/job.py). Each job gets a folder
-`<workspace>/.caption-jobs/<stamp>/` (a `RunFolder` of kind "caption"): the config it
-ran, `caption.log`, `events.jsonl` (its progress) and `status.json`; the newest few are
-kept. Jobs are not training runs, so they stay out of the run registry.
+The UI's "Caption images" button and `--stage caption` both start it here, as a job
+(core/runs/jobs.py), like a cache build: its own process group, a log, a clean stop and
+an honest final state. Each job gets a folder `<workspace>/.caption-jobs/<stamp>/` (a
+`RunFolder` of kind "caption"): the config it ran, `caption.log`, `events.jsonl` (its
+progress) and `status.json`.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from core.config import Config
 from core.runs.command import PROJECT_ROOT, LaunchSpec
-from core.runs.folder import RunFolder
-from core.runs.jobs import new_job_folder
-from core.runs.manager import RunHandle, start_run
-from core.runs.tail import EventTail, last_lines
+from core.runs.jobs import BackgroundJob, new_job_folder
+from core.runs.manager import start_run
 
 JOBS_DIR = ".caption-jobs"
 KEEP_JOBS = 5
@@ -29,41 +26,16 @@ CAPTION_MODULE = "core.caption.main"
 
 
 @dataclass
-class CaptionJob:
-    handle: RunHandle
+class CaptionJob(BackgroundJob):
     done: int = 0
     total: int = 0
     skipped: int = 0
-    _events: EventTail | None = None
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    @property
-    def folder(self) -> RunFolder:
-        return self.handle.folder
-
-    @property
-    def log_path(self) -> Path:
-        return self.handle.folder.log
-
-    def poll(self) -> str | None:
-        """Read new progress events; the final state ("done", "failed", "stopped") or None.
-        Thread-safe (a UI polls from its monitor thread and its handlers)."""
-        with self._lock:
-            if self._events is None:
-                self._events = EventTail(self.folder.events)
-            for event in self._events.read():
-                if event.get("type") == "caption_progress":
-                    self.done = int(event.get("done", 0))
-                    self.total = int(event.get("total", 0))
-                    self.skipped = int(event.get("skipped", 0))
-            return self.handle.poll()
-
-    def log_lines(self, n: int = 40) -> list[str]:
-        return last_lines(self.log_path, n)
-
-    def stop(self, grace_s: float = 10.0) -> str:
-        with self._lock:
-            return self.handle.stop(grace_s=grace_s).state
+    def on_event(self, event: dict[str, Any], now: float) -> None:
+        if event.get("type") == "caption_progress":
+            self.done = int(event.get("done", 0))
+            self.total = int(event.get("total", 0))
+            self.skipped = int(event.get("skipped", 0))
 
 
 def start_caption_job(cfg: Config, workspace: str | Path) -> CaptionJob:

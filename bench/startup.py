@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import load_line, workspace  # noqa: E402
 
 NEEDED = ("imports", "model", "caches")
-# Rounds a config asks for before the first step (train.eval_before_training: the "eval"
-# phase holds only the eval set's preparation without it).
-ASKED = ("validation",)
+# Rounds a config asks for before the first step (train.eval_before_training,
+# validation.before_training); each phase is there only when asked.
+ASKED = ("eval", "validation")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

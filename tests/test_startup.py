@@ -14,8 +14,8 @@ from conftest import PYTHON, REPO, small_config, train_in_process
 from core.config import save_config
 from core.train.startup_clock import unused_optional_libraries
 
-IN_PROCESS_PHASES = ["interpreter", "imports", "accelerator", "model", "caches", "setup", "eval",
-                     "first_step"]  # "interpreter": here the config read alone
+IN_PROCESS_PHASES = ["interpreter", "imports", "accelerator", "model", "caches", "setup",
+                     "eval_set", "first_step"]  # "interpreter": here the config read alone
 
 
 def _train(folder: Path, **train: object) -> list[dict]:
@@ -46,6 +46,8 @@ def test_startup_event_names_each_phase_and_step_0_eval_only_when_asked(tmp_path
 
     asked = _train(tmp_path / "asked", eval_before_training=True)
     assert [e["step"] for e in asked if e["type"] == "eval"] == [0, 2]
+    (startup,) = [e for e in asked if e["type"] == "startup"]
+    assert list(startup["phases"]) == [*IN_PROCESS_PHASES[:-1], "eval", "first_step"]
 
 
 def test_a_run_leaves_out_bitsandbytes_and_torchao_unless_it_uses_them():

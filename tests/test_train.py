@@ -80,7 +80,7 @@ def test_demo_launch_says_where_its_start_up_time_went(demo_run):
     (startup,) = [e for e in all_events if e["type"] == "startup"]
     assert list(startup["phases"]) == [
         "launcher", "interpreter", "imports", "accelerator", "model", "caches", "setup",
-        "eval", "validation", "first_step"]
+        "eval_set", "eval", "validation", "first_step"]
     started = json.loads((run_dir / "status.json").read_text())["started_at"]
     first_step = next(e["time"] for e in all_events if e["type"] == "step")
     # The phases account for the wall time from the manager's start to the first step.

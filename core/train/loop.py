@@ -315,9 +315,10 @@ class Loop:
                                        cfg.train.eval_images, cfg.train.batch_size,
                                        lambda items: s.texts.fill(_unwrapped(s.components),
                                                                   items))
+        self.reporter.phase_done("eval_set")
         if start_step == 0 and cfg.train.eval_before_training:
             self.eval(0)
-        self.reporter.phase_done("eval")
+            self.reporter.phase_done("eval")
         if start_step == 0 and cfg.validation.before_training:
             self.validate(0)
             self.reporter.phase_done("validation")

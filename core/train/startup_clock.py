@@ -1,7 +1,7 @@
 """Where a launch's time went before its first step: a `startup` event and a log line.
 
     started in 9.4 s: launcher 2.9, interpreter 0.2, imports 3.1, accelerator 0.4, model 1.1,
-    caches 0.3, setup 0.5, eval 0.4, validation 0.0, first step 0.5
+    caches 0.3, setup 0.5, eval set 0.1, eval 0.4, validation 0.7, first step 0.5
 
 The phases, in order:
 - launcher: from the run manager starting `accelerate launch` to this process existing
@@ -10,8 +10,8 @@ The phases, in order:
 - interpreter: this process's start to `main` (Python, argument parsing, the config),
 - imports: torch, accelerate, diffusers, transformers and peft, imported once, up front,
 - accelerator, model (load or build), caches (check, build what is missing), setup
-  (adapter, optimizer, validation prompts, prepare), eval and validation before training
-  (each only when asked), first step.
+  (adapter, optimizer, validation prompts, prepare), eval set (the held-out batches), eval
+  and validation before training (each only when asked), first step.
 
 bench/startup.py launches the demo a few times and reads these events.
 """

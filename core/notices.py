@@ -3,7 +3,7 @@
 Imports only the standard library: the check, the trainer and the cache builder all call
 in here before the libraries that print the notices are imported. `quiet_libraries` lives
 here, below core.models, because both the model loading and the memory estimate use it
-(kept in the estimate it made an import circle: loading -> memory -> loading).
+(in the memory estimate it made an import circle: loading -> memory -> loading).
 """
 
 from __future__ import annotations

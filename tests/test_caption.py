@@ -55,22 +55,19 @@ def config(ws: Path, **captioning: object) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def cpu_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The captioning jobs run as on a machine without a GPU."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
 def run_stage(ws: Path, cfg: Path, *sets: str) -> subprocess.CompletedProcess:
     """`app.py --stage caption`, in-process: its check here, the captioning job launched
-    as a subprocess under the run manager as always; CPU only, as on a machine without a
-    GPU."""
+    as a subprocess under the run manager as always."""
     args = ["--no-ui", "--workspace", str(ws), "--config", str(cfg), "--stage", "caption"]
     for item in sets:
         args += ["--set", item]
-    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    try:
-        return app_in_process(*args)
-    finally:
-        if saved is None:
-            os.environ.pop("CUDA_VISIBLE_DEVICES")
-        else:
-            os.environ["CUDA_VISIBLE_DEVICES"] = saved
+    return app_in_process(*args)
 
 
 def test_caption_stage_fills_missing_captions_and_touches_no_existing_one(

@@ -65,6 +65,12 @@ def test_partial_config_fills_defaults():
     assert cfg.model.family == "sd15"
 
 
+def test_the_default_model_is_tiny_sd15():
+    """A contract (docs/config.md): the config's default comes from the registry (the
+    first family in display order), so a new family's ORDER must not change it."""
+    assert (Config().model.family, Config().model.path) == ("sd15", "tiny:sd15")
+
+
 def test_unknown_keys_are_named_with_a_suggestion():
     text = 'version = 1\n[train]\nmax_step = 5\n[modle]\nfamily = "sd15"\n'
     with pytest.raises(ConfigError) as info:

@@ -13,6 +13,7 @@ from typing import Any, get_type_hints
 from core.config.optimizers import OPTIMIZER_NAMES
 from core.models.adapters import LORA_KINDS
 from core.models.objectives import LOSS_WEIGHTINGS, MODE_SCALE, TIMESTEP_SAMPLINGS
+from core.models.registry import DEFAULT_FAMILY
 from core.models.registry import FAMILY_NAMES as FAMILIES
 
 CONFIG_VERSION = 1
@@ -54,9 +55,9 @@ def _f(default: Any, **kwargs: Any) -> Any:
 
 @dataclass
 class ModelConfig:
-    family: str = _f("sd15", label="Model family", choices=FAMILIES,
+    family: str = _f(DEFAULT_FAMILY, label="Model family", choices=FAMILIES,
                      help="Architecture of the base model.")
-    path: str = _f("tiny:sd15", label="Model path", kind="model_path",
+    path: str = _f(f"tiny:{DEFAULT_FAMILY}", label="Model path", kind="model_path",
                    help="Hub id, local diffusers folder, single-file .safetensors, "
                         "tiny:<family> for a tiny offline model, or random:<family> for "
                         "the full-size architecture with random weights (memory and "

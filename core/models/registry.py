@@ -60,11 +60,16 @@ def families() -> list[ModelFamily]:
     return [get_family(name) for name in _modules()]
 
 
-def __getattr__(attr: str) -> tuple[str, ...]:
-    """FAMILY_NAMES, FLOW_FAMILIES and GUIDANCE_FAMILIES, computed from the families on
-    first use (a module attribute, so `from registry import FAMILY_NAMES` works)."""
+def __getattr__(attr: str) -> tuple[str, ...] | str:
+    """FAMILY_NAMES, DEFAULT_FAMILY, FLOW_FAMILIES and GUIDANCE_FAMILIES, computed from
+    the families on first use (a module attribute, so `from registry import FAMILY_NAMES`
+    works)."""
     if attr == "FAMILY_NAMES":
         return tuple(list_families())
+    # The config's default model.family (and tiny:<it> its default model.path): the first
+    # family in display order, the one with the lowest ORDER.
+    if attr == "DEFAULT_FAMILY":
+        return list_families()[0]
     # Trained by flow matching: their target is fixed, so model.prediction_type (the
     # epsilon/v choice of the others) must stay "auto".
     if attr == "FLOW_FAMILIES":

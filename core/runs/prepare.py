@@ -96,10 +96,11 @@ def require_checkpoint(run_dir: Path, which: str) -> None:
     """Refuse a resume whose checkpoint (`which`: "latest" or a name) the trainer would
     not find, before the folder is touched: the trainer finds out only after loading the
     model, and an extension would already have rewritten config.toml."""
+    folder = RunFolder(run_dir)
     try:
-        RunFolder(run_dir).find_checkpoint(which)  # the trainer's own lookup
+        folder.find_checkpoint(which)  # the trainer's own lookup
     except FileNotFoundError as exc:
-        have = [p.name for p in RunFolder(run_dir).checkpoint_folders()]
+        have = [p.name for p in folder.checkpoint_folders()]
         hint = (f"; it has {', '.join(have)} (--resume without a name takes the latest)"
                 if have else "")
         raise RunDirError([error("--resume", f"{exc}{hint}")]) from None

@@ -43,11 +43,6 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return RunFolder(run_dir).checkpoint_folders()
 
 
-def find_checkpoint(run_dir: Path, which: str) -> Path:
-    """The checkpoint `which` names in `run_dir` (RunFolder.find_checkpoint)."""
-    return RunFolder(run_dir).find_checkpoint(which)
-
-
 def rng_state() -> dict[str, Any]:
     import torch
 

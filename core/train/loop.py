@@ -18,7 +18,6 @@ from core.runs.folder import RunFolder
 from core.train.batches import to_device
 from core.train.checkpoint import (
     TrainState,
-    find_checkpoint,
     load_checkpoint,
     save_checkpoint,
     set_rng_state,
@@ -49,7 +48,7 @@ def trainable_state(setup: Setup) -> dict[str, Any]:
 def restore(setup: Setup, run_dir: Path, which: str, reporter: Reporter) -> int:
     """Load a checkpoint into the setup; returns the step to continue from."""
     try:
-        folder = find_checkpoint(run_dir, which)
+        folder = RunFolder(run_dir).find_checkpoint(which)
     except FileNotFoundError as exc:  # a user's choice, not a crash: no traceback
         raise TrainingError(str(exc)) from None
     weights, states, state = load_checkpoint(folder, setup.accelerator.process_index)

@@ -3,7 +3,7 @@
 
 from typing import Any
 
-ORDER = 10  # place in the family lists (registry.list_families)
+ORDER = 10  # place in the family lists (registry.list_families); the first is the default
 
 
 def __getattr__(attr: str) -> Any:

@@ -91,7 +91,7 @@ def test_damaged_entries_name_the_file() -> None:
         collate([item("a.png", 4), bad])
     bad = item("y.png", 4)
     bad["latents"] = bad["latents"][0]
-    with pytest.raises(CollateError, match=r"y\.png: 'latents' must be a 3-d tensor"):
+    with pytest.raises(CollateError, match=r"y\.png: 'latents' must be a 3 or 4-d tensor"):
         collate([bad])
     with pytest.raises(CollateError, match="empty batch"):
         collate([])

@@ -36,13 +36,17 @@ EXPECTED = {
     # FLUX.2-klein-base-4B: Flux2Transformer2DModel as diffusers' convert_flux2_to_diffusers.py
     # builds klein-4b; Qwen3-4B (tied embeddings).
     "flux2": {"transformer": 3_875_544_576, "text_encoder": 4_022_468_096},
+    # Wan2.1-T2V-1.3B: ComfyUI's wan2.1_t2v_1.3B_fp16 file is 2.84 GB; UMT5-XXL's encoder
+    # alone (umt5-xxl-enc-bf16, 11.4 GB); the Wan 2.1 VAE (the same as Qwen-Image's).
+    "wan": {"transformer": 1_418_996_800, "text_encoder": 5_680_910_336, "vae": 126_892_531},
 }
 
 
 # ---------------------------------------------------------------- configs (no weights)
 
 
-@pytest.mark.parametrize("family", ["sd15", "sd2", "sdxl", "flux", "flux2", "z_image", "chroma"])
+@pytest.mark.parametrize("family", ["sd15", "sd2", "sdxl", "flux", "flux2", "z_image", "chroma",
+                                    "wan"])
 def test_parameter_counts_are_the_real_models(family):
     from core.models.full_size.meta import parameter_counts
 

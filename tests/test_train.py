@@ -226,11 +226,12 @@ FAMILY_OPTIONS = {
     "chroma": {"gradient_checkpointing": True, "mixed_precision": "bf16"},
     "qwen_image": {"lora_targets": "all"},
     "flux2": {"lora_targets": "all"},
+    "wan": {},
 }
 
 
 @pytest.mark.parametrize("family", ["sd2", "sdxl", "sd3", "flux", "flux2", "chroma", "z_image",
-                                    "qwen_image"])
+                                    "qwen_image", "wan"])
 def test_each_family_trains_a_few_steps(tmp_path: Path, tiny_workspace: Path, family: str):
     cfg = small_config(tmp_path, images=4, family=family)
     for key, value in FAMILY_OPTIONS[family].items():

@@ -66,11 +66,14 @@ def _fmt(value: Any) -> str:
     return "[" + ", ".join(str(v) for v in value) + "]" if isinstance(value, tuple) else str(value)
 
 
-def _tensor(item: dict[str, Any], key: str, path: str, dims: int) -> torch.Tensor:
+def _tensor(item: dict[str, Any], key: str, path: str, dims: int | tuple[int, ...]
+            ) -> torch.Tensor:
     value = item.get(key)
-    if not isinstance(value, torch.Tensor) or value.dim() != dims:
+    allowed = (dims,) if isinstance(dims, int) else dims
+    if not isinstance(value, torch.Tensor) or value.dim() not in allowed:
         got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-        raise CollateError(f"{path}: {key!r} must be a {dims}-d tensor, got {got}; "
+        want = " or ".join(str(d) for d in allowed)
+        raise CollateError(f"{path}: {key!r} must be a {want}-d tensor, got {got}; "
                            "the cache entry is damaged, delete it to rebuild", [path])
     return value
 
@@ -152,7 +155,8 @@ def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
     if not items:
         raise CollateError("cannot collate an empty batch", [])
     paths = [str(it.get("path", f"<item {i}>")) for i, it in enumerate(items)]
-    latents = [_tensor(it, "latents", p, 3) for it, p in zip(items, paths, strict=True)]
+    # [C, h, w], or [C, frames, h, w] for a video family's images and clips
+    latents = [_tensor(it, "latents", p, (3, 4)) for it, p in zip(items, paths, strict=True)]
     _require_same(paths, [tuple(t.shape) for t in latents], "latent shapes",
                   "A batch holds one bucket; the VAE cache is stale or was built at "
                   "another resolution: delete it to rebuild.")

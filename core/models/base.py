@@ -83,6 +83,9 @@ class FamilyDefaults:
     never a family's name, so a new family folder needs no change outside it."""
 
     name: str = ""
+    # A video family (Wan): its datasets may hold clips (datasets.N.frames), its latents
+    # keep a frame axis, and validation samples validation.frames frames.
+    video: bool = False
     # flux/flux2: guidance value a guidance-distilled model gets in training (None: the
     # family has no guidance-distilled models, and train.guidance is refused at check).
     train_guidance: float | None = None
@@ -149,6 +152,7 @@ class ModelFamily(Protocol):
     # StableDiffusionFamily says True, FlowFamily False: a family on either inherits it.
     uses_min_snr: bool
     # Optional members with defaults in FamilyDefaults (see there).
+    video: bool
     train_guidance: float | None
     max_sequence_length: int | None
     list_prompt_embeds: bool

@@ -85,6 +85,12 @@ class FlowFamily(FamilyDefaults):
     text_encoder_count = 2
     uses_min_snr = False  # min-SNR is not defined for flow matching: loss ignores it
     pipeline_class_name = ""
+    # A single-file model.path that holds only the diffusion model (Z-Image's, Wan's):
+    # the transformer class that reads it, and the hub repo whose other components and
+    # configs go with it when model.config is empty ("" : load the file as a whole
+    # pipeline, loading.load_single_file).
+    transformer_class_name = ""
+    single_file_default_config = ""
     transformer_lora_kwarg = "transformer_lora_layers"
     max_sequence_length = 256  # T5 tokens, the pipeline's own default
     timestep_sampling = "logit_normal"
@@ -116,7 +122,9 @@ class FlowFamily(FamilyDefaults):
         """
         dtype = loading.resolve_dtype(dtype)
         kind = loading.checked_source(path, self.name)
-        if kind == "file":
+        if kind == "file" and self.transformer_class_name:
+            pipe = self.load_transformer_file(path, dtype, config or "")
+        elif kind == "file":
             pipe = loading.load_single_file(self._pipeline_class(), path, self.name, dtype,
                                             config)
         else:
@@ -124,6 +132,25 @@ class FlowFamily(FamilyDefaults):
         c = self._components_from_pipeline(pipe, path, loading.fingerprint(path, kind))
         freeze((c.vae, c.denoiser, *c.text_encoders), device)
         return c
+
+    def load_transformer_file(self, path: str, dtype: Any, config: str) -> Any:
+        """The pipeline of a single file holding only the transformer: the file through
+        diffusers' `<transformer_class_name>.from_single_file`, everything else from
+        `config` (model.config: a diffusers folder or hub id), or from the repo diffusers
+        guesses from the file's tensors, or `single_file_default_config`."""
+        import diffusers
+
+        problem = loading.single_file_config_problem(path, config, self.name)
+        if problem is not None:
+            raise loading.ModelLoadError(problem.where, problem.message)
+        config = config or loading.default_config_repo(path) or self.single_file_default_config
+        transformer = loading.load_single_file_transformer(
+            getattr(diffusers, self.transformer_class_name), path, config, self.name, dtype)
+        kwargs = {"transformer": transformer} | ({} if dtype is None else {"dtype": dtype})
+        return loading.from_pretrained(self._pipeline_class(), config,
+                                       loading.classify_source(config),
+                                       f"the {self.name} text encoder, VAE and tokenizer",
+                                       "model.config", **kwargs)
 
     def set_prediction_type(self, c: Components, prediction_type: str) -> None:
         """Flow matching has one target; only "auto" is accepted (the config check says

@@ -145,17 +145,17 @@ def kohya_tensors(peft_sd: dict[str, Any], config: Any, prefix: str,
 
 
 def _lycoris_tensors(peft_sd: dict[str, Any], config: Any, prefix: str, dot: str,
-                     lora_names: tuple[str, str],
-                     base_weight: BaseWeight | None) -> dict[str, Any]:
-    """Every module through adapters.lycoris_module, named prefix + module (its dots
-    replaced by `dot`) + "." + suffix."""
+                     lora_names: tuple[str, str], base_weight: BaseWeight | None,
+                     rename: Callable[[str], str] | None = None) -> dict[str, Any]:
+    """Every module through adapters.lycoris_module, named prefix + module (or
+    `rename(module)`, its dots replaced by `dot`) + "." + suffix."""
     kind = adapter_kind(config)
     tensors: dict[str, Any] = {}
     for module, weights in lora_modules(peft_sd).items():
         base = None if base_weight is None else (lambda m=module: base_weight(m))
         parts = lycoris_module(kind, weights, module_alpha(config, module),
                                module_rank(config, module), base, lora_names)
-        name = prefix + module.replace(".", dot)
+        name = prefix + (rename(module) if rename else module).replace(".", dot)
         tensors.update({f"{name}.{suffix}": value for suffix, value in parts.items()})
     return tensors
 
@@ -172,7 +172,8 @@ def save_kohya(peft_sd: dict[str, Any], config: Any, path: Path, prefix: str,
 
 
 def save_comfy_lora(peft_sd: dict[str, Any], config: Any, path: Path,
-                    base_weight: BaseWeight | None = None) -> Path:
+                    base_weight: BaseWeight | None = None, prefix: str = "transformer.",
+                    rename: Callable[[str], str] | None = None) -> Path:
     """Write the adapter with diffusers-style names, "transformer.<module>.<suffix>":
     lora_A/lora_B (and dora_scale) for LoRA and DoRA, LyCORIS's lokr_*/hada_* for LoKr and
     LoHa, and one "transformer.<module>.alpha".
@@ -184,9 +185,11 @@ def save_comfy_lora(peft_sd: dict[str, Any], config: Any, path: Path,
     weight, and each kind's update is applied to that slice) and reads any adapter kind
     (comfy/weight_adapter) under such a name, scaling each module by alpha / rank (1.0
     when alpha is absent), so writing alpha makes alpha != rank come out as PEFT trained it.
+    A family whose ComfyUI model takes other names gives `prefix` and `rename` (module
+    name -> ComfyUI's; Wan's original names under "diffusion_model.").
     """
-    tensors = _lycoris_tensors(peft_sd, config, "transformer.", ".",
-                               ("lora_A.weight", "lora_B.weight"), base_weight)
+    tensors = _lycoris_tensors(peft_sd, config, prefix, ".",
+                               ("lora_A.weight", "lora_B.weight"), base_weight, rename)
     return _write(tensors, path, config, {})
 
 

@@ -89,12 +89,7 @@ def encode_latents(vae: Any, pixels: Any, generator: Any = None) -> Any:
     if upcast:
         vae.to(torch.float32)
     try:
-        with torch.no_grad():
-            dist = vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist
-            latents = dist.mean
-            if generator is not None:
-                noise = standard_noise(latents.shape, generator, latents.device)
-                latents = latents + dist.std * noise.to(latents.dtype)
+        latents = _posterior(vae, pixels, generator)
     finally:
         if upcast:
             vae.to(torch.float16)
@@ -102,3 +97,30 @@ def encode_latents(vae: Any, pixels: Any, generator: Any = None) -> Any:
     if shift is not None:
         latents = latents - shift
     return (latents * vae.config.scaling_factor).to(vae.dtype)
+
+
+def _posterior(vae: Any, pixels: Any, generator: Any) -> Any:
+    """The VAE posterior's mean, or a sample drawn with `generator`."""
+    import torch
+
+    with torch.no_grad():
+        dist = vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist
+        latents = dist.mean
+        if generator is not None:
+            noise = standard_noise(latents.shape, generator, latents.device)
+            latents = latents + dist.std * noise.to(latents.dtype)
+    return latents
+
+
+def encode_causal_latents(vae: Any, clips: Any, generator: Any = None) -> Any:
+    """Normalised latents of a Wan-style causal 3D VAE (Wan's, Qwen-Image's) for clips
+    [B, 3, F, H, W] in [-1, 1]: (z - latents_mean) / latents_std per channel, as their
+    pipelines undo before decoding, [B, z, F', H/8, W/8]. The posterior mean without a
+    generator, a sample with one."""
+    import torch
+
+    latents = _posterior(vae, clips, generator)
+    shape = (1, vae.config.z_dim, 1, 1, 1)
+    mean = torch.tensor(vae.config.latents_mean).view(shape).to(latents.device, latents.dtype)
+    std = torch.tensor(vae.config.latents_std).view(shape).to(latents.device, latents.dtype)
+    return ((latents - mean) * (1.0 / std)).to(vae.dtype)

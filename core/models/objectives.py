@@ -84,8 +84,11 @@ def weighted_mse(prediction: Any, target: Any, weights: Any | None = None,
 def masked_mean(error: Any, mask: Any) -> Any:
     """Per-item mean of `error` [B, C, H, W] over the mask's area (datasets.N.masks):
     sum(error * mask) / (sum(mask) * C), mask [B, 1, H, W] in [0, 1]. An all-black mask
-    gives exactly 0 (and a zero gradient), not 0/0."""
+    gives exactly 0 (and a zero gradient), not 0/0. Video latents [B, C, F, H, W] take
+    the same mask on every frame."""
     m = mask.to(error.device, error.dtype)
+    while m.ndim < error.ndim:
+        m = m.unsqueeze(2)
     b = error.shape[0]
     total = (error * m).reshape(b, -1).sum(dim=1)
     area = (m.expand_as(error)).reshape(b, -1).sum(dim=1)

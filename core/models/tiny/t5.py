@@ -1,4 +1,4 @@
-"""A tiny offline T5 (tokenizer + encoder) for the SD3 and Flux tiny models.
+"""A tiny offline T5 (tokenizer + encoder) for the SD3, Flux, Chroma and Wan tiny models.
 
 Real SD3/Flux use T5-XXL's SentencePiece tokenizer; here a Unigram vocabulary of
 single characters (with and without the "▁" word-start marker) covers every ASCII prompt
@@ -48,12 +48,15 @@ def t5_tokenizer(out_dir: Path) -> tuple[Any, int]:
     return T5TokenizerFast.from_pretrained(str(out_dir), local_files_only=True), vocab_size
 
 
-def tiny_t5_encoder(vocab_size: int, d_model: int, seed: int) -> Any:
-    """A one-layer T5EncoderModel with random weights drawn from `seed`."""
+def tiny_t5_encoder(vocab_size: int, d_model: int, seed: int, umt5: bool = False) -> Any:
+    """A one-layer T5EncoderModel with random weights drawn from `seed`; with `umt5`, a
+    UMT5EncoderModel (Wan's text encoder: T5 v1.1 with per-layer relative position
+    biases) of the same sizes."""
     import torch
-    from transformers import T5Config, T5EncoderModel
+    import transformers
 
-    config = T5Config(
+    kind = "UMT5" if umt5 else "T5"
+    config = getattr(transformers, f"{kind}Config")(
         vocab_size=vocab_size,
         d_model=d_model,
         d_kv=8,
@@ -71,4 +74,4 @@ def tiny_t5_encoder(vocab_size: int, d_model: int, seed: int) -> Any:
         decoder_start_token_id=0,
     )
     torch.manual_seed(seed)
-    return T5EncoderModel(config).eval()
+    return getattr(transformers, f"{kind}EncoderModel")(config).eval()

@@ -47,7 +47,7 @@ from typing import Any
 from core.models import loading
 from core.models.base import Components, NoiseSample
 from core.models.flow import FlowFamily
-from core.models.modules import unwrap
+from core.models.modules import encode_causal_latents, unwrap
 
 # diffusers' train_dreambooth_lora_qwen_image.py default (--lora_layers unset).
 LORA_TARGETS = ["to_k", "to_q", "to_v", "to_out.0"]
@@ -135,32 +135,11 @@ class QwenImageFamily(FlowFamily):
 
     # ------------------------------------------------------------ images
 
-    def _latent_stats(self, vae: Any, like: Any) -> tuple[Any, Any]:
-        """latents_mean and latents_std of the VAE config as [1, z, 1, 1, 1]."""
-        import torch
-
-        shape = (1, vae.config.z_dim, 1, 1, 1)
-        mean = torch.tensor(vae.config.latents_mean).view(shape)
-        std = torch.tensor(vae.config.latents_std).view(shape)
-        return mean.to(like.device, like.dtype), std.to(like.device, like.dtype)
-
     def encode_images(self, c: Components, pixels: Any, generator: Any = None) -> Any:
         """(z - latents_mean) / latents_std of pixels in [-1, 1], [B, 16, H/8, W/8]: the
         posterior mean without a generator, a posterior sample with one (the script's
-        latent_dist.sample())."""
-        import torch
-
-        from core.models.objectives import standard_noise
-
-        vae = c.vae
-        with torch.no_grad():
-            dist = vae.encode(pixels.to(vae.device, vae.dtype).unsqueeze(2)).latent_dist
-            latents = dist.mean
-            if generator is not None:
-                noise = standard_noise(latents.shape, generator, latents.device)
-                latents = latents + dist.std * noise.to(latents.dtype)
-        mean, std = self._latent_stats(vae, latents)
-        return ((latents - mean) * (1.0 / std)).squeeze(2).to(vae.dtype)
+        latent_dist.sample()); the one-frame axis dropped."""
+        return encode_causal_latents(c.vae, pixels.unsqueeze(2), generator).squeeze(2)
 
     # ------------------------------------------------------------ training
 

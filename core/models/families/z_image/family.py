@@ -46,10 +46,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.models import loading
 from core.models.base import Components, NoiseSample
 from core.models.flow import FlowFamily
-from core.models.modules import freeze, unwrap
+from core.models.modules import unwrap
 
 # diffusers' train_dreambooth_lora_z_image.py default (its --lora_layers).
 LORA_TARGETS = ["attention.to_q", "attention.to_k", "attention.to_v", "attention.to_out.0"]
@@ -81,34 +80,11 @@ class ZImageFamily(FlowFamily):
 
     # ------------------------------------------------------------ loading
 
-    def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",
-             config: str | None = None) -> Components:
-        """A diffusers folder or hub id as FlowFamily loads them; a single .safetensors
-        file (ComfyUI's z_image_*.safetensors hold only the diffusion model, in the
-        original layout with fused qkv) gives the transformer, through diffusers'
-        `ZImageTransformer2DModel.from_single_file`, and `config` (model.config: a
-        diffusers folder or hub id) everything else."""
-        if loading.checked_source(path, self.name) != "file":
-            return super().load(path, dtype=dtype, device=device, config=config)
-        dtype = loading.resolve_dtype(dtype)
-        pipe = self._load_single_file(path, dtype, config or "")
-        c = self._components_from_pipeline(pipe, path, loading.fingerprint(path, "file"))
-        freeze((c.vae, c.denoiser, *c.text_encoders), device)
-        return c
-
-    def _load_single_file(self, path: str, dtype: Any, config: str) -> Any:
-        from diffusers import ZImagePipeline, ZImageTransformer2DModel
-
-        problem = loading.single_file_config_problem(path, config, self.name)
-        if problem is not None:
-            raise loading.ModelLoadError(problem.where, problem.message)
-        config = config or loading.default_config_repo(path) or "Tongyi-MAI/Z-Image-Turbo"
-        kind = loading.classify_source(config)
-        transformer = loading.load_single_file_transformer(
-            ZImageTransformer2DModel, path, config, self.name, dtype)
-        kwargs = {"transformer": transformer} | ({} if dtype is None else {"dtype": dtype})
-        return loading.from_pretrained(ZImagePipeline, config, kind, "the z_image text "
-                                       "encoder, VAE and tokenizer", "model.config", **kwargs)
+    # A single .safetensors model.path (ComfyUI's z_image_*.safetensors hold only the
+    # diffusion model, in the original layout with fused qkv) gives the transformer
+    # (FlowFamily.load_transformer_file), model.config everything else.
+    transformer_class_name = "ZImageTransformer2DModel"
+    single_file_default_config = "Tongyi-MAI/Z-Image-Turbo"
 
     # ------------------------------------------------------------ text
 

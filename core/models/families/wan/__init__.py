@@ -1,0 +1,14 @@
+"""The wan family (Wan 2.1 / 2.2 text-to-video): family.py (FAMILY), tiny.py (tiny:wan),
+full_size/ (random:wan)."""
+
+from typing import Any
+
+ORDER = 100  # place in the family lists (registry.list_families)
+
+
+def __getattr__(attr: str) -> Any:
+    # FAMILY imports family.py on first use: listing the families stays import-free.
+    if attr == "FAMILY":
+        from core.models.families.wan.family import FAMILY
+        return FAMILY
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")

@@ -1,0 +1,215 @@
+"""Wan 2.1 / 2.2 text-to-video (Wan-AI/Wan2.1-T2V-1.3B and -14B, their Diffusers
+folders): a video DiT (WanTransformer3DModel, patches of 1x2x2 latent voxels), a UMT5-XXL
+text encoder, the causal 3D VAE AutoencoderKLWan (8x in space, 4x in time: F frames
+become 1 + (F - 1) / 4 latent frames), flow matching. Follows WanPipeline.
+
+Text, as WanPipeline.encode_prompt builds it (that method is called): tokens padded to
+`max_sequence_length` = 512 (the pipeline's __call__ default), UMT5's last hidden state
+for the real tokens, and zeros in place of the padding, so every prompt is [512, 4096];
+the transformer takes no mask (nor does the pipeline give one), so `prompt_mask` only
+marks the real tokens and collate never pads.
+
+Latents: `encode_images` takes pixels [B, 3, H, W] (an image, one frame) or
+[B, 3, F, H, W] (a clip, F = 4k + 1) and gives (z - latents_mean) / latents_std,
+[B, 16, F', H/8, W/8], as the pipeline undoes before decoding. The frame axis stays: an
+image's latents are [16, 1, h, w], so images and clips train through one path, and
+batches group by that shape (frames and size).
+
+Sigmas: uniform, then shifted by the scheduler's `flow_shift` (3.0 for the 480p models,
+the value Wan samples with), the shifted-uniform draw of musubi-tuner and diffusion-pipe's
+Wan training (musubi's `--timestep_sampling shift --discrete_flow_shift 3.0`).
+train.flow_shift overrides it (Wan's authors sample 720p at 5.0). The transformer gets
+t = sigma * 1000, as the pipeline passes the scheduler's timesteps; the loss is MSE
+against noise - latents (its flow_prediction).
+
+LoRA: the attention projections of both attentions in every block (self-attention over
+the video tokens and cross-attention to the text), as musubi-tuner and diffusers' Wan
+LoRA loader name them; "all" adds the feed-forwards. Files: pytorch_lora_weights
+(WanPipeline.save_lora_weights; `load_lora_weights` reads it) and lora_comfyui.safetensors
+in Wan's original module names under "diffusion_model." (blocks.N.self_attn.q, ...),
+which ComfyUI maps to its Wan model's weights as it maps any "diffusion_model.<key>"
+LoRA, and which diffusers' Wan loader also converts (the tests load it that way).
+
+Single files: ComfyUI's wan2.1_t2v_*.safetensors hold only the diffusion model;
+WanTransformer3DModel.from_single_file reads it and model.config gives the rest.
+
+Not yet here: Wan 2.2's two experts (A14B, `transformer_2` split at `boundary_ratio`),
+TI2V-5B's per-token timesteps (`expand_timesteps`) and image-to-video conditioning; a
+model folder that needs them is refused at load with that said.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+from core.models import loading
+from core.models.base import Components, NoiseSample
+from core.models.flow import FlowFamily
+from core.models.modules import encode_causal_latents, unwrap
+
+ATTENTION = ["attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
+             "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0"]
+FEED_FORWARD = ["ffn.net.0.proj", "ffn.net.2"]
+# diffusers module (inside blocks.N) -> Wan's original name, as ComfyUI and the
+# original checkpoints name it.
+ORIGINAL_NAMES = {"attn1.to_q": "self_attn.q", "attn1.to_k": "self_attn.k",
+                  "attn1.to_v": "self_attn.v", "attn1.to_out.0": "self_attn.o",
+                  "attn2.to_q": "cross_attn.q", "attn2.to_k": "cross_attn.k",
+                  "attn2.to_v": "cross_attn.v", "attn2.to_out.0": "cross_attn.o",
+                  "attn2.add_k_proj": "cross_attn.k_img", "attn2.add_v_proj": "cross_attn.v_img",
+                  "ffn.net.0.proj": "ffn.0", "ffn.net.2": "ffn.2"}
+
+
+def original_module_name(module: str) -> str | None:
+    """Wan's original name of a diffusers module of the transformer ("blocks.3.attn1.to_q"
+    -> "blocks.3.self_attn.q"); None for one it has no LoRA name for."""
+    head, _, rest = module.partition(".")
+    index, _, leaf = rest.partition(".")
+    if head == "blocks" and index.isdigit() and leaf in ORIGINAL_NAMES:
+        return f"blocks.{index}.{ORIGINAL_NAMES[leaf]}"
+    return None
+
+
+@functools.cache
+def _validation_pipeline_class() -> Any:
+    """WanPipeline whose output reads like an image pipeline's (built on first use, so
+    importing this module needs no diffusers)."""
+    from types import SimpleNamespace
+
+    from diffusers import WanPipeline
+    from PIL import Image
+
+    class WanValidationPipeline(WanPipeline):
+        """Returns `.images` (the first frame of each video, what the gallery and the grid
+        show) and `.frames` (each video's frames as PIL images, for the .mp4)."""
+
+        def __call__(self, *args: Any, num_frames: int = 1, **kwargs: Any) -> Any:
+            kwargs["output_type"] = "np"
+            videos = super().__call__(*args, num_frames=num_frames, **kwargs).frames
+            frames = [[Image.fromarray((f * 255).round().clip(0, 255).astype("uint8"))
+                       for f in video] for video in videos]
+            return SimpleNamespace(images=[v[0] for v in frames], frames=frames)
+
+    return WanValidationPipeline
+
+
+class WanFamily(FlowFamily):
+    name = "wan"
+    video = True
+    # Original-format single files (the diffusion model alone) and diffusers folders.
+    single_file_markers = ("head.modulation",)
+    single_file_rank = 40
+    pipeline_prefix = "Wan"
+    transformer_class_name = "WanTransformer3DModel"
+    single_file_default_config = "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"
+    text_encoder_count = 1
+    pipeline_class_name = "WanPipeline"
+    max_sequence_length = 512
+    timestep_sampling = "uniform"
+
+    # ------------------------------------------------------------ loading
+
+    def _components_from_pipeline(self, pipe: Any, source: str, fp: str) -> Components:
+        """Refuse what this family does not train yet (see the module docstring)."""
+        if getattr(pipe, "transformer_2", None) is not None or pipe.config.get(
+                "expand_timesteps", False):
+            raise loading.ModelLoadError(source, "is a Wan 2.2 model with two experts or "
+                                         "per-token timesteps (A14B, TI2V-5B), which this "
+                                         "version does not train yet; use a Wan 2.1 T2V model "
+                                         "(e.g. Wan-AI/Wan2.1-T2V-1.3B-Diffusers)")
+        return super()._components_from_pipeline(pipe, source, fp)
+
+    def train_shift(self, c: Components) -> float:
+        """The scheduler's flow_shift (UniPC's name for it; 1 when absent)."""
+        return float(c.noise_scheduler.config.get("flow_shift", 1.0) or 1.0)
+
+    # ------------------------------------------------------------ text
+
+    def encode_prompts(self, c: Components, prompts: list[str]) -> list[dict[str, Any]]:
+        """Per prompt: prompt_embeds [512, D] (zeros after the real tokens, as the
+        pipeline pads) and prompt_mask [512] marking the real tokens."""
+        import torch
+
+        pipe = self.validation_pipeline(c)
+        length = self.sequence_length(c)
+        device = c.text_encoders[0].device
+        with torch.no_grad():
+            embeds, _ = pipe.encode_prompt(prompt=prompts, do_classifier_free_guidance=False,
+                                           max_sequence_length=length, device=device)
+            real = c.tokenizers[0](prompts, padding="max_length", max_length=length,
+                                   truncation=True, return_tensors="pt").attention_mask
+        return [{"prompt_embeds": embeds[i], "prompt_mask": real[i].bool().to(embeds.device)}
+                for i in range(len(prompts))]
+
+    # ------------------------------------------------------------ pixels
+
+    def encode_images(self, c: Components, pixels: Any, generator: Any = None) -> Any:
+        """(z - latents_mean) / latents_std of pixels in [-1, 1], [B, 3, H, W] or
+        [B, 3, F, H, W], as [B, 16, F', H/8, W/8]: the posterior mean without a
+        generator, a posterior sample with one."""
+        return encode_causal_latents(c.vae, pixels if pixels.ndim == 5 else
+                                     pixels.unsqueeze(2), generator)
+
+    # ------------------------------------------------------------ training
+
+    def predict(self, c: Components, sample: NoiseSample, batch: dict[str, Any]) -> Any:
+        """The transformer's velocity for latents [B, 16, F', h, w] at t = sigma * 1000."""
+        model = c.denoiser
+        dtype = unwrap(model).dtype
+        noisy = sample.noisy.to(dtype)
+        if noisy.ndim != 5:
+            raise ValueError(f"wan latents must be [B, 16, frames, h, w], got "
+                             f"{tuple(noisy.shape)}: the latent cache was built for another "
+                             "family; delete it to rebuild")
+        h, w = noisy.shape[-2:]
+        if h % 2 or w % 2:
+            raise ValueError(f"wan latents must have even height and width, got {h}x{w}: "
+                             "use sides that are multiples of 16 pixels")
+        device = noisy.device
+        embeds = batch["prompt_embeds"].to(device, dtype)
+        return model(hidden_states=noisy, timestep=sample.timesteps.to(device).to(dtype),
+                     encoder_hidden_states=embeds, return_dict=False)[0]
+
+    @staticmethod
+    def activation_layout(config: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        """The memory estimate's MMDiT formula over Wan's blocks: self-attention over the
+        video tokens (patch 2 in space; the frames multiply the tokens), one block per
+        layer. Not calibrated on a measured Wan run."""
+        return ({"num_attention_heads": int(config.get("num_attention_heads", 12)),
+                 "attention_head_dim": int(config.get("attention_head_dim", 128)),
+                 "num_layers": int(config.get("num_layers", 30))},
+                int(list(config.get("patch_size", [1, 2, 2]))[-1]))
+
+    def lora_target_modules(self, scope: str = "attention") -> list[str]:
+        return ATTENTION + (FEED_FORWARD if scope == "all" else [])
+
+    def _save_comfy(self, c: Components, peft_sd: dict[str, Any], config: Any,
+                    path: Path) -> Path | None:
+        """Wan's original names under "diffusion_model." (see the module docstring); a
+        module without one (an unusual target) keeps diffusers' names, as other families."""
+        from core.models.lora_files import base_weights, lora_modules, save_comfy_lora
+
+        if any(original_module_name(m) is None for m in lora_modules(peft_sd)):
+            return super()._save_comfy(c, peft_sd, config, path)
+        return save_comfy_lora(peft_sd, config, path, base_weights(c.denoiser),
+                               prefix="diffusion_model.", rename=original_module_name)
+
+    # ------------------------------------------------------------ validation
+
+    def validation_scheduler(self, c: Components) -> Any:
+        """The loaded scheduler's own class (UniPC with flow sigmas), fresh."""
+        return type(c.noise_scheduler).from_config(c.noise_scheduler.config)
+
+    def validation_pipeline(self, c: Components) -> Any:
+        """A WanPipeline sharing the loaded modules, returning frames (see
+        `_validation_pipeline_class`); it takes `num_frames` (4k + 1)."""
+        pipe = _validation_pipeline_class()(
+            transformer=unwrap(c.denoiser), scheduler=self.validation_scheduler(c),
+            vae=c.vae, text_encoder=c.text_encoders[0], tokenizer=c.tokenizers[0])
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
+
+
+FAMILY = WanFamily()

@@ -21,8 +21,18 @@ class DatasetSummary:
     id: str
     images: int
     buckets: list[tuple[int, int]] = field(default_factory=list)  # one per image
+    # per item, for a video family: its frame count (1 for an image); empty otherwise
+    frames: list[int] = field(default_factory=list)
     regularization: bool = False  # class images (datasets.N.regularization)
     per_epoch: int = 0  # images x repeats drawn per epoch (0 when not computed)
+
+    @property
+    def keys(self) -> list[tuple[int, ...]]:
+        """Each item's batch key: (width, height), or (width, height, frames) for a video
+        family's items."""
+        if not self.frames:
+            return list(self.buckets)
+        return [(*b, f) for b, f in zip(self.buckets, self.frames, strict=True)]
 
     @property
     def label(self) -> str:
@@ -44,7 +54,7 @@ class CheckReport:
 
     def lines(self) -> list[str]:
         """What the CLI prints: errors, then warnings, then the summary."""
-        from core.data.buckets import Bucket, bucket_histogram, format_histogram
+        from core.data.buckets import bucket_histogram, format_histogram
 
         out = [str(p) for p in errors_first(self.problems)]
         n_err, n_warn = len(errors(self.problems)), len(warnings(self.problems))
@@ -52,10 +62,12 @@ class CheckReport:
         out += [f"note: {note}" for note in self.notes]
         for ds in self.datasets:
             kind = " (regularization images)" if ds.regularization else ""
-            out.append(f"dataset '{ds.id}': {ds.images} image(s){kind}")
+            clips = sum(1 for f in ds.frames if f > 1)
+            what = f"{ds.images - clips} image(s), {clips} clip sample(s)" if ds.frames \
+                else f"{ds.images} image(s)"
+            out.append(f"dataset '{ds.id}': {what}{kind}")
             if ds.buckets:
-                histogram = bucket_histogram([Bucket(w, h) for w, h in ds.buckets])
-                out += [f"  {line}" for line in format_histogram(histogram)]
+                out += [f"  {line}" for line in format_histogram(bucket_histogram(ds.keys))]
         out += regularization_lines(self.datasets)
         if self.steps_per_epoch is not None:
             out.append(f"steps per epoch: {self.steps_per_epoch} (optimizer steps)")
@@ -68,9 +80,11 @@ def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummar
     from core.data.buckets import bucket_for, check_resolution, check_settings, is_upscaled
     from core.data.index import index_dataset
     from core.data.sampler import MultiDatasetSampler, SourceDataset
+    from core.models.registry import family_or_defaults
 
     missing = {p.where for p in problems if p.level == "error"}
     summaries, sources = [], []
+    video = family_or_defaults(cfg.model.family).video
     for i, ds in enumerate(cfg.datasets):
         key = f"datasets.{i}"
         if f"{key}.images" in missing or not ds.images:
@@ -80,7 +94,7 @@ def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummar
         problems.extend(settings)
         if errors(settings):
             continue
-        index = index_dataset(ds, key)
+        index = index_dataset(ds, key, video=video)
         problems.extend(index.problems)
         buckets, upscaled = [], []
         for item in index.items:
@@ -92,8 +106,10 @@ def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummar
             problems.append(warning(f"{key}.images", f"{len(upscaled)} image(s) are smaller "
                                     f"than their {ds.resolution}px bucket and get upscaled "
                                     f"(blurry), e.g. {upscaled[0]}"))
-        summaries.append(DatasetSummary(ds.id, len(index.items), buckets, ds.regularization))
-        sources.append(SourceDataset(ds.id, buckets, ds.repeats, ds.probability,
+        frames = [max(1, len(item.frames)) for item in index.items] if video else []
+        summary = DatasetSummary(ds.id, len(index.items), buckets, frames, ds.regularization)
+        summaries.append(summary)
+        sources.append(SourceDataset(ds.id, summary.keys, ds.repeats, ds.probability,
                                      ds.regularization))
     if not sources or not any(s.item_buckets for s in sources):
         return summaries, None

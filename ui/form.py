@@ -48,6 +48,11 @@ def make_component(spec: FieldSpec, value: Any = None, **extra: Any) -> gr.compo
     return gr.Textbox(**common)
 
 
+def _hidden_if_video(spec: FieldSpec) -> dict[str, Any]:
+    """A video family's key starts hidden; `Form.video_visibility` shows it for one."""
+    return {"visible": False} if spec.meta.get("video") else {}
+
+
 class Form:
     """All form components: section fields by key, dataset editor fields by name."""
 
@@ -71,7 +76,7 @@ class Form:
             if advanced is not None and spec.advanced != advanced:
                 continue
             if spec.key not in self.fields:
-                self.fields[spec.key] = make_component(spec)
+                self.fields[spec.key] = make_component(spec, **_hidden_if_video(spec))
 
     def section_rows(self, name: str, advanced: bool, per_row: int = 5) -> None:
         """The section's basic or advanced fields, `per_row` to a row."""
@@ -85,7 +90,17 @@ class Form:
             if spec.name in names:
                 # Disabled until a dataset exists: typing there first would be lost.
                 self.editor[spec.name] = make_component(spec, elem_id=f"ds-{spec.name}",
-                                                        interactive=False)
+                                                        interactive=False,
+                                                        **_hidden_if_video(spec))
+
+    def video_components(self) -> list[gr.components.Component]:
+        """The components of keys that apply to a video family only."""
+        specs = {s.name: s for s in dataset_specs()}
+        out = [c for name, c in self.editor.items() if specs[name].meta.get("video")]
+        for name in {k.split(".")[0] for k in self.fields}:
+            out += [self.fields[s.key] for s in section_specs(name)
+                    if s.meta.get("video") and s.key in self.fields]
+        return out
 
     # ------------------------------------------------------------ reading
 

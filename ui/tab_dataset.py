@@ -74,6 +74,10 @@ def build(form: Form) -> DatasetTab:
             with gr.Row():
                 form.dataset_editor(("resolution", "bucketing", "repeats", "probability",
                                      "shuffle_tags", "keep_tokens"))
+            # A video family's keys (frames, fps, clips), shown only for one (Form.video).
+            with gr.Row():
+                form.dataset_editor(tuple(s.name for s in dataset_specs()
+                                          if s.meta.get("video") and not s.advanced))
             # Every dataset key marked advanced (loss masks, regularization, ...) from
             # the schema's metadata, so a new one shows up here by itself.
             with gr.Accordion("Advanced", open=False, elem_id="ds-advanced"), gr.Row():
@@ -221,7 +225,7 @@ def preview_view(ctx: AppContext, tab: DatasetTab, cfg: Config, index: int,
     if not 0 <= index < len(cfg.datasets):
         return _preview(tab, [], [], "No dataset selected.")
     ds = resolved(cfg, ctx.workspace).datasets[index]
-    found = index_dataset(ds, f"datasets.{index}")
+    found = index_dataset(ds, f"datasets.{index}", cfg.model.family)
     if not found.items:
         return _preview(tab, [], [], f"No usable images in `{ds.images or '(not set)'}` yet.")
     total = len(found.items)

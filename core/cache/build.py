@@ -43,7 +43,8 @@ def my_share(jobs: Sequence[T], process_index: int, num_processes: int) -> list[
 
 
 def load_pixels(job: VaeJob) -> Any:
-    """The image resized and cropped to its bucket, as a [3, H, W] tensor in [-1, 1].
+    """The image resized and cropped to its bucket, as a [3, H, W] tensor in [-1, 1]; a
+    clip's frames each so, as [3, F, H, W].
 
     This runs on the loader thread, so the arithmetic and the HWC -> CHW copy stay in
     numpy: a torch op there (`.contiguous()` on an image-sized tensor is parallelised)
@@ -52,22 +53,35 @@ def load_pixels(job: VaeJob) -> Any:
     """
     import numpy as np
     import torch
+
+    if job.frames:
+        from core.data.video import read_frames
+
+        frames = [_fitted(job, frame) for frame in read_frames(job.image, list(job.frames))]
+        array = np.stack(frames).transpose(3, 0, 1, 2)  # [3, F, H, W]
+    else:
+        array = _fitted(job, load_rgb(job.image)).transpose(2, 0, 1)
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def _fitted(job: VaeJob, image: Any) -> Any:
+    """One RGB image resized and cropped to the job's bucket, HWC float32 in [-1, 1]."""
+    import numpy as np
     from PIL import Image
 
-    image = load_rgb(job.image)
     scaled_w, scaled_h, left, top = job.box
     if image.size != (scaled_w, scaled_h):
         image = image.resize((scaled_w, scaled_h), Image.Resampling.BICUBIC)
     width, height = job.bucket
     image = image.crop((left, top, left + width, top + height))
-    array = np.asarray(image, dtype=np.float32) / 127.5 - 1.0
-    return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
+    return np.asarray(image, dtype=np.float32) / 127.5 - 1.0
 
 
 def _chunks(jobs: list[VaeJob], batch_size: int) -> Iterator[list[VaeJob]]:
-    """Same-bucket chunks (a VAE batch needs one shape), in plan order within a bucket."""
-    ordered = sorted(jobs, key=lambda j: j.bucket)
-    for _, group in groupby(ordered, key=lambda j: j.bucket):
+    """Same-shape chunks (a VAE batch needs one: bucket and frame count), in plan order
+    within a bucket."""
+    ordered = sorted(jobs, key=lambda j: j.batch_key)
+    for _, group in groupby(ordered, key=lambda j: j.batch_key):
         items = list(group)
         for start in range(0, len(items), batch_size):
             yield items[start:start + batch_size]
@@ -79,7 +93,7 @@ def _load_chunk(chunk: list[VaeJob]) -> tuple[list[VaeJob], list[Any], list[Prob
         try:
             pixels.append(load_pixels(job))
             jobs.append(job)
-        except BadImage as exc:
+        except BadImage as exc:  # a BadClip too
             problems.append(warning(str(job.image), f"{exc.reason}; skipped, not cached"))
     return jobs, pixels, problems
 

@@ -43,7 +43,7 @@ class CachedDataset:
         return len(self.items)
 
     def source(self) -> SourceDataset:
-        return SourceDataset(self.id, [item.vae.bucket for item in self.items],
+        return SourceDataset(self.id, [item.vae.batch_key for item in self.items],
                              self.repeats, self.probability, self.regularization)
 
     def _load(self, job: VaeJob | TextJob | MaskJob) -> dict[str, Any]:

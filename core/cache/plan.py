@@ -36,6 +36,13 @@ class VaeJob:
     original_size: tuple[int, int]  # (height, width), as SDXL conditions on it
     crop_top_left: tuple[int, int]  # (top, left)
     meta: dict[str, str] = field(hash=False, compare=False)
+    frames: tuple[int, ...] = ()  # a clip's source frame indices; () for an image
+
+    @property
+    def batch_key(self) -> tuple[int, ...]:
+        """What the items of one batch share: the bucket (width, height), and for a
+        clip its frame count, (width, height, frames)."""
+        return self.bucket + ((len(self.frames),) if self.frames else ())
 
 
 @dataclass(frozen=True)
@@ -92,9 +99,12 @@ def text_entry_path(text_dir: Path, caption: str) -> Path:
     return text_dir / digest[:2] / f"{digest[2:34]}{ENTRY_SUFFIX}"
 
 
-def vae_entry_path(ds: DatasetConfig, image: Path) -> Path:
+def vae_entry_path(ds: DatasetConfig, image: Path, clip: int = 0) -> Path:
+    """`<cache>/<relative path>.safetensors`; a video's further clips (clips = "uniform")
+    `<relative path>.clipNNN.safetensors`."""
     relative = image.relative_to(ds.images)
-    return Path(ds.vae_cache) / relative.parent / f"{relative.name}{ENTRY_SUFFIX}"
+    name = relative.name + (f".clip{clip:03d}" if clip else "")
+    return Path(ds.vae_cache) / relative.parent / f"{name}{ENTRY_SUFFIX}"
 
 
 def source_stamp(path: Path) -> dict[str, str]:
@@ -113,8 +123,11 @@ def _vae_job(ds: DatasetConfig, item: ImageItem, seed: int, model: dict[str, str
         "resolution": str(ds.resolution), "bucket": f"{bucket.width}x{bucket.height}",
         "crop": ds.crop, "box": ",".join(map(str, box)),
     }
-    return VaeJob(ds.id, item.path, vae_entry_path(ds, item.path), (bucket.width, bucket.height),
-                  tuple(box), (item.height, item.width), (box.top, box.left), meta)
+    if item.frames:  # a clip: which source frames (fps, frames and clips decide them)
+        meta["frames"] = ",".join(map(str, item.frames))
+    return VaeJob(ds.id, item.path, vae_entry_path(ds, item.path, item.clip),
+                  (bucket.width, bucket.height), tuple(box), (item.height, item.width),
+                  (box.top, box.left), meta, item.frames)
 
 
 def _mask_job(item: ImageItem, vae: VaeJob, model: dict[str, str]) -> MaskJob | None:
@@ -144,10 +157,13 @@ def cached_empty_caption(cfg: Config) -> bool:
 def plan_caches(cfg: Config, model: dict[str, str], verify: bool = False) -> CachePlan:
     """Plan for a resolved config. `model` holds the fields that identify the model
     (family and fingerprint); they go into every entry's metadata."""
+    from core.models.registry import family_or_defaults
+
     text_dir = Path(cfg.text_cache.dir)
     plans, problems, captions = [], [], set()
+    video = family_or_defaults(cfg.model.family).video
     for i, ds in enumerate(cfg.datasets):
-        index = index_dataset(ds, f"datasets.{i}", verify=verify)
+        index = index_dataset(ds, f"datasets.{i}", verify=verify, video=video)
         problems.extend(index.problems)
         jobs = [_vae_job(ds, item, cfg.train.seed, model) for item in index.items]
         at_train_time = text_at_train_time(cfg, ds)

@@ -11,9 +11,8 @@ from typing import Any
 from core.config.distributed import distributed_problems
 from core.config.optimizers import OPTIMIZERS, OPTION_DEFAULTS
 from core.config.schema import CONFIG_VERSION, FAMILIES, SECTION_TYPES, Config
-from core.models.base import FamilyDefaults
 from core.models.objectives import MODE_SCALE
-from core.models.registry import families, get_family, list_families
+from core.models.registry import families, family_or_defaults, get_family, list_families
 from core.models.source import RANDOM_PREFIX, TINY_PREFIX, model_source
 from core.models.tiny import tiny_family, tiny_names
 from core.problems import Problem, error
@@ -149,6 +148,7 @@ def _check_cross(cfg: Config) -> list[Problem]:
     out += _check_text_options(cfg)
     out += _check_ignored_keys(cfg)
     out += _check_lora_kind(cfg)
+    out += _check_frames(cfg)
     out += distributed_problems(cfg)
     if cfg.model.quantize != "none" and cfg.train.method == "full":
         out.append(error("model.quantize", f"{cfg.model.quantize} with train.method = \"full\": "
@@ -160,8 +160,7 @@ def _check_cross(cfg: Config) -> list[Problem]:
 def _family(cfg: Config) -> Any:
     """The chosen family, or one with the defaults (no checks of its own) where
     model.family is unknown (a problem reported with the model keys)."""
-    name = cfg.model.family
-    return get_family(name) if name in list_families() else FamilyDefaults()
+    return family_or_defaults(cfg.model.family)
 
 
 def _names(flags: list[bool]) -> list[str]:
@@ -312,6 +311,22 @@ def _check_lora_kind(cfg: Config) -> list[Problem]:
                                          "quantized base; set train.lora_kind = \"lora\" or "
                                          "model.quantize = \"none\"")]
     return []
+
+
+def _check_frames(cfg: Config) -> list[Problem]:
+    """Frame counts a video family's VAE takes (4k + 1); a still-image family ignores
+    them, and says so for validation.frames, the one a user sets for stills by mistake."""
+    from core.data.video import frame_count_hint, valid_frame_count
+
+    if not _family(cfg).video:
+        if cfg.validation.frames > 1:
+            return [Problem("warning", "validation.frames",
+                            f"is {cfg.validation.frames}, but model.family = "
+                            f"{cfg.model.family!r} draws still images; it is ignored")]
+        return []
+    keys = [(f"datasets.{i}.frames", ds.frames) for i, ds in enumerate(cfg.datasets)]
+    keys.append(("validation.frames", cfg.validation.frames))
+    return [error(key, frame_count_hint(n)) for key, n in keys if not valid_frame_count(n)]
 
 
 def validate_config(cfg: Config) -> list[Problem]:

@@ -21,6 +21,7 @@ CAPTION_STRATEGIES = ("textfile", "filename", "jsonl", "instance_prompt")
 QUANTIZE_CHOICES = ("none", "int8", "fp8", "nf4")
 PREDICTION_TYPES = ("auto", "epsilon", "v_prediction")
 DISTRIBUTED_CHOICES = ("ddp", "fsdp", "deepspeed")  # launch.distributed (issue 26 item 7)
+CLIP_CHOICES = ("start", "uniform")  # datasets.N.clips (video families)
 
 
 def meta(
@@ -33,9 +34,12 @@ def meta(
     min_exclusive: bool = False,
     kind: str = "",
     advanced: bool = False,
+    video: bool = False,
 ) -> dict[str, Any]:
-    """Field metadata. `kind="path"` marks paths resolved against the workspace."""
+    """Field metadata. `kind="path"` marks paths resolved against the workspace;
+    `video` marks keys that apply to a video family only (the form shows them then)."""
     return {
+        "video": video,
         "label": label,
         "help": help,
         "choices": choices,
@@ -115,6 +119,20 @@ class DatasetConfig:
                          "grey in between. Cached at latent resolution beside the "
                          "latents. An image without a mask trains unmasked (the check "
                          "names it). Must not be or lie inside an images or cache folder.")
+    # Video families (issue 23): how clips become training samples.
+    frames: int = _f(17, label="Frames per sample", min=1, max=1025, video=True,
+                     help="Frames each clip sample holds: 4k + 1 (1, 5, 9, 17, 33, 81), as "
+                          "the Wan VAE needs. Clips with fewer (after fps) are skipped; "
+                          "images in the folder train as one frame.")
+    fps: float = _f(16.0, label="Frames per second", min=0.0, max=240.0, video=True,
+                    help="Resample clips to this rate before taking frames (Wan is trained "
+                         "at 16); 0 keeps each clip's own rate.")
+    clips: str = _f("start", label="Clips per video", choices=CLIP_CHOICES, video=True,
+                    help="start: one sample from the beginning of each video; uniform: "
+                         "clip_count samples spread evenly over it.")
+    clip_count: int = _f(1, label="Clips (uniform)", min=1, max=1000, video=True,
+                         help="With clips = uniform: samples per video, evenly spaced; a "
+                              "video too short for that many distinct ones gives fewer.")
     regularization: bool = _f(False, label="Regularization images", advanced=True,
                               help="Class images for prior preservation (DreamBooth): "
                                    "sampled alongside the other datasets, their loss "
@@ -287,6 +305,12 @@ class ValidationConfig:
     seed: int = _f(0, label="Validation seed", min=0, max=2**63 - 1)
     guidance_scale: float = _f(5.0, label="Guidance scale", min=0.0, max=100.0, advanced=True)
     resolution: int = _f(512, label="Validation resolution", min=64, max=4096, advanced=True)
+    frames: int = _f(1, label="Validation frames", min=1, max=1025, video=True,
+                     help="Video families: frames per validation video (4k + 1), written "
+                          "as validation/step_NNNNNN/NN.mp4 beside the first frame's NN.png; "
+                          "1 draws stills.")
+    fps: float = _f(16.0, label="Validation video fps", min=1.0, max=240.0, video=True,
+                    advanced=True, help="Frame rate of the validation .mp4 files.")
 
 
 @dataclass

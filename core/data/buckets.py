@@ -191,23 +191,42 @@ def crop_box(width: int, height: int, bucket: Bucket, crop: str = "center",
     return CropBox(scaled_w, scaled_h, rng.randint(0, spare_w), rng.randint(0, spare_h))
 
 
-def bucket_histogram(buckets: Iterable[tuple[int, int]]) -> list[tuple[Bucket, int]]:
-    """Count images per bucket, portrait to landscape, then by area."""
-    counts = Counter(Bucket(*b) for b in buckets)
-    order = sorted(counts, key=lambda b: (Fraction(b.width, b.height), b.area))
+class ClipBucket(NamedTuple):
+    """A video family's sample shape: a bucket and a frame count (1 for an image)."""
+
+    width: int
+    height: int
+    frames: int
+
+    @property
+    def area(self) -> int:
+        return self.width * self.height
+
+    @property
+    def label(self) -> str:
+        return f"{self.width}x{self.height}, {self.frames} frame{'s' if self.frames > 1 else ''}"
+
+
+def bucket_histogram(buckets: Iterable[tuple[int, ...]]
+                     ) -> list[tuple[Bucket | ClipBucket, int]]:
+    """Count images per bucket, portrait to landscape, then by area (then by frames:
+    (width, height, frames) keys count clips per frame bucket)."""
+    counts = Counter(ClipBucket(*b) if len(b) == 3 else Bucket(*b) for b in buckets)
+    order = sorted(counts, key=lambda b: (Fraction(b.width, b.height), b.area, tuple(b)))
     return [(b, counts[b]) for b in order]
 
 
-def format_histogram(histogram: list[tuple[Bucket, int]], bar_width: int = 30) -> list[str]:
+def format_histogram(histogram: list[tuple[Bucket | ClipBucket, int]],
+                     bar_width: int = 30) -> list[str]:
     """Lines like "  512x512   : 120 ███████", bars scaled to the largest count (a
     non-empty bucket always shows at least one block)."""
     if not histogram:
         return []
-    label_w = max(9, *(len(Bucket(*b).label) for b, _ in histogram))
+    label_w = max(9, *(len(b.label) for b, _ in histogram))
     count_w = max(len(str(n)) for _, n in histogram)
     most = max(n for _, n in histogram) or 1
     lines = []
     for b, n in histogram:
         blocks = max(1, round(n * bar_width / most)) if n else 0
-        lines.append(f"  {Bucket(*b).label:<{label_w}} : {n:>{count_w}} {'█' * blocks}")
+        lines.append(f"  {b.label:<{label_w}} : {n:>{count_w}} {'█' * blocks}")
     return lines

@@ -20,6 +20,11 @@ class DatasetEntry(Protocol):
     masks: str
     caption: str
     instance_prompt: str
+    # video families: frames per sample, resampling rate, and clips per video
+    frames: int
+    fps: float
+    clips: str
+    clip_count: int
 
 
 class HasDir(Protocol):

@@ -2,6 +2,9 @@
 
 `index_dataset` never raises for anything a user's files can cause and never writes to
 disk (`--stage check` uses it). Bad images are skipped with a warning naming the file;
+for a video family (`video=True`) clips are items too, one per sample the dataset's
+frames/fps/clips settings take from each (core/data/video.py); an unreadable clip, or
+one too short for `frames`, is skipped with a warning naming it, as a bad image is;
 images without a caption are kept with an empty caption and a warning; a dataset with no
 usable image at all is an error against `datasets.N.images`.
 """
@@ -10,13 +13,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from core.data.captions import CaptionReader
 from core.data.entries import DatasetEntry
 from core.data.images import IMAGE_EXTENSIONS, BadImage, load_rgb, read_header
 from core.data.scan import scan_images
+from core.data.video import VIDEO_EXTENSIONS, BadClip, clip_sample_count, frame_indices, probe_clip
 from core.problems import Problem, error, errors, warning
 
 # Per-image "no caption" warnings listed one by one before they are summed up in one line,
@@ -24,15 +28,20 @@ from core.problems import Problem, error, errors, warning
 MAX_LISTED_NO_CAPTION = 10
 
 _EXTENSIONS_TEXT = ", ".join(e.lstrip(".") for e in IMAGE_EXTENSIONS)
+_CLIPS_TEXT = ", ".join(e.lstrip(".") for e in VIDEO_EXTENSIONS)
 
 
 @dataclass(frozen=True, slots=True)
 class ImageItem:
+    """One training sample: an image, or a clip's frames (video families)."""
+
     path: Path
     width: int  # after the EXIF orientation
     height: int
     caption: str
     mask: Path | None = None  # datasets.N.masks: this image's loss mask, if it has one
+    frames: tuple[int, ...] = ()  # a clip's source frame indices; () for an image
+    clip: int = 0  # which of the video's samples (datasets.N.clips = "uniform")
 
 
 @dataclass
@@ -57,21 +66,35 @@ def _check_folder(root: Path, key: str) -> Problem | None:
     return None
 
 
-def _scan(ds: DatasetEntry, root: Path, key: str, out: DatasetIndex) -> list[Path]:
+def _scan(ds: DatasetEntry, root: Path, key: str, out: DatasetIndex, video: bool) -> list[Path]:
     others: Counter[str] = Counter()
     exclude = [ds.vae_cache] if ds.vae_cache.strip() else []
     try:
-        paths = scan_images(root, exclude=exclude, problems=out.problems, others=others)
+        paths = scan_images(root, exclude=exclude, problems=out.problems, others=others,
+                            clips=video)
     except OSError as exc:
         out.problems.append(error(key, f"cannot read folder {root} ({exc.strerror or exc})"))
         return []
+    clips = Counter({ext: n for ext, n in others.items() if ext in VIDEO_EXTENSIONS})
+    others -= clips
     if others:
         listed = ", ".join(f"{n} {ext}" for ext, n in sorted(others.items()))
         out.problems.append(warning(key, f"ignored {listed} file(s) in {root}: not a supported "
                                          f"format ({_EXTENSIONS_TEXT}); convert them to use "
                                          "them"))
+    if clips:
+        listed = ", ".join(f"{n} {ext}" for ext, n in sorted(clips.items()))
+        trains = "model.family trains on images only: choose a video family"
+        out.problems.append(
+            warning(key, f"ignored {listed} video clip(s) in {root}: {trains} to use them")
+            if paths else error(key, f"{root} holds {listed} video clip(s) and no images, "
+                                     f"but {trains}, or point {key} at a folder of images"))
+        if not paths:
+            return []
     if not paths:
-        out.problems.append(error(key, f"no images found in {root} ({_EXTENSIONS_TEXT})"))
+        kinds = f"{_EXTENSIONS_TEXT}, {_CLIPS_TEXT}" if video else _EXTENSIONS_TEXT
+        out.problems.append(error(key, f"no {'images or clips' if video else 'images'} "
+                                       f"found in {root} ({kinds})"))
     return paths
 
 
@@ -80,8 +103,10 @@ def index_dataset(
     dataset_key: str,
     verify: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    video: bool = False,
 ) -> DatasetIndex:
-    """Scan, size-check and caption every image of `ds` (whose paths are absolute).
+    """Scan, size-check and caption every image of `ds` (whose paths are absolute), and
+    with `video` (a video family) every clip.
 
     verify=False reads headers only (fast, for checks); verify=True also decodes every
     image fully so truncated files are caught before caching. `progress(done, total)` is
@@ -97,7 +122,7 @@ def index_dataset(
     if folder_problem:
         out.problems.append(folder_problem)
         return out
-    paths = _scan(ds, root, key, out)
+    paths = _scan(ds, root, key, out, video)
     if not paths:
         return out
     try:
@@ -106,7 +131,7 @@ def index_dataset(
         out.problems.append(error(f"{dataset_key}.caption", str(exc)))
         return out
     out.problems.extend(reader.problems)
-    _index_images(paths, reader, verify, out, progress)
+    _index_images(paths, reader, verify, out, progress, ds)
     out.problems.extend(reader.entries_without_image(paths))
     _attach_masks(ds, dataset_key, out)
     if not out.items:
@@ -120,8 +145,6 @@ def _attach_masks(ds: DatasetEntry, dataset_key: str, out: DatasetIndex) -> None
     check's error, so nothing is matched here then."""
     if not ds.masks.strip() or not Path(ds.masks).is_dir() or not out.items:
         return
-    from dataclasses import replace
-
     from core.data.masks import match_masks
 
     masks, problems = match_masks(out.root, Path(ds.masks), [i.path for i in out.items],
@@ -136,20 +159,15 @@ def _index_images(
     verify: bool,
     out: DatasetIndex,
     progress: Callable[[int, int], None] | None,
+    ds: DatasetEntry,
 ) -> None:
     no_caption = 0
     total = len(paths)
     for done, path in enumerate(paths, start=1):
         if progress is not None and (done % 64 == 0 or done == total):
             progress(done, total)
-        try:
-            header = read_header(path)
-            width, height = header.width, header.height
-            if verify:  # decode fully, keep nothing: memory stays flat
-                with load_rgb(path) as im:
-                    width, height = im.size
-        except BadImage as exc:
-            out.problems.append(exc.problem())
+        items = _items_of(path, verify, ds, out)
+        if not items:
             continue
         caption, problem = reader.caption_for(path)
         if problem is not None:
@@ -159,9 +177,47 @@ def _index_images(
                 no_caption += 1
                 if no_caption <= MAX_LISTED_NO_CAPTION:
                     out.problems.append(problem)
-        out.items.append(ImageItem(path, width, height, caption))
+        out.items.extend(replace(item, caption=caption) for item in items)
     if no_caption > MAX_LISTED_NO_CAPTION:
         out.problems.append(warning(
             f"{out.dataset_key}.images",
             f"{no_caption} of {total} images have no caption (the first "
             f"{MAX_LISTED_NO_CAPTION} are listed above); they train with an empty caption"))
+
+
+def _items_of(path: Path, verify: bool, ds: DatasetEntry, out: DatasetIndex
+              ) -> list[ImageItem]:
+    """The uncaptioned samples of one file: an image's one, or those `ds` takes from a
+    clip; [] (reported in `out`) when the file is unusable."""
+    if path.suffix.lower() in VIDEO_EXTENSIONS:
+        return _clip_items(path, ds, out)
+    try:
+        header = read_header(path)
+        width, height = header.width, header.height
+        if verify:  # decode fully, keep nothing: memory stays flat
+            with load_rgb(path) as im:
+                width, height = im.size
+    except BadImage as exc:
+        out.problems.append(exc.problem())
+        return []
+    return [ImageItem(path, width, height, "")]
+
+
+def _clip_items(path: Path, ds: DatasetEntry, out: DatasetIndex) -> list[ImageItem]:
+    """The samples `ds` takes from the clip at `path`; [] (with a warning naming it) when
+    it cannot be read or is too short for datasets.N.frames."""
+    try:
+        info = probe_clip(path)
+    except BadClip as exc:
+        out.problems.append(exc.problem())
+        return []
+    picks = frame_indices(info.frames, info.fps, ds.fps, ds.frames, ds.clips, ds.clip_count)
+    if not picks:
+        held = clip_sample_count(info.frames, info.fps, ds.fps)
+        rate = f" at {ds.fps:g} fps" if ds.fps else ""
+        out.problems.append(warning(str(path), f"has {held} frame(s){rate}, fewer than "
+                                               f"{out.dataset_key}.frames = {ds.frames}; "
+                                               "skipped"))
+        return []
+    return [ImageItem(path, info.width, info.height, "", frames=tuple(frames), clip=i)
+            for i, frames in enumerate(picks)]

@@ -48,7 +48,8 @@ from typing import Any
 
 STATE_VERSION = 1
 
-BucketKey = tuple[int, int]
+# (width, height), or (width, height, frames) for a video family's clips
+BucketKey = tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -323,7 +324,7 @@ def _validate_dataset(index: int, d: SourceDataset) -> dict[BucketKey, list[int]
         raise ValueError(f"{name} has no items; add images or set its probability to 0")
     groups: dict[BucketKey, list[int]] = {}
     for i, b in enumerate(d.item_buckets):
-        key = (int(b[0]), int(b[1]))
+        key = tuple(int(v) for v in b)  # (width, height) or (width, height, frames)
         groups.setdefault(key, []).append(i)
     return groups
 

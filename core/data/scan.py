@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from core.data.images import IMAGE_EXTENSIONS
+from core.data.video import VIDEO_EXTENSIONS
 from core.problems import Problem, warning
 
 # Image formats people often have that we do not read; counted so we can tell the user
@@ -35,14 +36,18 @@ def scan_images(
     exclude: Iterable[Path | str] = (),
     problems: list[Problem] | None = None,
     others: Counter[str] | None = None,
+    clips: bool = False,
 ) -> list[Path]:
-    """Every image file under `folder`, sorted.
+    """Every image file under `folder` (and, with `clips`, every video clip), sorted.
 
     Raises FileNotFoundError / NotADirectoryError when `folder` itself is unusable (the
     caller reports that against the config key). Subfolders that cannot be read are
     skipped and, when `problems` is given, reported there as warnings. When `others` is
-    given it counts files with OTHER_IMAGE_EXTENSIONS (by lower-case extension).
+    given it counts files with OTHER_IMAGE_EXTENSIONS, and video clips when they are not
+    scanned (by lower-case extension).
     """
+    wanted = frozenset(IMAGE_EXTENSIONS) | (frozenset(VIDEO_EXTENSIONS) if clips else frozenset())
+    counted = OTHER_IMAGE_EXTENSIONS | (frozenset() if clips else frozenset(VIDEO_EXTENSIONS))
     root = Path(folder)
     if not root.is_dir():
         raise FileNotFoundError(root) if not root.exists() else NotADirectoryError(root)
@@ -69,9 +74,9 @@ def scan_images(
                             stack.append(entry.path)
                         continue
                     ext = os.path.splitext(name)[1].lower()
-                    if ext in IMAGE_EXTENSIONS:
+                    if ext in wanted:
                         found.append(entry.path)
-                    elif others is not None and ext in OTHER_IMAGE_EXTENSIONS:
+                    elif others is not None and ext in counted:
                         others[ext] += 1
         except OSError as exc:
             if current == str(root):

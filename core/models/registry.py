@@ -55,6 +55,15 @@ def get_family(name: str) -> ModelFamily:
     return family
 
 
+def family_or_defaults(name: str) -> ModelFamily:
+    """The family `name`, or an object with every optional member's default
+    (FamilyDefaults) where no such family exists: what checks read before the unknown
+    name itself is reported."""
+    from core.models.base import FamilyDefaults
+
+    return get_family(name) if name in _modules() else FamilyDefaults()  # type: ignore[return-value]
+
+
 def families() -> list[ModelFamily]:
     """Every FAMILY, in display order."""
     return [get_family(name) for name in _modules()]

@@ -35,7 +35,7 @@ from core.ops.checks import (
     require_ok,
     require_workspace,
 )
-from core.ops.datasets import bucket_histogram, index_dataset, prepare_demo
+from core.ops.datasets import bucket_histogram, index_dataset, is_video_family, prepare_demo
 from core.ops.downloads import run_downloads, saved_loras, tensorboard_command
 from core.ops.errors import OpError
 from core.ops.following import (
@@ -83,7 +83,8 @@ __all__ = [
     "attach", "bucket_histogram", "cache_files", "cache_status", "caches_complete",
     "cancel_queued", "caption_config", "check", "check_captioning", "check_model_source",
     "clear_cache", "dataset_name", "delete_run", "estimate_memory", "extend",
-    "format_memory", "gated_note", "index_dataset", "is_demo", "last_lines", "launch",
+    "format_memory", "gated_note", "index_dataset", "is_demo", "is_video_family",
+    "last_lines", "launch",
     "list_presets", "list_runs", "load_run_config", "merge", "merge_run", "move_queued",
     "output_dir", "prepare_demo", "queue_entries", "queued_runs", "read_status",
     "reconcile_runs", "require_ok", "require_workspace", "resume", "run_downloads",

@@ -15,7 +15,7 @@ from core.runs.folder import RunFolder
 if TYPE_CHECKING:
     from core.data.index import DatasetIndex
 
-__all__ = ["bucket_histogram", "index_dataset", "prepare_demo"]
+__all__ = ["bucket_histogram", "index_dataset", "is_video_family", "prepare_demo"]
 
 
 def prepare_demo(cfg: Config, workspace: Path, *, new_output: bool) -> list[str]:
@@ -44,9 +44,18 @@ def prepare_demo(cfg: Config, workspace: Path, *, new_output: bool) -> list[str]
     return notes
 
 
-def index_dataset(ds: DatasetConfig, dataset_key: str) -> DatasetIndex:
+def index_dataset(ds: DatasetConfig, dataset_key: str, family: str = "") -> DatasetIndex:
     """The images of `ds` (paths absolute) with their sizes and captions, read from the
-    files' headers (core/data/index.py); problems name `dataset_key`. Reads only."""
+    files' headers (core/data/index.py), and its clips for a video `family`; problems
+    name `dataset_key`. Reads only."""
     from core.data.index import index_dataset as index
 
-    return index(ds, dataset_key)
+    return index(ds, dataset_key, video=is_video_family(family))
+
+
+def is_video_family(family: str) -> bool:
+    """Whether model.family `family` trains on clips (its datasets' frames, fps and clips
+    keys, validation.frames); False for an unknown name."""
+    from core.models.registry import family_or_defaults
+
+    return family_or_defaults(family).video

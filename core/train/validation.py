@@ -1,4 +1,6 @@
-"""Validation images: fixed prompts and seeds, saved as validation/step_NNNNNN/00.png.
+"""Validation images: fixed prompts and seeds, saved as validation/step_NNNNNN/00.png;
+a video family with validation.frames > 1 also writes each video as 00.mp4 (00.png is its
+first frame, which the gallery and the grid show).
 
 The prompts are encoded once, before training, while the text encoders are still on the
 GPU for the caches (`encode_validation_prompts`); each validation then runs the family's
@@ -79,23 +81,31 @@ def generate_validation_images(family: ModelFamily, components: Components,
     vae = components.vae
     home = vae.device
     vae.to(device)
+    frames = cfg.frames if family.video else 0
     try:
         with plain_forward(unwrap(components.denoiser)):
-            return [_one_image(pipe, cfg, texts, index, folder)
+            return [_one_image(pipe, cfg, texts, index, folder, frames)
                     for index in range(len(cfg.prompts))]
     finally:
         vae.to(home)
 
 
 def _one_image(pipe: Any, cfg: ValidationConfig, texts: ValidationTexts, index: int,
-               folder: Path) -> Path:
+               folder: Path, frames: int = 0) -> Path:
+    """Prompt `index`'s image (a video family's: `frames` frames, 0 for none)."""
     import torch
 
     generator = torch.Generator(device="cpu").manual_seed(cfg.seed + index)
+    video = {"num_frames": frames} if frames else {}
     with torch.no_grad():
-        image = pipe(**texts.pipeline_inputs(index), num_inference_steps=cfg.steps,
-                     guidance_scale=cfg.guidance_scale, height=cfg.resolution,
-                     width=cfg.resolution, generator=generator).images[0]
+        out = pipe(**texts.pipeline_inputs(index), num_inference_steps=cfg.steps,
+                   guidance_scale=cfg.guidance_scale, height=cfg.resolution,
+                   width=cfg.resolution, generator=generator, **video)
+    image = out.images[0]
+    if frames > 1:  # written first: a watcher that sees the PNG finds the video too
+        from core.data.video import write_video
+
+        write_video(folder / f"{index:02d}.mp4", out.frames[0], cfg.fps)
     path = folder / f"{index:02d}.png"
     tmp = folder / f".{index:02d}.png.tmp"
     image.save(tmp, format="PNG")

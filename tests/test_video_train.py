@@ -1,0 +1,113 @@
+"""Video datasets end to end on tiny Wan (issue 23): a folder of clips with sidecar
+captions and an image, checked (frame buckets, a broken and a too-short clip named and
+skipped), cached (clip latents keep their frames) and trained, with validation videos;
+and the refusals a user can fix: frame counts the VAE cannot take, clips given to a
+still-image family."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.config import save_config
+from tests.conftest import check_in_process, small_config, train_in_process, write_shapes
+
+
+def clip_folder(folder: Path) -> Path:
+    """Three 9-frame clips and one image, captioned; a broken and a 3-frame clip."""
+    from core.data.video import write_synthetic_clip
+
+    folder.mkdir(parents=True)
+    for name, color, direction in (("a", "red", "right"), ("b", "blue", "left"),
+                                   ("c", "green", "up")):
+        made = write_synthetic_clip(folder / f"{name}.mp4", color=color, direction=direction,
+                                    frames=9, fps=16)
+        (folder / f"{name}.txt").write_text(f"a {made.color} {made.shape} moving {direction}")
+    write_shapes(folder, 1, captions=["a still red circle"])
+    (folder / "broken.mp4").write_bytes(b"this is not a video file at all" * 20)
+    write_synthetic_clip(folder / "short.mp4", frames=3, fps=16)
+    return folder
+
+
+def wan_config(tmp_path: Path, **dataset: object):
+    cfg = small_config(tmp_path, images=1, family="wan")
+    ds = cfg.datasets[0]
+    ds.images = str(clip_folder(tmp_path / "clips"))
+    ds.frames, ds.fps = 5, 0.0
+    for key, value in dataset.items():
+        setattr(ds, key, value)
+    cfg.validation.prompts = ["a red square moving right"]
+    cfg.validation.frames = 5
+    return cfg
+
+
+def test_check_counts_clip_samples_and_names_the_clips_it_skips(tmp_path: Path) -> None:
+    cfg = wan_config(tmp_path)
+    save_config(cfg, tmp_path / "run.toml")
+    done = check_in_process("--config", str(tmp_path / "run.toml"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "dataset 'd0': 1 image(s), 3 clip sample(s)" in out
+    assert "64x64, 5 frames" in out and "64x64, 1 frame " in out
+    assert "broken.mp4" in out and "short.mp4: has 3 frame(s)" in out
+    assert "fewer than datasets.0.frames = 5; skipped" in out
+
+
+def test_uniform_takes_several_clips_from_one_video(tmp_path: Path) -> None:
+    from core.cache.plan import plan_caches
+
+    cfg = wan_config(tmp_path, clips="uniform", clip_count=2)
+    plan = plan_caches(cfg, {"family": "wan", "model": "tiny"})
+    jobs = [j for j in plan.vae_jobs if j.image.name == "a.mp4"]
+    assert [j.frames for j in jobs] == [(0, 1, 2, 3, 4), (4, 5, 6, 7, 8)]
+    assert [j.entry.name for j in jobs] == ["a.mp4.safetensors", "a.mp4.clip001.safetensors"]
+
+
+def test_clips_train_and_validation_writes_videos(tmp_path: Path, tiny_workspace: Path) -> None:
+    from safetensors import safe_open
+
+    from core.data.video import probe_clip
+
+    cfg = wan_config(tmp_path)
+    cfg.train.max_steps, cfg.train.eval_every, cfg.validation.every = 3, 3, 3
+    save_config(cfg, tmp_path / "run.toml")
+    assert train_in_process(tmp_path / "run.toml", tiny_workspace) == 0
+    cache = Path(cfg.datasets[0].vae_cache)
+    with safe_open(str(cache / "a.mp4.safetensors"), "pt") as fh:
+        assert fh.get_slice("latents").get_shape() == [16, 2, 8, 8]  # 5 frames -> 2
+    with safe_open(str(cache / "img_000.png.safetensors"), "pt") as fh:
+        assert fh.get_slice("latents").get_shape() == [16, 1, 8, 8]
+    assert not (cache / "broken.mp4.safetensors").exists()
+    step = Path(cfg.output.dir) / "validation/step_000003"
+    video = probe_clip(step / "00.mp4")
+    assert (video.frames, video.width, video.height) == (5, 64, 64)
+    assert (step / "00.png").is_file()
+
+
+@pytest.mark.parametrize("key", ["datasets.0.frames", "validation.frames"])
+def test_a_frame_count_the_vae_cannot_take_is_refused(tmp_path: Path, key: str) -> None:
+    cfg = wan_config(tmp_path)
+    section, *_, name = key.split(".")
+    setattr(cfg.datasets[0] if section == "datasets" else cfg.validation, name, 16)
+    save_config(cfg, tmp_path / "run.toml")
+    done = check_in_process("--config", str(tmp_path / "run.toml"))
+    assert done.returncode == 2
+    assert f"error: {key}: 16 frames is not 4k + 1" in done.stdout
+    assert "use 13 or 17" in done.stdout
+
+
+def test_a_still_image_family_refuses_a_folder_of_clips(tmp_path: Path) -> None:
+    from core.data.video import write_synthetic_clip
+
+    cfg = small_config(tmp_path, images=1, family="sd15")
+    clips = tmp_path / "only-clips"
+    clips.mkdir()
+    write_synthetic_clip(clips / "a.mp4", frames=5)
+    cfg.datasets[0].images = str(clips)
+    save_config(cfg, tmp_path / "run.toml")
+    done = check_in_process("--config", str(tmp_path / "run.toml"))
+    assert done.returncode == 2
+    assert "error: datasets.0.images:" in done.stdout
+    assert "holds 1 .mp4 video clip(s) and no images" in done.stdout
+    assert "trains on images only: choose a video family" in done.stdout

@@ -6,6 +6,8 @@ from pathlib import Path
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 DEMO_PRESET = "demo"
+# Presets that bring their own generated dataset (core/ops/datasets.prepare_demo).
+DEMO_PRESETS = (DEMO_PRESET, "demo-video")
 
 
 def list_presets() -> list[str]:
@@ -23,8 +25,9 @@ def preset_path(name: str) -> Path:
 
 
 def is_demo(name: str | None) -> bool:
-    return name is not None and preset_path(name).resolve() == (
-        PRESETS_DIR / f"{DEMO_PRESET}.toml").resolve()
+    """Whether `name` is one of DEMO_PRESETS (by name or by its file)."""
+    return name is not None and preset_path(name).resolve() in {
+        (PRESETS_DIR / f"{demo}.toml").resolve() for demo in DEMO_PRESETS}
 
 
 # Hub models whose download needs an accepted license and a login (the others are open).

@@ -111,3 +111,28 @@ def test_a_still_image_family_refuses_a_folder_of_clips(tmp_path: Path) -> None:
     assert "error: datasets.0.images:" in done.stdout
     assert "holds 1 .mp4 video clip(s) and no images" in done.stdout
     assert "trains on images only: choose a video family" in done.stdout
+
+
+def test_the_video_demo_makes_its_clips_and_trains_to_validation_videos(tmp_path: Path) -> None:
+    """`--preset demo-video` as shipped but 10 steps: its clips are generated once into
+    the workspace (captioned colour, shape and direction), cached, trained (a real
+    `accelerate launch`) and sampled as videos before and after."""
+    from core.data.video import probe_clip
+    from tests.conftest import app_in_process
+
+    short = ["--set", "train.max_steps=10", "--set", "validation.every=10",
+             "--set", "train.eval_every=10", "--set", "train.checkpoint_every=10"]
+    done = app_in_process("--no-ui", "--preset", "demo-video", "--workspace", str(tmp_path),
+                          *short)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    clips = tmp_path / "demo/clips"
+    assert f"demo clips: 48, with captions, in {clips}" in done.stdout
+    assert len(list(clips.glob("*.mp4"))) == 48
+    assert (clips / "red_square_right.txt").read_text().strip() == "a red square moving right"
+    assert "dataset 'clips': 0 image(s), 48 clip sample(s)" in done.stdout
+    run = tmp_path / "runs/demo-video"
+    for step in ("step_000000", "step_000010"):
+        video = probe_clip(run / "validation" / step / "00.mp4")
+        assert (video.frames, video.width, video.height) == (9, 64, 64)
+    assert (run / "validation/grid.png").is_file()
+    assert (run / "model/model_index.json").is_file()

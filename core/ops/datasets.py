@@ -19,19 +19,22 @@ __all__ = ["bucket_histogram", "index_dataset", "is_video_family", "prepare_demo
 
 
 def prepare_demo(cfg: Config, workspace: Path, *, new_output: bool) -> list[str]:
-    """The demo preset brings its own images: generate them once into the workspace.
+    """The demo presets bring their own images (clips for a video family's demo):
+    generate them once into the workspace.
 
     With `new_output`, a demo never refuses to run again: an output folder that holds a
     run gets a free `-N` sibling (cfg is changed). Returns notes for the user.
     """
     from core.data.synthetic import generate_demo_dataset
+    from core.data.synthetic_video import generate_demo_clips
 
     folder = Path(resolved(cfg, workspace).datasets[0].images)
+    video = is_video_family(cfg.model.family)
     try:
-        count = generate_demo_dataset(folder)
+        count = (generate_demo_clips if video else generate_demo_dataset)(folder)
     except FileExistsError as exc:
         raise OpError(str(exc), [error("datasets.0.images", str(exc))]) from None
-    notes = [f"demo images: {count}, with captions, in {folder}"]
+    notes = [f"demo {'clips' if video else 'images'}: {count}, with captions, in {folder}"]
     if new_output:
         base = cfg.output.dir.rstrip("/")
         candidate, n = base, 2

@@ -97,10 +97,12 @@ class MemoryEstimate:
         training = f"{_sum_text(self.parts)} (activations estimated from {self.shape})"
         if self.ram is not None:  # what this machine will do comes first
             ram = sum(p.bytes for p in self.ram)
+            gpu = f"{_sum_text(self.caching)} (building the caches)" \
+                if self.caching_dominates else training
             return [f"memory: {_total(ram)} GiB of RAM (estimate; this machine has no GPU, "
                     f"so the run goes on its CPU) = {_sum_text(self.ram)} (activations "
                     f"estimated from {self.shape})",
-                    f"  on a GPU: {_total(self.total_bytes)} GiB per GPU = {training}"]
+                    f"  on a GPU: {_total(self.total_bytes)} GiB per GPU = {gpu}"]
         caching = (f"{_sum_text(self.caching)} (text encoders and VAE on the GPU; the "
                    "denoiser comes after)")
         if self.caching_dominates:
@@ -221,8 +223,8 @@ def assemble(cfg: Config, sizes: ModelSizes, gpu: tuple[int, str] | None,
     encoders = [MemoryPart("text encoders", _weights(sizes.text_encoders, wbytes)),
                 MemoryPart("VAE", _weights([sizes.vae] if sizes.vae else [],
                                            _vae_bytes(cfg, sizes.vae, wbytes)))]
-    estimate = MemoryEstimate(shape=_shape_text(pixels, shape), cpu=cfg.launch.cpu,
-                              advice=_advice(cfg))
+    estimate = MemoryEstimate(shape=_shape_text(pixels, shape, step_frames(cfg)),
+                              cpu=cfg.launch.cpu, advice=_advice(cfg))
     if cfg.launch.cpu:
         estimate.parts = training + encoders
         return estimate
@@ -291,6 +293,7 @@ def step_shape(cfg: Config, sizes: ModelSizes, pixels: tuple[int, int] | None = 
                ) -> StepShape:
     """The largest step (`pixels`, else step_pixels(cfg)) in latents, the batch and
     dtype."""
+    from core.data.video import latent_frames
     from core.models.memory_activations import StepShape
 
     width, height = pixels or step_pixels(cfg)
@@ -299,12 +302,21 @@ def step_shape(cfg: Config, sizes: ModelSizes, pixels: tuple[int, int] | None = 
     half = cfg.train.mixed_precision in ("fp16", "bf16")
     return StepShape(math.ceil(height / scale), math.ceil(width / scale),
                      cfg.train.batch_size, 2 if half else FP32,
-                     cfg.train.gradient_checkpointing)
+                     cfg.train.gradient_checkpointing, latent_frames(step_frames(cfg)))
 
 
-def _shape_text(pixels: tuple[int, int], shape: StepShape) -> str:
+def step_frames(cfg: Config) -> int:
+    """Frames in the largest sample: a video family's longest datasets.N.frames, else 1."""
+    from core.models.registry import family_or_defaults
+
+    video = family_or_defaults(cfg.model.family).video
+    return max((ds.frames for ds in cfg.datasets), default=1) if video else 1
+
+
+def _shape_text(pixels: tuple[int, int], shape: StepShape, frames: int = 1) -> str:
     on = "on" if shape.checkpointing else "off"
-    return (f"{pixels[0]}x{pixels[1]}, batch {shape.batch}, gradient checkpointing {on}")
+    clip = f", {frames} frames" if frames > 1 else ""
+    return (f"{pixels[0]}x{pixels[1]}{clip}, batch {shape.batch}, gradient checkpointing {on}")
 
 
 def text_tokens(family: str) -> int:
@@ -344,8 +356,10 @@ def caching_activation_bytes(cfg: Config, sizes: ModelSizes,
     wbytes = weight_bytes(cfg.train.mixed_precision)
     peaks = [0]
     if sizes.vae is not None:
+        # a causal video VAE encodes a clip 4 frames at a time (AutoencoderKLWan._encode)
         peaks.append(act.vae_encode_bytes(sizes.vae.config, height, width,
-                                          CACHE_VAE_BATCH, _vae_bytes(cfg, sizes.vae, wbytes)))
+                                          CACHE_VAE_BATCH * min(step_frames(cfg), 4),
+                                          _vae_bytes(cfg, sizes.vae, wbytes)))
     for encoder in sizes.text_encoders:
         t5 = encoder.config.get("model_type") == "t5"
         # LLM encoders and vision-language models (Qwen-Image's Qwen2.5-VL, which keeps

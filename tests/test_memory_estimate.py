@@ -338,6 +338,8 @@ PRESET_ESTIMATES = [
     ("qwen-image-lora", "qwen_image", (18, 24), "19.0"),  # int8 20 B base, 1024 px
     ("flux2-lora", "flux2", (6, 22), None),
     ("z-image-lora", "z_image", (12, 22), "11.5"),  # bf16, unquantized, 1024 px
+    # Wan 2.1 T2V 1.3B in bf16, 33 frames at 480 px: caching (UMT5-XXL) is the peak
+    ("wan-lora", "wan", (10, 22), "2.6"),
 ]
 
 
@@ -355,3 +357,25 @@ def test_preset_check_passes_and_its_estimate_fits_a_24gb_card(
     if frozen is not None:
         assert f"frozen weights {frozen} GiB" in line
 
+
+
+def test_frames_multiply_a_video_familys_activations_not_a_still_familys(tmp_path: Path) -> None:
+    """33 frames are 9 latent frames: the transformer's image tokens, and so its
+    activations, grow about 9-fold from 1 frame; a still-image family ignores frames."""
+    import re
+
+    from core.config import load_config
+    from core.memory_estimate import estimate_memory
+    from core.presets import preset_path
+
+    def activations(preset: str, frames: int) -> float:
+        cfg = load_config(preset_path(preset))
+        cfg.model.path = f"random:{cfg.model.family}"
+        cfg.datasets[0].frames = frames
+        cfg.launch.cpu = True
+        line = estimate_memory(cfg, tmp_path, caches_built=True).lines()[0]
+        return float(re.search(r"activations ~([0-9.]+) GiB", line).group(1))
+
+    one, many = activations("wan-lora", 1), activations("wan-lora", 33)
+    assert 6 < many / one < 10
+    assert activations("z-image-lora", 1) == activations("z-image-lora", 33)

@@ -246,6 +246,12 @@ def valid_frame_count(frames: int) -> bool:
     return frames >= 1 and (frames - 1) % 4 == 0
 
 
+def latent_frames(frames: int) -> int:
+    """Latent frames of a clip of `frames` (4k + 1) frames: the video VAE keeps the first
+    and packs each further 4 into one."""
+    return 1 + max(frames - 1, 0) // 4
+
+
 def frame_count_hint(frames: int) -> str:
     """Why `frames` is refused and the nearest values that work, for a check message."""
     below = (frames - 1) // 4 * 4 + 1

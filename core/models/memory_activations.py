@@ -91,6 +91,9 @@ class StepShape:
     batch: int
     dtype_bytes: int  # the compute dtype's: 2 under fp16/bf16 autocast, else 4
     checkpointing: bool
+    # A video family's latent frames per sample (1 + (frames - 1) / 4 for Wan's VAE):
+    # the image tokens of every block, and a VAE encode, multiply by them.
+    latent_frames: int = 1
 
 
 def _per_level(value: Any, levels: int) -> list[int]:
@@ -160,7 +163,8 @@ def mmdit_activation_bytes(config: dict[str, Any], shape: StepShape, text_tokens
     squared) and text tokens run through every block at the model width. A joint block
     with SD3.5's second self-attention is one checkpointed module with it."""
     width = int(config.get("num_attention_heads", 24)) * int(config.get("attention_head_dim", 64))
-    image = math.ceil(shape.latent_height / patch) * math.ceil(shape.latent_width / patch)
+    image = math.ceil(shape.latent_height / patch) * math.ceil(shape.latent_width / patch) \
+        * shape.latent_frames
     unit = shape.batch * (image + text_tokens) * width
     dual = set(config.get("dual_attention_layers") or ())
     extra = MMDIT_DUAL_ATTENTION_UNITS * shape.batch * image * width

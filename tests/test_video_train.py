@@ -136,3 +136,27 @@ def test_the_video_demo_makes_its_clips_and_trains_to_validation_videos(tmp_path
         assert (video.frames, video.width, video.height) == (9, 64, 64)
     assert (run / "validation/grid.png").is_file()
     assert (run / "model/model_index.json").is_file()
+
+
+def test_the_grid_and_tensorboard_show_a_strip_of_each_validation_video(tmp_path: Path) -> None:
+    """Where a round wrote NN.mp4, grid.png's cell is five of its frames side by side
+    (first to last): the shape's motion reads left to right."""
+    import numpy as np
+    from PIL import Image
+
+    from core.data.video import write_synthetic_clip
+    from core.train.grid import validation_picture, write_validation_grid
+
+    for step in ("step_000000", "step_000010"):
+        folder = tmp_path / "validation" / step
+        folder.mkdir(parents=True)
+        write_synthetic_clip(folder / "00.mp4", color="red", direction="right", frames=9)
+        Image.new("RGB", (64, 64), "white").save(folder / "00.png")
+    strip = validation_picture(tmp_path / "validation/step_000010/00.png")
+    assert strip.size == (5 * 64, 64)
+    red = np.asarray(strip)[:, :, 0].astype(int) - np.asarray(strip)[:, :, 1]
+    columns = [np.nonzero(red[:, i * 64:(i + 1) * 64].max(axis=0) > 100)[0].mean()
+               for i in range(5)]
+    assert columns == sorted(columns) and columns[-1] - columns[0] > 30  # moving right
+    grid = Image.open(write_validation_grid(tmp_path, ["a red square moving right"]))
+    assert grid.size[0] > 2 * 5 * 64  # two rounds of five-frame strips

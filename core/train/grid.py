@@ -1,7 +1,8 @@
 """validation/grid.png: every validation prompt (rows) at a few validation rounds
-(columns), the first round beside the last, so a run's progress is one picture.
+(columns), the first round beside the last, so a run's progress is one picture. A round
+that wrote videos (NN.mp4 beside NN.png) shows a strip of frames per prompt.
 
-Pure PIL on the PNGs already written; the trainer calls it after each validation round.
+PIL on the files already written; the trainer calls it after each validation round.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ LABEL_HEIGHT = 16
 LABEL_WIDTH = 150
 BACKGROUND = (255, 255, 255)
 INK = (20, 20, 20)
+STRIP_FRAMES = 5  # frames of a validation video shown side by side
 
 
 def grid_steps(steps: list[int], max_columns: int = MAX_COLUMNS) -> list[int]:
@@ -42,21 +44,23 @@ def write_validation_grid(run_dir: Path, prompts: list[str]) -> Path | None:
     steps = grid_steps(sorted(rounds))
     if len(steps) < 2 or not prompts:
         return None
-    cells = [[_open(rounds[step] / f"{row:02d}.png") for step in steps]
+    cells = [[validation_picture(rounds[step] / f"{row:02d}.png") for step in steps]
              for row in range(len(prompts))]
-    side = max((im.width for row in cells for im in row if im is not None), default=64)
-    grid = Image.new("RGB", (LABEL_WIDTH + side * len(steps),
+    shown = [im for row in cells for im in row if im is not None]
+    side = max((im.height for im in shown), default=64)
+    wide = max((im.width * side // im.height for im in shown), default=side)
+    grid = Image.new("RGB", (LABEL_WIDTH + wide * len(steps),
                              LABEL_HEIGHT + side * len(prompts)), BACKGROUND)
     draw = ImageDraw.Draw(grid)
     for col, step in enumerate(steps):
         label = "before (step 0)" if step == 0 else f"step {step}"
-        draw.text((LABEL_WIDTH + col * side + 4, 2), label, fill=INK)
+        draw.text((LABEL_WIDTH + col * wide + 4, 2), label, fill=INK)
     for row, prompt in enumerate(prompts):
         draw.text((4, LABEL_HEIGHT + row * side + side // 2 - 6), prompt[:24], fill=INK)
         for col, image in enumerate(cells[row]):
             if image is not None:
-                grid.paste(image.resize((side, side)),
-                           (LABEL_WIDTH + col * side, LABEL_HEIGHT + row * side))
+                grid.paste(image.resize((wide, side)),
+                           (LABEL_WIDTH + col * wide, LABEL_HEIGHT + row * side))
     path = folder.validation_grid
     tmp = path.with_name(f".{path.name}.tmp")
     grid.save(tmp, format="PNG")
@@ -64,13 +68,35 @@ def write_validation_grid(run_dir: Path, prompts: list[str]) -> Path | None:
     return path
 
 
-def _open(path: Path):
-    """The image, or None when that round has no image for the row (a prompt added on
-    resume): the cell stays blank rather than failing the run."""
+def validation_picture(path: Path):
+    """What shows for validation image `path` (NN.png): the image, or, where the round
+    wrote its video (NN.mp4), STRIP_FRAMES of its frames side by side, evenly spaced from
+    the first to the last. None when that round has no image for the row (a prompt added
+    on resume) or it cannot be read: the cell stays blank rather than failing the run."""
     from PIL import Image
 
+    from core.data.images import BadImage
+
+    video = path.with_suffix(".mp4")
     try:
+        if video.is_file():
+            return _frame_strip(video)
         with Image.open(path) as image:
             return image.convert("RGB")
-    except OSError:
+    except (OSError, BadImage):
         return None
+
+
+def _frame_strip(video: Path):
+    from PIL import Image
+
+    from core.data.video import probe_clip, read_frames
+
+    total = probe_clip(video).frames
+    count = min(STRIP_FRAMES, total)
+    picks = [round(i * (total - 1) / max(count - 1, 1)) for i in range(count)]
+    frames = read_frames(video, picks)
+    strip = Image.new("RGB", (sum(f.width for f in frames), frames[0].height))
+    for i, frame in enumerate(frames):
+        strip.paste(frame.convert("RGB"), (i * frames[0].width, 0))
+    return strip

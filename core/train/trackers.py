@@ -84,16 +84,17 @@ class Tracking:
 
     def images(self, step: int, paths: list[Path], prompts: list[str]) -> None:
         """One image per prompt, tagged validation/NN (the file name), captioned with the
-        prompt where the tracker shows captions."""
+        prompt where the tracker shows captions; a validation video as a strip of its
+        frames (grid.validation_picture)."""
         if not self.active or not self.acc.is_main_process or not paths:
             return
         import numpy as np
-        from PIL import Image
 
-        pixels = []
-        for path in paths:
-            with Image.open(path) as im:
-                pixels.append(np.asarray(im.convert("RGB")))
+        from core.train.grid import validation_picture
+
+        shown = [(p, validation_picture(Path(p))) for p in paths]
+        paths = [p for p, picture in shown if picture is not None]  # unreadable: left out
+        pixels = [np.asarray(picture) for _, picture in shown if picture is not None]
         names = [f"validation/{Path(p).stem}" for p in paths]
         for tracker in self.acc.trackers:
             if tracker.name == "tensorboard":

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from core.config import save_config
-from tests.conftest import check_in_process, small_config, train_in_process, write_shapes
+from conftest import check_in_process, small_config, train_in_process, write_shapes
 
 
 def clip_folder(folder: Path) -> Path:
@@ -118,7 +118,7 @@ def test_the_video_demo_makes_its_clips_and_trains_to_validation_videos(tmp_path
     the workspace (captioned colour, shape and direction), cached, trained (a real
     `accelerate launch`) and sampled as videos before and after."""
     from core.data.video import probe_clip
-    from tests.conftest import app_in_process
+    from conftest import app_in_process
 
     short = ["--set", "train.max_steps=10", "--set", "validation.every=10",
              "--set", "train.eval_every=10", "--set", "train.checkpoint_every=10"]
@@ -160,3 +160,51 @@ def test_the_grid_and_tensorboard_show_a_strip_of_each_validation_video(tmp_path
     assert columns == sorted(columns) and columns[-1] - columns[0] > 30  # moving right
     grid = Image.open(write_validation_grid(tmp_path, ["a red square moving right"]))
     assert grid.size[0] > 2 * 5 * 64  # two rounds of five-frame strips
+
+
+def test_clip_caches_are_incremental_and_an_fps_change_rebuilds_only_clips(
+        tmp_path: Path, tiny_workspace: Path) -> None:
+    from core.cache.stage import build_caches
+    from core.models.registry import get_family
+    from core.models.tiny import materialize_tiny
+
+    family = get_family("wan")
+    components = family.load(str(materialize_tiny("wan", tiny_workspace)))
+    cfg = wan_config(tmp_path)
+    first = build_caches(cfg, family, components)
+    assert first.vae.written == 4  # three clips and the image; broken and short skipped
+    again = build_caches(cfg, family, components)
+    assert (again.stale_vae, again.stale_text, again.vae.written) == (0, 0, 0)
+    cfg.datasets[0].fps = 8.0  # 9 frames at 16 fps hold 5 at 8: other frames, same count
+    changed = build_caches(cfg, family, components)
+    assert (changed.stale_vae, changed.stale_text) == (3, 0)
+
+
+@pytest.mark.slow
+def test_two_processes_cache_each_clip_once(tmp_path: Path, tiny_workspace: Path) -> None:
+    """A real two-process `accelerate launch` of the cache build over clips: each entry
+    written by one process, every entry loads."""
+    import os
+    import subprocess
+
+    from conftest import PYTHON, REPO, free_port
+
+    from core.cache.store import load_entry
+    from core.models.tiny import materialize_tiny
+
+    materialize_tiny("wan", tiny_workspace)
+    cfg = wan_config(tmp_path)
+    save_config(cfg, tmp_path / "run.toml")
+    command = [PYTHON, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
+               "2", "--num_machines", "1", "--main_process_port", str(free_port()),
+               "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "core.cache.main",
+               "--config", str(tmp_path / "run.toml"), "--workspace", str(tiny_workspace)]
+    done = subprocess.run(command, cwd=REPO, env={**os.environ, "ACCELERATE_USE_CPU": "1"},
+                          capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    writes = [line for line in done.stdout.splitlines() if line.startswith("process ")]
+    assert sum(int(line.split("wrote ")[1].split(" vae")[0]) for line in writes) == 4
+    found = list(Path(cfg.datasets[0].vae_cache).rglob("*.safetensors"))
+    assert len(found) == 4
+    for path in found:
+        load_entry(path)

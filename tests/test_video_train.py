@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import check_in_process, small_config, train_in_process, write_shapes
 
 from core.config import save_config
-from conftest import check_in_process, small_config, train_in_process, write_shapes
 
 
 def clip_folder(folder: Path) -> Path:
@@ -117,8 +117,9 @@ def test_the_video_demo_makes_its_clips_and_trains_to_validation_videos(tmp_path
     """`--preset demo-video` as shipped but 10 steps: its clips are generated once into
     the workspace (captioned colour, shape and direction), cached, trained (a real
     `accelerate launch`) and sampled as videos before and after."""
-    from core.data.video import probe_clip
     from conftest import app_in_process
+
+    from core.data.video import probe_clip
 
     short = ["--set", "train.max_steps=10", "--set", "validation.every=10",
              "--set", "train.eval_every=10", "--set", "train.checkpoint_every=10"]

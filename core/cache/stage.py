@@ -41,13 +41,15 @@ class CacheReport:
     stale_masks: int = 0
 
     def lines(self) -> list[str]:
-        images = len(self.plan.vae_jobs)
+        clips = sum(1 for job in self.plan.vae_jobs if job.frames)
+        images = len(self.plan.vae_jobs) - clips
+        samples = f"{images} image(s)" + (f", {clips} clip(s)" if clips else "")
         captions = len(self.plan.text_jobs)
         masks = len(self.plan.mask_jobs)
         extra = [f"mask cache: {masks} mask(s), {self.stale_masks} to build, this process "
                  f"wrote {self.masks.written}"] if masks else []
         return extra + [
-            f"vae cache: {images} image(s), {self.stale_vae} to build, this process wrote "
+            f"vae cache: {samples}, {self.stale_vae} to build, this process wrote "
             f"{self.vae.written} in {self.vae.seconds:.1f}s",
             f"text cache: {captions} unique caption(s), {self.stale_text} to build, this "
             f"process wrote {self.text.written} in {self.text.seconds:.1f}s",

@@ -49,11 +49,12 @@ def run_status(ctx: AppContext, run_dir: Path, lines: int = 40) -> dict[str, Any
         info = ops.run_status(run_dir)
     folder = RunFolder(run_dir)
     images = [str(p) for p in folder.validation_images()]
+    videos = [str(p) for p in ops.validation_videos(run_dir)]  # video families only
     log = [ctx.redact(line) for line in last_lines(folder.log, lines)]
     return {"run_dir": str(run_dir), "state": info.state, "alive": info.alive,
             "step": info.step, "max_steps": info.max_steps, "eta_s": info.eta_s,
             "it_s": info.status.it_s, "loss": info.status.loss, "reason": info.reason,
-            "log": log, "images": images}
+            "log": log, "images": images, "videos": videos}
 
 
 def cache_job_view(ctx: AppContext) -> dict[str, Any]:
@@ -120,7 +121,8 @@ class Endpoints:
         return {"run_dir": str(path), "state": actions.stop(self.ctx, path)}
 
     def status(self, run_dir: str) -> dict:
-        """State, step, ETA, the log's last lines and the validation images of a run."""
+        """State, step, ETA, the log's last lines and the validation images (and videos) of a
+        run."""
         return run_status(self.ctx, _run_dir(self.ctx, run_dir))
 
     def runs(self) -> list:

@@ -1,6 +1,6 @@
 """Following a run: the components that show one (`RunView`: progress with the memory
-line, log, loss plot, validation gallery, reproduce command) and the updates that fill
-them.
+line, log, loss plot, validation gallery (with a video family's validation videos),
+reproduce command) and the updates that fill them.
 
 The Training tab owns these components; the Runs tab and the page load open a run in
 them. Each browser session follows at most one run (`Following`, kept in gr.State); a
@@ -153,19 +153,34 @@ def loss_plot() -> gr.LinePlot:
 
 
 def gallery_items(ctx: AppContext, f: Following) -> tuple[int, list]:
+    """The gallery's items, newest step first. Where a video family wrote the prompt's
+    video beside its image (NN.mp4), the video takes the image's place: gr.Gallery shows
+    an .mp4 path as a video (a play mark on the thumbnail; it plays when opened)."""
     version, images = ctx.watchers.get(f.run_dir).snapshot()
     items = []
     for image in images[:GALLERY_LIMIT]:
         prompt = f.prompts[image.index] if image.index < len(f.prompts) else ""
         caption = f"step {image.step} · {prompt}" if prompt else f"step {image.step}"
-        items.append((servable(ctx, image.path), caption))
+        items.append((shown_media(ctx, image.path, image.video), caption))
     return version, items
+
+
+def shown_media(ctx: AppContext, image: Path, video: Path | None) -> Any:
+    """The video when there is one the server may serve (inside the workspace: a video
+    cannot be sent as pixels), else the image."""
+    if video is not None and in_workspace(ctx, video):
+        return str(video)
+    return servable(ctx, image)
+
+
+def in_workspace(ctx: AppContext, path: Path) -> bool:
+    return path.resolve().is_relative_to(ctx.workspace.resolve())
 
 
 def servable(ctx: AppContext, path: Path) -> Any:
     """A path inside the workspace as is; anything else as pixels, never as a file path,
     so the server only ever serves files from the workspace."""
-    if path.resolve().is_relative_to(ctx.workspace.resolve()):
+    if in_workspace(ctx, path):
         return str(path)
     from PIL import Image
 

@@ -1,6 +1,7 @@
 """Dataset tab: the dataset list (add, remove, reorder), the editor of the selected one,
 the live check (directory conflicts, bad files: errors block launch, warnings do not),
-the bucket histogram and a preview of images with editable captions.
+the bucket histogram and a preview of images (and a video family's clips, each shown by
+its first frame) with editable captions.
 
 Preview thumbnails are sent as small in-memory images, so a dataset folder outside the
 workspace is shown without ever being served as files.
@@ -9,14 +10,15 @@ workspace is shown without ever being served as files.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
-from core.config import Config, resolved
-from core.ops import CheckReport
+from core.config import Config, DatasetConfig, resolved
+from core.ops import CheckReport, is_video_family
 from ui import actions, render, tab_upload
 from ui.context import AppContext
 from ui.errors import guarded
@@ -210,16 +212,63 @@ def thumbnail(path: Path) -> Any:
 
     with Image.open(path) as im:
         im.draft("RGB", (THUMB, THUMB))  # JPEG: decode at a reduced size
-        im = im.convert("RGB")
-        im.thumbnail((THUMB, THUMB))
-        return im.copy()
+        return _fit(im.convert("RGB"))
+
+
+def _fit(im: Any) -> Any:
+    im.thumbnail((THUMB, THUMB))
+    return im.copy()
+
+
+def thumbnails(items: list[Any]) -> list[Any | None]:
+    """A thumbnail per item, None for a file that cannot be read (skipped, as a bad image
+    always was). A clip shows its first sampled frame. The clips a page shows of one
+    video are decoded in one pass: decoding runs from the video's start, so a pass per
+    clip would decode its beginning again for each."""
+    from core.ops import clip_frames
+
+    wanted: dict[Path, list[int]] = {}
+    for item in items:
+        if item.frames:
+            wanted.setdefault(item.path, []).append(item.frames[0])
+    frames: dict[tuple[Path, int], Any] = {}
+    for path, indices in wanted.items():
+        decoded = clip_frames(path, indices) or []
+        frames.update(zip(((path, i) for i in indices), decoded, strict=False))
+    out: list[Any | None] = []
+    for item in items:
+        if item.frames:
+            frame = frames.get((item.path, item.frames[0]))
+            out.append(_fit(frame) if frame is not None else None)
+            continue
+        try:
+            out.append(thumbnail(item.path))
+        except OSError:
+            out.append(None)
+    return out
+
+
+def clip_label(item: Any, several: bool) -> str:
+    """What a clip's thumbnail says before its caption (a frame alone looks like an image);
+    `several`: its video gives more than one sample, numbered from 1."""
+    if not item.frames:
+        return ""
+    which = f"clip {item.clip + 1} · " if several else ""
+    return f"▶ {which}{len(item.frames)} frames · "
+
+
+def item_name(item: Any, several: bool) -> str:
+    """The captions table's name of an item: the file, and which of its video's clips."""
+    return f"{item.path.name} (clip {item.clip + 1})" if item.frames and several \
+        else item.path.name
 
 
 def preview_view(ctx: AppContext, tab: DatasetTab, cfg: Config, index: int,
                  page: int = 0) -> dict[Any, Any]:
     """Page `page` (clamped) of the preview of dataset `index` of the form's config:
-    thumbnails with captions, their full captions beside them, their image paths (the
-    only ones whose captions can be edited) and a note saying which images show."""
+    thumbnails with captions (a video family's clips as their first frame, labelled),
+    their full captions beside them, their file paths (the only ones whose captions can
+    be edited) and a note saying which items show."""
     from core.ops import index_dataset
 
     if not 0 <= index < len(cfg.datasets):
@@ -227,25 +276,37 @@ def preview_view(ctx: AppContext, tab: DatasetTab, cfg: Config, index: int,
     ds = resolved(cfg, ctx.workspace).datasets[index]
     found = index_dataset(ds, f"datasets.{index}", cfg.model.family)
     if not found.items:
-        return _preview(tab, [], [], f"No usable images in `{ds.images or '(not set)'}` yet.")
+        what = "images or clips" if is_video_family(cfg.model.family) else "images"
+        return _preview(tab, [], [], f"No usable {what} in `{ds.images or '(not set)'}` yet.")
     total = len(found.items)
     page = min(max(page, 0), (total - 1) // PREVIEW_LIMIT)
     first = page * PREVIEW_LIMIT
-    shown, items = found.items[first:first + PREVIEW_LIMIT], []
-    for item in shown:
-        try:
-            items.append((thumbnail(item.path), item.caption or "(no caption)"))
-        except OSError:
+    shown = found.items[first:first + PREVIEW_LIMIT]
+    samples = Counter(i.path for i in found.items if i.frames)  # clips per video
+    items, paths = [], []
+    for item, thumb in zip(shown, thumbnails(shown), strict=True):
+        if thumb is None:
             continue
-    note = (f"Images {first + 1}-{first + len(shown)} of {total} of `{ds.id}` "
-            f"({ds.caption}).")
+        label = clip_label(item, samples[item.path] > 1)
+        items.append((thumb, label + (item.caption or "(no caption)")))
+        paths.append(str(item.path))  # as the gallery's: a click's index picks from it
+    note = _preview_note(ds, first, len(shown), total, sum(samples.values()))
+    rows = [[item_name(i, samples[i.path] > 1), i.caption or "(no caption)"] for i in shown]
+    return _preview(tab, items, paths, note, page, rows)
+
+
+def _preview_note(ds: DatasetConfig, first: int, shown: int, total: int, clips: int) -> str:
+    if clips:
+        note = (f"Samples {first + 1}-{first + shown} of {total} of `{ds.id}` ({clips} "
+                f"clip(s), {total - clips} image(s); {ds.caption}).")
+    else:
+        note = f"Images {first + 1}-{first + shown} of {total} of `{ds.id}` ({ds.caption})."
     if total > PREVIEW_LIMIT:
         note += " Previous/Next images page through them."
     if ds.caption != "textfile":
         note += (" Captions come from the " + ds.caption + " strategy; edits here are saved "
                  "to .txt files, which only the textfile strategy reads.")
-    rows = [[i.path.name, i.caption or "(no caption)"] for i in shown]
-    return _preview(tab, items, [str(i.path) for i in shown], note, page, rows)
+    return note
 
 
 def _preview(tab: DatasetTab, items: list, paths: list[str], note: str, page: int = 0,

@@ -7,6 +7,10 @@ a new image is visible at the next tick instead of after a directory scan. A res
 and then covers what inotify can miss (a folder created and filled before its watch was
 added) and an observer that failed to start (inotify limits): then scans alone serve.
 
+A video family also writes `NN.mp4` (validation.frames > 1), before its `NN.png`: an
+image records the video beside it, looked for when the image arrives and updated when
+an `.mp4` comes or goes, so the gallery can show the video in the image's place.
+
 The pool belongs to the app object (one watcher per run folder, shared by sessions).
 """
 
@@ -17,7 +21,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from core.ops import RunFolder
@@ -26,6 +30,7 @@ log = logging.getLogger(__name__)
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 IMAGE = re.compile(r"^(\d+)\.png$")
+VIDEO = re.compile(r"^(\d+)\.mp4$")
 RESCAN_S = 5.0
 MAX_WATCHERS = 8
 
@@ -35,6 +40,7 @@ class ValidationImage:
     step: int
     index: int
     path: Path
+    video: Path | None = field(default=None, compare=False)  # the NN.mp4 beside it
 
 
 def parse_image(path: Path, validation: Path) -> ValidationImage | None:
@@ -76,30 +82,56 @@ class GalleryWatcher:
             self._observer = None
 
     def add(self, path: Path) -> None:
-        item = parse_image(Path(path), self.validation)
-        if item is None or not item.path.is_file():
+        path = Path(path)
+        if VIDEO.match(path.name):
+            self._video_changed(path)
             return
+        item = parse_image(path, self.validation)
+        if item is None or item.path in self._images or not item.path.is_file():
+            return
+        video = item.path.with_suffix(".mp4")
+        item = replace(item, video=video if video.is_file() else None)
         with self._lock:
             if item.path not in self._images:
                 self._images[item.path] = item
                 self.version += 1
 
     def remove(self, path: Path) -> None:
+        path = Path(path)
+        if VIDEO.match(path.name):
+            self._video_changed(path)
+            return
         with self._lock:
-            if self._images.pop(Path(path), None) is not None:
+            if self._images.pop(path, None) is not None:
+                self.version += 1
+
+    def _video_changed(self, video: Path) -> None:
+        """An NN.mp4 came or went: the image beside it (if known) records it or not."""
+        image = video.with_suffix(".png")
+        now = video if video.is_file() else None
+        with self._lock:
+            item = self._images.get(image)
+            if item is not None and item.video != now:
+                self._images[image] = replace(item, video=now)
                 self.version += 1
 
     def scan(self) -> None:
         """List the folder (cheap: one directory per validation step)."""
         self._last_scan = time.monotonic()
-        found = set(self.validation.glob("step_*/*.png")) if self.validation.is_dir() else set()
+        listed = set(self.validation.glob("step_*/*")) if self.validation.is_dir() else set()
+        found = {p for p in listed if p.suffix == ".png"}
         with self._lock:
             gone = [p for p in self._images if p not in found]
             for p in gone:
                 del self._images[p]
             self.version += bool(gone)
+            # a video that came or went unseen (the observer missed it, or there is none)
+            stale = [i.path.with_suffix(".mp4") for i in self._images.values()
+                     if (i.path.with_suffix(".mp4") in listed) != (i.video is not None)]
         for path in found:
             self.add(path)
+        for video in stale:
+            self._video_changed(video)
 
     def snapshot(self) -> tuple[int, list[ValidationImage]]:
         """(version, images newest step first, prompts in order within a step)."""
@@ -118,7 +150,7 @@ def _start_observer(watcher: GalleryWatcher):
     class Handler(FileSystemEventHandler):
         def on_created(self, event) -> None:
             if event.is_directory:
-                for path in Path(event.src_path).glob("*.png"):  # filled before the watch
+                for path in Path(event.src_path).glob("*.*"):  # filled before the watch
                     watcher.add(path)
             else:
                 watcher.add(Path(event.src_path))

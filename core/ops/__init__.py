@@ -9,7 +9,7 @@ types): tests/test_layering.py holds it to that.
 
 One module per subject: checks (configs, the check, the model source, the memory
 estimate), datasets, uploads, caches, captions, runs, queued (the UI's run queue),
-downloads, merging, and following (what the UI reads to follow runs and jobs).
+downloads, merging, videos, and following (what the UI reads to follow runs and jobs).
 
 Refusals raise `OpError`: a message for a person, the problems behind it (each naming a
 key or a path) and the CLI exit code it maps to. Nothing here prints. Importing this
@@ -76,13 +76,14 @@ from core.ops.runs import (
     stop,
 )
 from core.ops.uploads import dataset_name, upload_images, uploaded_dataset
+from core.ops.videos import clip_frames, validation_videos
 
 __all__ = [
     "LIVE_STATES", "PRESETS_DIR", "SERIES", "CacheJob", "CaptionJob", "CheckReport",
     "Launched", "LogTail", "OpError", "RunFolder", "RunFollower", "RunHandle", "RunInfo",
     "attach", "bucket_histogram", "cache_files", "cache_status", "caches_complete",
     "cancel_queued", "caption_config", "check", "check_captioning", "check_model_source",
-    "clear_cache", "dataset_name", "delete_run", "estimate_memory", "extend",
+    "clear_cache", "clip_frames", "dataset_name", "delete_run", "estimate_memory", "extend",
     "format_memory", "gated_note", "index_dataset", "is_demo", "is_video_family",
     "last_lines", "launch",
     "list_presets", "list_runs", "load_run_config", "merge", "merge_run", "move_queued",
@@ -90,5 +91,5 @@ __all__ = [
     "reconcile_runs", "require_ok", "require_workspace", "resume", "run_downloads",
     "run_info", "run_status", "run_status_or_none", "saved_config", "saved_loras",
     "start_cache", "start_caption", "start_next_queued", "stop", "tensorboard_command",
-    "upload_images", "uploaded_dataset",
+    "upload_images", "uploaded_dataset", "validation_videos",
 ]

@@ -103,7 +103,8 @@ def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummar
             if is_upscaled(item.width, item.height, b):
                 upscaled.append(item.path)
         if upscaled:
-            problems.append(warning(f"{key}.images", f"{len(upscaled)} image(s) are smaller "
+            kind = "image(s) or clip(s)" if video else "image(s)"
+            problems.append(warning(f"{key}.images", f"{len(upscaled)} {kind} are smaller "
                                     f"than their {ds.resolution}px bucket and get upscaled "
                                     f"(blurry), e.g. {upscaled[0]}"))
         frames = [max(1, len(item.frames)) for item in index.items] if video else []

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import write_shapes
+from conftest import write_shapes
 
 
 @pytest.fixture
@@ -268,3 +268,23 @@ def test_the_status_endpoint_lists_the_videos_beside_the_images(tmp_path: Path, 
     status = run_status(ctx, run)
 
     assert status["images"] == [str(png)] and status["videos"] == [str(mp4)]
+
+
+def test_the_histogram_counts_clips_by_size_and_frames(tmp_path: Path) -> None:
+    """The Dataset tab's bucket chart: a video family's bars are (size, frames), so clips
+    and the stills beside them are told apart."""
+    from core.data.video import write_synthetic_clip
+    from core.ops import check
+    from ui.tab_dataset import histogram_rows
+
+    folder = tmp_path / "clips"
+    folder.mkdir()
+    for name in ("a", "b"):
+        write_synthetic_clip(folder / f"{name}.mp4", frames=9)
+    write_shapes(folder, 1)
+    cfg = video_config(str(folder), frames=5, fps=0.0)
+    cfg.datasets[0].resolution = 64
+    plot = histogram_rows(check(cfg, tmp_path, estimate=False)).value  # columns and rows
+    bucket, images = plot["columns"].index("bucket"), plot["columns"].index("images")
+    assert sorted((row[bucket], row[images]) for row in plot["data"]) == [
+        ("64x64, 1 frame (1)", 1), ("64x64, 5 frames (2)", 2)]

@@ -75,7 +75,8 @@ def test_the_form_opens_filled_follows_a_rename_and_survives_a_refresh(tmp_path:
 
 def test_the_dataset_advanced_section_edits_masks_and_names_a_conflict(tmp_path: Path):
     """The Dataset tab's Advanced accordion shows the schema's advanced dataset keys; a
-    masks folder inside the images folder is named in the check panel as it is typed."""
+    masks folder inside the images folder is named in the check panel as it is typed.
+    The video keys (frames, fps, clips) show only once model.family is a video family."""
     from playwright.sync_api import sync_playwright
 
     executable = chromium()
@@ -95,5 +96,15 @@ def test_the_dataset_advanced_section_edits_masks_and_names_a_conflict(tmp_path:
             text = page.inner_text("#check-panel")
             assert "is inside" in text and "masks would be read as training images" in text
             page.screenshot(path=str(tmp_path / "masks.png"), full_page=True)
+            assert not page.locator("#ds-frames").is_visible()  # sd15: stills only
+            page.get_by_role("tab", name="Training").click()
+            assert not page.locator("#f-validation-frames").is_visible()
+            page.click("#f-model-family input")
+            page.get_by_role("option", name="wan", exact=True).first.click()
+            page.wait_for_selector("#f-validation-frames", state="visible")
+            page.get_by_role("tab", name="Dataset").click()
+            page.wait_for_selector("#ds-frames", state="visible")
+            assert page.locator("#ds-clips").is_visible()
+            page.screenshot(path=str(tmp_path / "video-keys.png"), full_page=True)
         finally:
             browser.close()

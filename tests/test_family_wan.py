@@ -2,7 +2,8 @@
 written-out use of diffusers' classes as WanPipeline runs them, the UMT5 text as the
 pipeline pads it, video and image latents, the shifted sigma draw, LoRA files that reload
 in diffusers (the ComfyUI one through diffusers' converter of original Wan names), frames
-from validation, and a Wan 2.2 two-expert folder refused with a message."""
+from validation, and a Wan 2.2 TI2V-5B folder (per-token timesteps) refused with a message
+(Wan 2.2's two experts: tests/test_family_wan22.py)."""
 
 from __future__ import annotations
 
@@ -171,14 +172,12 @@ def test_validation_pipeline_gives_frames_and_the_first_as_the_image(folder: Pat
     assert out.images[0] is out.frames[0][0]
 
 
-def test_a_two_expert_wan22_folder_is_refused_with_what_to_use(folder: Path,
-                                                                tmp_path: Path) -> None:
-    two = tmp_path / "wan22"
-    shutil.copytree(folder, two)
-    shutil.copytree(folder / "transformer", two / "transformer_2")
-    index = json.loads((two / "model_index.json").read_text())
-    index["transformer_2"] = index["transformer"]
-    index["boundary_ratio"] = 0.875
-    (two / "model_index.json").write_text(json.dumps(index))
-    with pytest.raises(loading.ModelLoadError, match="two experts.*Wan2.1-T2V-1.3B"):
-        WAN.load(str(two))
+def test_a_ti2v_folder_with_per_token_timesteps_is_refused_with_what_to_use(
+        folder: Path, tmp_path: Path) -> None:
+    ti2v = tmp_path / "wan22-ti2v"
+    shutil.copytree(folder, ti2v)
+    index = json.loads((ti2v / "model_index.json").read_text())
+    index["expand_timesteps"] = True
+    (ti2v / "model_index.json").write_text(json.dumps(index))
+    with pytest.raises(loading.ModelLoadError, match="TI2V-5B.*Wan2.1-T2V-1.3B"):
+        WAN.load(str(ti2v))

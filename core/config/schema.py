@@ -22,6 +22,7 @@ QUANTIZE_CHOICES = ("none", "int8", "fp8", "nf4")
 PREDICTION_TYPES = ("auto", "epsilon", "v_prediction")
 DISTRIBUTED_CHOICES = ("ddp", "fsdp", "deepspeed")  # launch.distributed (issue 26 item 7)
 CLIP_CHOICES = ("start", "uniform")  # datasets.N.clips (video families)
+EXPERT_CHOICES = ("both", "high_noise", "low_noise")  # model.experts (issue 23)
 
 
 def meta(
@@ -80,6 +81,14 @@ class ModelConfig:
                               help="What the denoiser predicts (epsilon/v families): auto "
                                    "reads the scheduler config; set epsilon for SD2-base "
                                    "files, v_prediction for SD2-768 and v-pred fine-tunes.")
+    experts: str = _f("both", label="Experts to train", choices=EXPERT_CHOICES, video=True,
+                      advanced=True,
+                      help="Two-expert models (Wan 2.2 A14B: a high-noise transformer "
+                           "above the model's boundary_ratio, a low-noise one below): both "
+                           "trains a LoRA on each, every sample going to the expert of its "
+                           "noise level; high_noise or low_noise trains that expert alone, "
+                           "its noise levels drawn only from its range (the usual draw, "
+                           "renormalised inside it). One-transformer models take only both.")
 
 
 @dataclass

@@ -143,6 +143,16 @@ class FamilyDefaults:
         """This family's own checks of a Config at --stage check (Problems)."""
         return []
 
+    def configure_run(self, c: Components, cfg: Any) -> None:
+        """The run's settings a family reads from the Config onto its loaded model, before
+        the trainer adds what it trains (Wan 2.2: model.experts, which expert trains):
+        `load` gets no Config. Raises ValueError, naming the key, for a setting the loaded
+        model cannot take; here (one-transformer families) any model.experts but "both"."""
+        if cfg.model.experts != "both":
+            raise ValueError(f"model.experts is {cfg.model.experts!r}, which picks one expert "
+                             f"of a two-expert model, but {self.name} models have one "
+                             "denoiser; set model.experts = \"both\"")
+
 
 class ModelFamily(Protocol):
     name: str  # its folder under core/models/families/, and model.family
@@ -177,6 +187,9 @@ class ModelFamily(Protocol):
 
     def config_problems(self, cfg: Any) -> list[Any]:
         """This family's own checks of a Config at --stage check (Problems)."""
+
+    def configure_run(self, c: Components, cfg: Any) -> None:
+        """The run's family-read settings onto the loaded model (FamilyDefaults')."""
 
     def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",
              config: str | None = None) -> Components:

@@ -173,6 +173,15 @@ def apply_objective(family: ModelFamily, components: Components, cfg: Config) ->
     components.guidance = t.guidance
 
 
+def configure_run(family: ModelFamily, components: Components, cfg: Config) -> None:
+    """The family's own run settings (ModelFamily.configure_run) before the adapter is
+    added; one the loaded model cannot take stops the run with the family's message."""
+    try:
+        family.configure_run(components, cfg)
+    except ValueError as exc:
+        raise TrainingError(str(exc)) from None
+
+
 def make_lr_scheduler(optimizer: Any, cfg: Config) -> Any:
     """Stepped once per optimizer step by the loop (not by accelerate)."""
     from diffusers.optimization import get_scheduler
@@ -284,6 +293,7 @@ def build_setup(cfg: Config, workspace: Path, accelerator: Any, reporter: Any) -
     family, components, datasets, sampler, texts, train_texts = load_and_place(
         cfg, workspace, accelerator, reporter, memory)
     apply_objective(family, components, cfg)
+    configure_run(family, components, cfg)
     base = components.denoiser
     params = add_trainable(family, base, cfg)
     start_from_lora(base, cfg, reporter)

@@ -1,5 +1,7 @@
 """The wan family (Wan 2.1 / 2.2 text-to-video): family.py (FAMILY), tiny.py (tiny:wan),
-full_size/ (random:wan)."""
+full_size/ (random:wan); Wan 2.2's two experts: experts.py (the routing denoiser),
+expert_files.py (a LoRA file per expert), expert_checks.py (model.experts), tiny22/
+(tiny:wan22)."""
 
 from typing import Any
 

@@ -33,9 +33,19 @@ LoRA, and which diffusers' Wan loader also converts (the tests load it that way)
 Single files: ComfyUI's wan2.1_t2v_*.safetensors hold only the diffusion model;
 WanTransformer3DModel.from_single_file reads it and model.config gives the rest.
 
-Not yet here: Wan 2.2's two experts (A14B, `transformer_2` split at `boundary_ratio`),
-TI2V-5B's per-token timesteps (`expand_timesteps`) and image-to-video conditioning; a
-model folder that needs them is refused at load with that said.
+Wan 2.2 A14B (two experts: `transformer` above boundary_ratio * 1000, `transformer_2`
+below, as WanPipeline samples): the denoiser is experts.py's WanExperts, which routes each
+sample to the expert of its timestep. model.experts (`configure_run`) trains both (each
+its own LoRA) or one, whose range alone the sigmas are then drawn from (`draw_sigmas`:
+the same draw, renormalised inside the range); the eval still scores every timestep,
+the frozen expert's included. Files: one set per trained expert (expert_files.py).
+Validation samples with both experts, as the pipeline does (guidance_scale for both).
+tiny:wan22 (tiny22/) is its tiny model; expert_checks.py refuses what it does not take.
+
+Not yet here: TI2V-5B's per-token timesteps (`expand_timesteps`), image-to-video
+conditioning, Wan 2.2 as two single files (one per expert), a starting LoRA
+(train.init_lora) or FSDP for two experts; a model or config that needs them is refused
+(at load, at the check where the model is known without loading, or when the run starts).
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.families.wan.expert_checks import BOTH, expert_problems, run_refusal
 from core.models.flow import FlowFamily
 from core.models.modules import encode_causal_latents, unwrap
 
@@ -72,6 +83,26 @@ def original_module_name(module: str) -> str | None:
     return None
 
 
+def experts_of(c: Components) -> Any:
+    """The loaded model's WanExperts (a two-expert Wan 2.2), or None (one transformer)."""
+    from core.models.families.wan.experts import WanExperts
+
+    model = unwrap(c.denoiser)
+    return model if isinstance(model, WanExperts) else None
+
+
+def save_comfy(module: Any, peft_sd: dict[str, Any], config: Any, path: Path) -> Path | None:
+    """The ComfyUI file of one Wan transformer's adapter: Wan's original names under
+    "diffusion_model." (see the module docstring); a module without one (an unusual
+    target) keeps diffusers' "transformer." names, as the other families write."""
+    from core.models.lora_files import base_weights, lora_modules, save_comfy_lora
+
+    if any(original_module_name(m) is None for m in lora_modules(peft_sd)):
+        return save_comfy_lora(peft_sd, config, path, base_weights(module))
+    return save_comfy_lora(peft_sd, config, path, base_weights(module),
+                           prefix="diffusion_model.", rename=original_module_name)
+
+
 @functools.cache
 def _validation_pipeline_class() -> Any:
     """WanPipeline whose output reads like an image pipeline's (built on first use, so
@@ -81,9 +112,13 @@ def _validation_pipeline_class() -> Any:
     from diffusers import WanPipeline
     from PIL import Image
 
+    from core.models.families.wan.expert_files import expert_files
+
     class WanValidationPipeline(WanPipeline):
         """Returns `.images` (the first frame of each video, what the gallery and the grid
-        show) and `.frames` (each video's frames as PIL images, for the .mp4)."""
+        show) and `.frames` (each video's frames as PIL images, for the .mp4). With two
+        experts, a LoRA file this family saved loads into the expert it was trained for
+        (and a run folder's files into both): `--stage merge` fuses a run's LoRA so."""
 
         def __call__(self, *args: Any, num_frames: int = 1, **kwargs: Any) -> Any:
             kwargs["output_type"] = "np"
@@ -91,6 +126,43 @@ def _validation_pipeline_class() -> Any:
             frames = [[Image.fromarray((f * 255).round().clip(0, 255).astype("uint8"))
                        for f in video] for video in videos]
             return SimpleNamespace(images=[v[0] for v in frames], frames=frames)
+
+        def load_lora_weights(self, source: Any, adapter_name: str | None = None,
+                              **kwargs: Any) -> None:
+            """diffusers' loading, except that with two experts a file recording its
+            expert goes into it (expert_files.expert_files says which files, where)."""
+            plan = None
+            if self.transformer_2 is not None and "load_into_transformer_2" not in kwargs:
+                plan = expert_files(source, kwargs.get("weight_name"))
+            if plan is None:
+                return super().load_lora_weights(source, adapter_name=adapter_name, **kwargs)
+            for file, low in plan:
+                super().load_lora_weights(str(file.parent), adapter_name=adapter_name,
+                                          **{**kwargs, "weight_name": file.name,
+                                             "load_into_transformer_2": low})
+            return None
+
+        def fuse_lora(self, components: list[str] | None = None, **kwargs: Any) -> None:
+            """Every expert holding a LoRA (diffusers' Wan default fuses `transformer`
+            alone, and would leave transformer_2's LoRA out of a merge)."""
+            if components is None:
+                components = [n for n in ("transformer", "transformer_2")
+                              if getattr(getattr(self, n), "peft_config", None)]
+            super().fuse_lora(components=components or ["transformer"], **kwargs)
+
+        def save_pretrained(self, save_directory: Any, **kwargs: Any) -> None:
+            """Saved as a plain WanPipeline (a full fine-tune's model/): model_index.json
+            then names a class DiffusionPipeline.from_pretrained finds."""
+            WanPipeline(**self.components).save_pretrained(save_directory, **kwargs)
+
+        @property
+        def components(self) -> dict[str, Any]:
+            """The modules and the pipeline's own settings (boundary_ratio,
+            expand_timesteps), so a pipeline built from them (save_pretrained's, merge's
+            diffusers copy) keeps the experts' split."""
+            return {**super().components,
+                    **{k: self.config[k] for k in ("boundary_ratio", "expand_timesteps")
+                       if k in self.config}}
 
     return WanValidationPipeline
 
@@ -108,18 +180,54 @@ class WanFamily(FlowFamily):
     pipeline_class_name = "WanPipeline"
     max_sequence_length = 512
     timestep_sampling = "uniform"
+    # tiny:wan22, a random two-expert Wan 2.2 (tiny22/ says why it goes through here).
+    trained_tiny = (("wan22", "core.models.families.wan.tiny22"),)
 
     # ------------------------------------------------------------ loading
 
     def _components_from_pipeline(self, pipe: Any, source: str, fp: str) -> Components:
-        """Refuse what this family does not train yet (see the module docstring)."""
-        if getattr(pipe, "transformer_2", None) is not None or pipe.config.get(
-                "expand_timesteps", False):
-            raise loading.ModelLoadError(source, "is a Wan 2.2 model with two experts or "
-                                         "per-token timesteps (A14B, TI2V-5B), which this "
-                                         "version does not train yet; use a Wan 2.1 T2V model "
-                                         "(e.g. Wan-AI/Wan2.1-T2V-1.3B-Diffusers)")
-        return super()._components_from_pipeline(pipe, source, fp)
+        """One transformer (Wan 2.1), or Wan 2.2's two experts as one WanExperts; refuse
+        what this family does not train yet (see the module docstring)."""
+        if pipe.config.get("expand_timesteps", False):
+            raise loading.ModelLoadError(source, "is a Wan 2.2 model with per-token "
+                                         "timesteps (TI2V-5B, expand_timesteps), which this "
+                                         "version does not train yet; use a Wan 2.2 A14B "
+                                         "T2V or a Wan 2.1 T2V model (e.g. "
+                                         "Wan-AI/Wan2.1-T2V-1.3B-Diffusers)")
+        c = super()._components_from_pipeline(pipe, source, fp)
+        second = getattr(pipe, "transformer_2", None)
+        if second is not None or pipe.transformer is None:
+            c.denoiser = self._two_experts(pipe, second, source)
+        return c
+
+    @staticmethod
+    def _two_experts(pipe: Any, second: Any, source: str) -> Any:
+        """WanExperts of the pipeline's transformer (high noise) and transformer_2 (low
+        noise), split where the pipeline splits them."""
+        from core.models.families.wan.experts import WanExperts
+
+        ratio = pipe.config.get("boundary_ratio")
+        if pipe.transformer is None or second is None or ratio is None:
+            raise loading.ModelLoadError(source, "is a Wan folder with one of transformer / "
+                                         "transformer_2 / boundary_ratio missing from "
+                                         "model_index.json: a Wan 2.2 A14B folder has all "
+                                         "three, a Wan 2.1 folder only transformer")
+        steps = int(pipe.scheduler.config.get("num_train_timesteps", 1000))
+        return WanExperts(pipe.transformer, second, ratio, steps)
+
+    def config_problems(self, cfg: Any) -> list[Any]:
+        """model.experts against the model's experts, where known without loading it."""
+        return expert_problems(cfg)
+
+    def configure_run(self, c: Components, cfg: Any) -> None:
+        """model.experts onto the loaded model: which expert gets the adapter (or, in a
+        full fine-tune, trains) and whose range the sigmas are drawn from."""
+        experts = experts_of(c)
+        refused = run_refusal(cfg, 1 if experts is None else 2)
+        if refused is not None:
+            raise ValueError(": ".join(refused))
+        if experts is not None:
+            experts.trained_expert = cfg.model.experts
 
     def train_shift(self, c: Components) -> float:
         """The scheduler's flow_shift (UniPC's name for it; 1 when absent)."""
@@ -169,8 +277,23 @@ class WanFamily(FlowFamily):
                              "use sides that are multiples of 16 pixels")
         device = noisy.device
         embeds = batch["prompt_embeds"].to(device, dtype)
-        return model(hidden_states=noisy, timestep=sample.timesteps.to(device).to(dtype),
-                     encoder_hidden_states=embeds, return_dict=False)[0]
+        timesteps = sample.timesteps.to(device)
+        if experts_of(c) is None:  # WanExperts routes at full precision, then casts
+            timesteps = timesteps.to(dtype)
+        return model(hidden_states=noisy, timestep=timesteps, encoder_hidden_states=embeds,
+                     return_dict=False)[0]
+
+    def draw_sigmas(self, c: Components, n: int, generator: Any, device: Any) -> Any:
+        """The shifted-uniform draw (or the run's); with one Wan 2.2 expert training,
+        only sigmas whose timestep lies in its range (the draw renormalised there)."""
+        experts = experts_of(c)
+        draw = functools.partial(super().draw_sigmas, c, generator=generator, device=device)
+        if experts is None or experts.trained_expert == BOTH:
+            return draw(n)
+        from core.models.families.wan.experts import draw_within
+
+        steps = int(c.noise_scheduler.config.get("num_train_timesteps", 1000))
+        return draw_within(draw, n, lambda sigmas: experts.holds(sigmas * steps))
 
     @staticmethod
     def activation_layout(config: dict[str, Any]) -> tuple[dict[str, Any], int]:
@@ -185,16 +308,22 @@ class WanFamily(FlowFamily):
     def lora_target_modules(self, scope: str = "attention") -> list[str]:
         return ATTENTION + (FEED_FORWARD if scope == "all" else [])
 
+    def save_lora(self, c: Components, out_dir: Path) -> dict[str, Path]:
+        """One transformer: FlowFamily's files (pytorch_lora_weights, lora_comfyui). Two
+        experts: each trained expert's files (expert_files.py)."""
+        from core.models.adapters import diffusers_kinds
+        from core.models.families.wan.expert_files import save_expert_loras
+
+        experts = experts_of(c)
+        if experts is None:
+            return super().save_lora(c, out_dir)
+        return save_expert_loras(experts.experts(), out_dir,
+                                 self._pipeline_class().save_lora_weights,
+                                 diffusers_kinds(self.name), save_comfy)
+
     def _save_comfy(self, c: Components, peft_sd: dict[str, Any], config: Any,
                     path: Path) -> Path | None:
-        """Wan's original names under "diffusion_model." (see the module docstring); a
-        module without one (an unusual target) keeps diffusers' names, as other families."""
-        from core.models.lora_files import base_weights, lora_modules, save_comfy_lora
-
-        if any(original_module_name(m) is None for m in lora_modules(peft_sd)):
-            return super()._save_comfy(c, peft_sd, config, path)
-        return save_comfy_lora(peft_sd, config, path, base_weights(c.denoiser),
-                               prefix="diffusion_model.", rename=original_module_name)
+        return save_comfy(unwrap(c.denoiser), peft_sd, config, path)
 
     # ------------------------------------------------------------ validation
 
@@ -204,10 +333,17 @@ class WanFamily(FlowFamily):
 
     def validation_pipeline(self, c: Components) -> Any:
         """A WanPipeline sharing the loaded modules, returning frames (see
-        `_validation_pipeline_class`); it takes `num_frames` (4k + 1)."""
+        `_validation_pipeline_class`); it takes `num_frames` (4k + 1). Two experts: both,
+        split at the model's boundary_ratio."""
+        experts = experts_of(c)
+        denoisers: dict[str, Any] = {"transformer": unwrap(c.denoiser)}
+        if experts is not None:
+            denoisers = {"transformer": experts.transformer,
+                         "transformer_2": experts.transformer_2,
+                         "boundary_ratio": experts.boundary_ratio}
         pipe = _validation_pipeline_class()(
-            transformer=unwrap(c.denoiser), scheduler=self.validation_scheduler(c),
-            vae=c.vae, text_encoder=c.text_encoders[0], tokenizer=c.tokenizers[0])
+            scheduler=self.validation_scheduler(c), vae=c.vae,
+            text_encoder=c.text_encoders[0], tokenizer=c.tokenizers[0], **denoisers)
         pipe.set_progress_bar_config(disable=True)
         return pipe
 

@@ -2,11 +2,15 @@
 real one), the causal 3D AutoencoderKLWan at the real scales (8x in space, 4x in time)
 with calibrated latents_mean/latents_std, a one-layer UMT5 encoder with the offline T5
 tokenizer, and Wan's UniPC flow scheduler with its shift of 3.0
-(Wan-AI/Wan2.1-T2V-1.3B-Diffusers' scheduler_config.json, see full_size/)."""
+(Wan-AI/Wan2.1-T2V-1.3B-Diffusers' scheduler_config.json, see full_size/).
+
+`build_pipeline` with a second expert gives tiny:wan22 (the tiny22/ package): the same
+parts plus `transformer_2` and a `boundary_ratio`, as Wan 2.2 A14B's folders hold."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from core.models.tiny.causal_vae import Z_DIM, calibrate_causal_vae, tiny_causal_vae
 from core.models.tiny.t5 import t5_tokenizer, tiny_t5_encoder
@@ -23,25 +27,44 @@ def scheduler_config() -> dict:
             "final_sigmas_type": "zero"}
 
 
-def build(out_dir: Path, seed: int = 0) -> None:
-    """Write a tiny random Wan-shaped model as a diffusers folder."""
+def tiny_transformer(seed: int) -> Any:
+    """A one-block WanTransformer3DModel drawn from `seed` (the global torch RNG)."""
     import torch
-    from diffusers import UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
+    from diffusers import WanTransformer3DModel
 
-    out_dir = Path(out_dir)
     torch.manual_seed(seed)
     # head_dim 24: WanRotaryPosEmbed gives 8 of it to time and 8 to each spatial axis.
-    transformer = WanTransformer3DModel(
+    return WanTransformer3DModel(
         patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=24,
         in_channels=Z_DIM, out_channels=Z_DIM, text_dim=TEXT_DIM, freq_dim=32, ffn_dim=64,
         num_layers=1, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
         rope_max_seq_len=1024)
+
+
+def build(out_dir: Path, seed: int = 0) -> None:
+    """Write a tiny random Wan-shaped model as a diffusers folder."""
+    build_pipeline(out_dir, seed)
+
+
+def build_pipeline(out_dir: Path, seed: int, second_seed: int | None = None,
+                   boundary_ratio: float | None = None) -> None:
+    """The tiny Wan folder; with `second_seed`, a second expert (`transformer_2`, drawn
+    from that seed, so the two differ) used below `boundary_ratio`. The first expert and
+    every other part are drawn as tiny:wan's, from the same seeds."""
+    from diffusers import UniPCMultistepScheduler, WanPipeline
+
+    out_dir = Path(out_dir)
+    transformer = tiny_transformer(seed)
     vae = tiny_causal_vae("AutoencoderKLWan", seed + 1)
     calibrate_causal_vae(vae, seed)
     tokenizer, vocab_size = t5_tokenizer(out_dir / "tokenizer")
+    second: dict[str, Any] = {}
+    if second_seed is not None:
+        second = {"transformer_2": tiny_transformer(second_seed),
+                  "boundary_ratio": boundary_ratio}
     pipe = WanPipeline(
         tokenizer=tokenizer, text_encoder=tiny_t5_encoder(vocab_size, TEXT_DIM, seed + 2,
                                                           umt5=True),
         vae=vae, scheduler=UniPCMultistepScheduler(**scheduler_config()),
-        transformer=transformer)
+        transformer=transformer, **second)
     pipe.save_pretrained(str(out_dir), safe_serialization=True)

@@ -218,7 +218,7 @@ def assemble(cfg: Config, sizes: ModelSizes, gpu: tuple[int, str] | None,
     pixels = pixels or step_pixels(cfg)
     wbytes = weight_bytes(cfg.train.mixed_precision)
     shape = step_shape(cfg, sizes, pixels)
-    training = training_parts(cfg, sizes.denoiser, wbytes)
+    training = training_parts(cfg, sizes.denoiser, wbytes, sizes.second_expert)
     training.append(MemoryPart("activations", activation_bytes(sizes, shape), exact=False))
     encoders = [MemoryPart("text encoders", _weights(sizes.text_encoders, wbytes)),
                 MemoryPart("VAE", _weights([sizes.vae] if sizes.vae else [],
@@ -266,15 +266,21 @@ def frozen_denoiser_bytes(d: DenoiserSize, scheme: str, wbytes: int) -> int:
             + blocks * SCALE_BYTES[scheme] + d.other_bytes)
 
 
-def training_parts(cfg: Config, d: DenoiserSize, wbytes: int) -> list[MemoryPart]:
+def training_parts(cfg: Config, d: DenoiserSize, wbytes: int,
+                   second: DenoiserSize | None = None) -> list[MemoryPart]:
     """Frozen weights, trainable, gradients, optimizer, EMA: exact. LoRA and full
     fine-tunes keep trainable weights, their gradients and AdamW's states in fp32; DDP
-    (more than one process) copies the gradients into its buckets, once more."""
+    (more than one process) copies the gradients into its buckets, once more. A second
+    expert (`second`) is loaded too, and trains with model.experts = "both"."""
+    experts = [d] if second is None else [d, second]
+    trained = experts if cfg.model.experts == "both" else experts[:1]  # same shapes
     if cfg.train.method == "lora":
-        frozen = frozen_denoiser_bytes(d, cfg.model.quantize, wbytes)
-        params = d.lora
+        frozen = sum(frozen_denoiser_bytes(e, cfg.model.quantize, wbytes) for e in experts)
+        params = sum(e.lora for e in trained)
     else:
-        frozen, params = d.other_bytes, d.floats
+        frozen = sum(e.other_bytes for e in trained) + sum(
+            frozen_denoiser_bytes(e, "none", wbytes) for e in experts[len(trained):])
+        params = sum(e.floats for e in trained)
     processes = cfg.launch.num_processes * cfg.launch.num_machines
     parts = [MemoryPart("frozen weights", frozen),
              MemoryPart("trainable", params * FP32),

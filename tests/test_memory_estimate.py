@@ -379,3 +379,23 @@ def test_frames_multiply_a_video_familys_activations_not_a_still_familys(tmp_pat
     one, many = activations("wan-lora", 1), activations("wan-lora", 33)
     assert 6 < many / one < 10
     assert activations("z-image-lora", 1) == activations("z-image-lora", 33)
+
+
+def test_a_two_expert_model_loads_both_and_trains_what_model_experts_says(
+        tmp_path: Path, tiny_workspace: Path) -> None:
+    """Wan 2.2 A14B keeps both experts loaded: twice one expert's frozen weights; "both"
+    trains a LoRA on each, "high_noise" on one."""
+    from core.config import load_config
+    from core.memory_estimate import estimate_memory
+    from core.presets import preset_path
+
+    def parts(path: str, experts: str) -> dict[str, int]:
+        cfg = load_config(preset_path("wan-lora"))
+        cfg.model.path, cfg.model.experts, cfg.launch.cpu = path, experts, True
+        estimate = estimate_memory(cfg, tiny_workspace, caches_built=True)
+        return {p.name: p.bytes for p in estimate.parts}
+
+    one, both, high = (parts("tiny:wan", "both"), parts("tiny:wan22", "both"),
+                       parts("tiny:wan22", "high_noise"))
+    assert both["frozen weights"] == 2 * one["frozen weights"] == high["frozen weights"]
+    assert both["trainable"] == 2 * one["trainable"] == 2 * high["trainable"]

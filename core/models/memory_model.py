@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 DENOISERS = ("unet", "transformer")
+SECOND_EXPERT = "transformer_2"  # a two-expert model's low-noise denoiser (Wan 2.2 A14B)
 NF4_BLOCK = 64  # weights per fp32 absmax in bitsandbytes' nf4
 # Original-format (A1111/ComfyUI) key prefixes of the parts a single file may bundle;
 # every other tensor belongs to the denoiser.
@@ -66,6 +67,7 @@ class ModelSizes:
     denoiser: DenoiserSize
     vae: ComponentSize | None
     text_encoders: list[ComponentSize] = field(default_factory=list)
+    second_expert: DenoiserSize | None = None  # a two-expert model's transformer_2
 
 
 @dataclass
@@ -157,13 +159,15 @@ def read_sizes(source: ConfigSource, lora_rank: int, lora_scope: str,
     (train.lora_kind)."""
     index = json.loads((source.folder / "model_index.json").read_text(encoding="utf-8"))
     denoiser: DenoiserSize | None = None
+    second: DenoiserSize | None = None
     vae, encoders = None, []
     for name, entry in sorted(index.items()):
         if name.startswith("_") or not isinstance(entry, list) or None in entry[:2]:
             continue
-        if name in DENOISERS:
-            denoiser = _denoiser_size(source, name, entry, lora_rank, lora_scope,
-                                      lora_kind if with_lora else None)
+        if name in DENOISERS or name == SECOND_EXPERT:
+            size = _denoiser_size(source, name, entry, lora_rank, lora_scope,
+                                  lora_kind if with_lora else None)
+            denoiser, second = (denoiser, size) if name == SECOND_EXPERT else (size, second)
         elif name == "vae" or name.startswith("text_encoder"):
             module = _meta_module(source.folder, name, entry)
             size = _size_of(module, ComponentSize(name, _full_config(module), 0))
@@ -173,7 +177,7 @@ def read_sizes(source: ConfigSource, lora_rank: int, lora_scope: str,
                 encoders.append(size)
     if denoiser is None:
         raise UnknownModel(f"{source.folder}/model_index.json names no unet or transformer")
-    sizes = ModelSizes(source.family, denoiser, vae, encoders)
+    sizes = ModelSizes(source.family, denoiser, vae, encoders, second)
     if source.file is not None:
         _sizes_from_header(sizes, source.file)
     return sizes

@@ -155,10 +155,19 @@ class _Writer:
             self.pool.shutdown(wait=True, cancel_futures=True)
 
 
+def _batched_tensors(encoded: Any) -> dict[str, Any]:
+    """An encode's output as the entry's tensors, batched, float32 on the CPU: latents
+    alone, or a dict holding "latents" and any further per-item tensors a family keeps
+    beside them (an image-to-video condition), which the dataset passes through."""
+    tensors = encoded if isinstance(encoded, dict) else {"latents": encoded}
+    return {k: v.float().cpu() for k, v in tensors.items()}
+
+
 def build_vae_entries(encode: Callable[[Any], Any], jobs: list[VaeJob], *, batch_size: int = 4,
                       device: Any = "cpu", dtype: Any = None,
                       progress: Progress | None = None) -> BuildStats:
-    """Encode `jobs` (this process's share) with `encode(pixels) -> latents`.
+    """Encode `jobs` (this process's share) with `encode(pixels) -> latents` (or a
+    dict of batched tensors holding "latents", see `_batched_tensors`).
 
     Decoding the next chunk (a thread: PIL releases the GIL) and saving the last ones
     (`_Writer`) overlap with encoding this one, which keeps the build close to raw VAE speed.
@@ -177,9 +186,9 @@ def build_vae_entries(encode: Callable[[Any], Any], jobs: list[VaeJob], *, batch
             if pixels:
                 batch = torch.stack(pixels).to(device=device, dtype=dtype)
                 with torch.no_grad():
-                    latents = encode(batch).float().cpu()
-                for job, latent in zip(loaded, latents, strict=True):
-                    writer.submit(job, {"latents": latent})
+                    encoded = _batched_tensors(encode(batch))
+                for row, job in enumerate(loaded):
+                    writer.submit(job, {k: v[row] for k, v in encoded.items()})
             done += len(chunks[i])
             if progress:
                 progress("vae", done, len(jobs))

@@ -64,10 +64,14 @@ class CachedDataset:
     def load(self, index: int) -> dict[str, Any]:
         """One item in the shape collate expects."""
         item = self.items[index]
-        latents = self._load(item.vae)["latents"]
+        # Tensors a family caches beside the latents (see build._batched_tensors) pass
+        # through; collate hands unknown keys on as per-item lists.
+        extra = self._load(item.vae)
+        latents = extra.pop("latents")
         width, height = item.vae.bucket
         mask = {} if item.mask is None else {"loss_mask": self._load(item.mask)["mask"]}
         return {
+            **extra,
             **mask,
             **(self._load(item.text) if item.text is not None else {}),
             "latents": latents,

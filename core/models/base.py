@@ -209,8 +209,12 @@ class ModelFamily(Protocol):
         """One dict per prompt (see the module docstring), batched internally."""
 
     def encode_images(self, c: Components, pixels: Any, generator: Any = None) -> Any:
-        """Scaled latents of pixels [B, 3, H, W] in [-1, 1]: a posterior sample drawn
-        with `generator`, or the posterior mean when generator is None (deterministic)."""
+        """Scaled latents of pixels [B, 3, H, W] in [-1, 1] (a video family's clips:
+        [B, 3, F, H, W]): a posterior sample drawn with `generator`, or the posterior mean
+        when generator is None (deterministic). A family that conditions on the pixels
+        too (Wan image-to-video) may return a dict of batched tensors holding "latents":
+        the cache keeps the others in the same entry and hands them to `predict` in the
+        batch, as per-item lists under their keys."""
 
     def noise_and_target(self, c: Components, latents: Any, generator: Any = None,
                          timesteps: Any = None, noise: Any = None,

@@ -42,8 +42,14 @@ the frozen expert's included. Files: one set per trained expert (expert_files.py
 Validation samples with both experts, as the pipeline does (guidance_scale for both).
 tiny:wan22 (tiny22/) is its tiny model; expert_checks.py refuses what it does not take.
 
-Not yet here: TI2V-5B's per-token timesteps (`expand_timesteps`), image-to-video
-conditioning, Wan 2.2 as two single files (one per expert), a starting LoRA
+Image-to-video (a folder whose model_index.json names WanImageToVideoPipeline: Wan 2.1
+I2V with its CLIP image encoder, Wan 2.2 I2V A14B without): i2v.py, which says how the
+first-frame condition is cached and fed; tiny:wan_i2v (tiny_i2v/) is its tiny model.
+
+Not yet here: TI2V-5B's per-token timesteps (`expand_timesteps`), I2V single files
+(whose config must come from an I2V folder), first-last-frame models (FLF2V), a
+validation image per prompt (I2V validation starts from a fixed synthetic image,
+i2v.synthetic_image), Wan 2.2 as two single files (one per expert), a starting LoRA
 (train.init_lora) or FSDP for two experts; a model or config that needs them is refused
 (at load, at the check where the model is known without loading, or when the run starts).
 """
@@ -57,8 +63,16 @@ from typing import Any
 from core.models import loading
 from core.models.base import Components, NoiseSample
 from core.models.families.wan.expert_checks import BOTH, expert_problems, run_refusal
+from core.models.families.wan.i2v import (
+    condition_inputs,
+    encode_condition,
+    folder_pipeline_class,
+    i2v_components,
+    is_i2v,
+)
+from core.models.families.wan.pipelines import validation_pipeline_class
 from core.models.flow import FlowFamily
-from core.models.modules import encode_causal_latents, unwrap
+from core.models.modules import encode_causal_latents, freeze, unwrap
 
 ATTENTION = ["attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
              "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0"]
@@ -103,70 +117,6 @@ def save_comfy(module: Any, peft_sd: dict[str, Any], config: Any, path: Path) ->
                            prefix="diffusion_model.", rename=original_module_name)
 
 
-@functools.cache
-def _validation_pipeline_class() -> Any:
-    """WanPipeline whose output reads like an image pipeline's (built on first use, so
-    importing this module needs no diffusers)."""
-    from types import SimpleNamespace
-
-    from diffusers import WanPipeline
-    from PIL import Image
-
-    from core.models.families.wan.expert_files import expert_files
-
-    class WanValidationPipeline(WanPipeline):
-        """Returns `.images` (the first frame of each video, what the gallery and the grid
-        show) and `.frames` (each video's frames as PIL images, for the .mp4). With two
-        experts, a LoRA file this family saved loads into the expert it was trained for
-        (and a run folder's files into both): `--stage merge` fuses a run's LoRA so."""
-
-        def __call__(self, *args: Any, num_frames: int = 1, **kwargs: Any) -> Any:
-            kwargs["output_type"] = "np"
-            videos = super().__call__(*args, num_frames=num_frames, **kwargs).frames
-            frames = [[Image.fromarray((f * 255).round().clip(0, 255).astype("uint8"))
-                       for f in video] for video in videos]
-            return SimpleNamespace(images=[v[0] for v in frames], frames=frames)
-
-        def load_lora_weights(self, source: Any, adapter_name: str | None = None,
-                              **kwargs: Any) -> None:
-            """diffusers' loading, except that with two experts a file recording its
-            expert goes into it (expert_files.expert_files says which files, where)."""
-            plan = None
-            if self.transformer_2 is not None and "load_into_transformer_2" not in kwargs:
-                plan = expert_files(source, kwargs.get("weight_name"))
-            if plan is None:
-                return super().load_lora_weights(source, adapter_name=adapter_name, **kwargs)
-            for file, low in plan:
-                super().load_lora_weights(str(file.parent), adapter_name=adapter_name,
-                                          **{**kwargs, "weight_name": file.name,
-                                             "load_into_transformer_2": low})
-            return None
-
-        def fuse_lora(self, components: list[str] | None = None, **kwargs: Any) -> None:
-            """Every expert holding a LoRA (diffusers' Wan default fuses `transformer`
-            alone, and would leave transformer_2's LoRA out of a merge)."""
-            if components is None:
-                components = [n for n in ("transformer", "transformer_2")
-                              if getattr(getattr(self, n), "peft_config", None)]
-            super().fuse_lora(components=components or ["transformer"], **kwargs)
-
-        def save_pretrained(self, save_directory: Any, **kwargs: Any) -> None:
-            """Saved as a plain WanPipeline (a full fine-tune's model/): model_index.json
-            then names a class DiffusionPipeline.from_pretrained finds."""
-            WanPipeline(**self.components).save_pretrained(save_directory, **kwargs)
-
-        @property
-        def components(self) -> dict[str, Any]:
-            """The modules and the pipeline's own settings (boundary_ratio,
-            expand_timesteps), so a pipeline built from them (save_pretrained's, merge's
-            diffusers copy) keeps the experts' split."""
-            return {**super().components,
-                    **{k: self.config[k] for k in ("boundary_ratio", "expand_timesteps")
-                       if k in self.config}}
-
-    return WanValidationPipeline
-
-
 class WanFamily(FlowFamily):
     name = "wan"
     video = True
@@ -181,9 +131,37 @@ class WanFamily(FlowFamily):
     max_sequence_length = 512
     timestep_sampling = "uniform"
     # tiny:wan22, a random two-expert Wan 2.2 (tiny22/ says why it goes through here).
-    trained_tiny = (("wan22", "core.models.families.wan.tiny22"),)
+    trained_tiny = (("wan22", "core.models.families.wan.tiny22"),
+                    ("wan_i2v", "core.models.families.wan.tiny_i2v"))
 
     # ------------------------------------------------------------ loading
+
+    def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",
+             config: str | None = None) -> Components:
+        """FlowFamily's load; an image-to-video model's image encoder, frozen on `device`
+        beside the other modules."""
+        c = super().load(path, dtype=dtype, device=device, config=config)
+        if is_i2v(c):
+            freeze([c.image_encoder], device)
+        return c
+
+    def _from_pretrained(self, path: str, kind: loading.SourceKind, dtype: Any) -> Any:
+        """The folder's own pipeline class: WanImageToVideoPipeline where model_index.json
+        names it (i2v.py), WanPipeline otherwise."""
+        name = folder_pipeline_class(path, kind, self.pipeline_class_name)
+        if name == self.pipeline_class_name:
+            return super()._from_pretrained(path, kind, dtype)
+        import diffusers
+
+        kwargs = {} if dtype is None else {"dtype": dtype}
+        try:
+            return getattr(diffusers, name).from_pretrained(
+                path, local_files_only=(kind == "folder"), **kwargs)
+        except Exception as exc:  # noqa: BLE001 - every loader failure becomes one message
+            if kind == "hub":
+                raise loading.hub_error(path, f"the {self.name} model", exc) from exc
+            raise loading.ModelLoadError(path, f"cannot load this {name} folder: "
+                                         f"{type(exc).__name__}: {str(exc)[:300]}") from exc
 
     def _components_from_pipeline(self, pipe: Any, source: str, fp: str) -> Components:
         """One transformer (Wan 2.1), or Wan 2.2's two experts as one WanExperts; refuse
@@ -198,7 +176,7 @@ class WanFamily(FlowFamily):
         second = getattr(pipe, "transformer_2", None)
         if second is not None or pipe.transformer is None:
             c.denoiser = self._two_experts(pipe, second, source)
-        return c
+        return i2v_components(c, pipe, source)
 
     @staticmethod
     def _two_experts(pipe: Any, second: Any, source: str) -> Any:
@@ -240,7 +218,7 @@ class WanFamily(FlowFamily):
         pipeline pads) and prompt_mask [512] marking the real tokens."""
         import torch
 
-        pipe = self.validation_pipeline(c)
+        pipe = self._text_pipeline(c)
         length = self.sequence_length(c)
         device = c.text_encoders[0].device
         with torch.no_grad():
@@ -251,14 +229,30 @@ class WanFamily(FlowFamily):
         return [{"prompt_embeds": embeds[i], "prompt_mask": real[i].bool().to(embeds.device)}
                 for i in range(len(prompts))]
 
+    def _text_pipeline(self, c: Components) -> Any:
+        """A pipeline whose encode_prompt encodes the text: the validation pipeline, or
+        for image-to-video a text-only WanPipeline (the same encode_prompt, copied in
+        diffusers; WanImageToVideoPipeline's prompt cleaning calls ftfy unguarded)."""
+        if not is_i2v(c):
+            return self.validation_pipeline(c)
+        from diffusers import WanPipeline
+
+        return WanPipeline(tokenizer=c.tokenizers[0], text_encoder=c.text_encoders[0],
+                           vae=c.vae, scheduler=c.noise_scheduler, transformer=None)
+
     # ------------------------------------------------------------ pixels
 
     def encode_images(self, c: Components, pixels: Any, generator: Any = None) -> Any:
         """(z - latents_mean) / latents_std of pixels in [-1, 1], [B, 3, H, W] or
         [B, 3, F, H, W], as [B, 16, F', H/8, W/8]: the posterior mean without a
         generator, a posterior sample with one."""
-        return encode_causal_latents(c.vae, pixels if pixels.ndim == 5 else
-                                     pixels.unsqueeze(2), generator)
+        video = pixels if pixels.ndim == 5 else pixels.unsqueeze(2)
+        latents = encode_causal_latents(c.vae, video, generator)
+        if not is_i2v(c):
+            return latents
+        # Image-to-video: the first frame's condition, cached beside the latents (i2v.py).
+        condition = encode_condition(c, video, lambda v: encode_causal_latents(c.vae, v))
+        return {"latents": latents, **condition}
 
     # ------------------------------------------------------------ training
 
@@ -280,8 +274,9 @@ class WanFamily(FlowFamily):
         timesteps = sample.timesteps.to(device)
         if experts_of(c) is None:  # WanExperts routes at full precision, then casts
             timesteps = timesteps.to(dtype)
-        return model(hidden_states=noisy, timestep=timesteps, encoder_hidden_states=embeds,
-                     return_dict=False)[0]
+        hidden, image = condition_inputs(c, noisy, batch) if is_i2v(c) else (noisy, {})
+        return model(hidden_states=hidden, timestep=timesteps, encoder_hidden_states=embeds,
+                     return_dict=False, **image)[0]
 
     def draw_sigmas(self, c: Components, n: int, generator: Any, device: Any) -> Any:
         """The shifted-uniform draw (or the run's); with one Wan 2.2 expert training,
@@ -327,21 +322,30 @@ class WanFamily(FlowFamily):
 
     # ------------------------------------------------------------ validation
 
+    @staticmethod
+    def _pipeline_name(c: Components) -> str:
+        from core.models.families.wan.i2v import I2V_PIPELINE
+
+        return I2V_PIPELINE if is_i2v(c) else "WanPipeline"
+
     def validation_scheduler(self, c: Components) -> Any:
         """The loaded scheduler's own class (UniPC with flow sigmas), fresh."""
         return type(c.noise_scheduler).from_config(c.noise_scheduler.config)
 
     def validation_pipeline(self, c: Components) -> Any:
         """A WanPipeline sharing the loaded modules, returning frames (see
-        `_validation_pipeline_class`); it takes `num_frames` (4k + 1). Two experts: both,
-        split at the model's boundary_ratio."""
+        pipelines.py); it takes `num_frames` (4k + 1). Two experts: both, split at the
+        model's boundary_ratio. Image-to-video: WanImageToVideoPipeline with the image
+        encoder, from a fixed synthetic first frame unless given `image`."""
         experts = experts_of(c)
         denoisers: dict[str, Any] = {"transformer": unwrap(c.denoiser)}
         if experts is not None:
             denoisers = {"transformer": experts.transformer,
                          "transformer_2": experts.transformer_2,
                          "boundary_ratio": experts.boundary_ratio}
-        pipe = _validation_pipeline_class()(
+        if is_i2v(c):
+            denoisers.update(image_encoder=c.image_encoder, image_processor=c.image_processor)
+        pipe = validation_pipeline_class(self._pipeline_name(c))(
             scheduler=self.validation_scheduler(c), vae=c.vae,
             text_encoder=c.text_encoders[0], tokenizer=c.tokenizers[0], **denoisers)
         pipe.set_progress_bar_config(disable=True)

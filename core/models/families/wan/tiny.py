@@ -5,7 +5,10 @@ tokenizer, and Wan's UniPC flow scheduler with its shift of 3.0
 (Wan-AI/Wan2.1-T2V-1.3B-Diffusers' scheduler_config.json, see full_size/).
 
 `build_pipeline` with a second expert gives tiny:wan22 (the tiny22/ package): the same
-parts plus `transformer_2` and a `boundary_ratio`, as Wan 2.2 A14B's folders hold."""
+parts plus `transformer_2` and a `boundary_ratio`, as Wan 2.2 A14B's folders hold. With
+`i2v` it gives tiny:wan_i2v (tiny_i2v/): a WanImageToVideoPipeline whose transformer takes
+36 channels (latents, mask, condition) and image embeds (`image_dim`, `added_kv_proj_dim`
+as Wan 2.1 I2V's), with a two-layer CLIP vision encoder on 32-pixel images."""
 
 from __future__ import annotations
 
@@ -27,18 +30,40 @@ def scheduler_config() -> dict:
             "final_sigmas_type": "zero"}
 
 
-def tiny_transformer(seed: int) -> Any:
-    """A one-block WanTransformer3DModel drawn from `seed` (the global torch RNG)."""
+IMAGE_DIM = 32  # the tiny CLIP vision width = the I2V transformer's image_dim
+IMAGE_SIZE = 32
+I2V_CHANNELS = 2 * Z_DIM + 4  # noisy latents, mask, condition latents
+
+
+def tiny_transformer(seed: int, i2v: bool = False, image: bool = False) -> Any:
+    """A one-block WanTransformer3DModel drawn from `seed` (the global torch RNG); `i2v`:
+    an I2V model's 36 input channels; `image`: Wan 2.1 I2V's image cross-attention."""
     import torch
     from diffusers import WanTransformer3DModel
 
     torch.manual_seed(seed)
     # head_dim 24: WanRotaryPosEmbed gives 8 of it to time and 8 to each spatial axis.
+    embeds = {"image_dim": IMAGE_DIM, "added_kv_proj_dim": 2 * 24} if image else {}
     return WanTransformer3DModel(
         patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=24,
-        in_channels=Z_DIM, out_channels=Z_DIM, text_dim=TEXT_DIM, freq_dim=32, ffn_dim=64,
-        num_layers=1, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
-        rope_max_seq_len=1024)
+        in_channels=I2V_CHANNELS if i2v else Z_DIM, out_channels=Z_DIM, text_dim=TEXT_DIM,
+        freq_dim=32, ffn_dim=64, num_layers=1, cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads", rope_max_seq_len=1024, **embeds)
+
+
+def tiny_image_encoder(seed: int) -> tuple[Any, Any]:
+    """A two-layer CLIPVisionModel (the pipeline reads its second-to-last hidden state)
+    and a CLIPImageProcessor at IMAGE_SIZE, built offline from configs."""
+    import torch
+    from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
+
+    torch.manual_seed(seed)
+    config = CLIPVisionConfig(hidden_size=IMAGE_DIM, intermediate_size=64, num_hidden_layers=2,
+                              num_attention_heads=2, image_size=IMAGE_SIZE, patch_size=8,
+                              projection_dim=IMAGE_DIM)
+    processor = CLIPImageProcessor(size={"shortest_edge": IMAGE_SIZE},
+                                   crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+    return CLIPVisionModel(config), processor
 
 
 def build(out_dir: Path, seed: int = 0) -> None:
@@ -47,24 +72,33 @@ def build(out_dir: Path, seed: int = 0) -> None:
 
 
 def build_pipeline(out_dir: Path, seed: int, second_seed: int | None = None,
-                   boundary_ratio: float | None = None) -> None:
+                   boundary_ratio: float | None = None, i2v: bool = False) -> None:
     """The tiny Wan folder; with `second_seed`, a second expert (`transformer_2`, drawn
     from that seed, so the two differ) used below `boundary_ratio`. The first expert and
-    every other part are drawn as tiny:wan's, from the same seeds."""
-    from diffusers import UniPCMultistepScheduler, WanPipeline
+    every other part are drawn as tiny:wan's, from the same seeds. `i2v`: see the module
+    docstring (the image encoder is drawn from seed + 4); with a second expert too, a Wan
+    2.2 I2V A14B-shaped folder: no image encoder, no image_dim."""
+    import diffusers
 
     out_dir = Path(out_dir)
-    transformer = tiny_transformer(seed)
+    embeds = i2v and second_seed is None  # only Wan 2.1 I2V has an image encoder
+    transformer = tiny_transformer(seed, i2v, embeds)
     vae = tiny_causal_vae("AutoencoderKLWan", seed + 1)
     calibrate_causal_vae(vae, seed)
     tokenizer, vocab_size = t5_tokenizer(out_dir / "tokenizer")
     second: dict[str, Any] = {}
     if second_seed is not None:
-        second = {"transformer_2": tiny_transformer(second_seed),
+        second = {"transformer_2": tiny_transformer(second_seed, i2v),
                   "boundary_ratio": boundary_ratio}
-    pipe = WanPipeline(
+    pipeline = diffusers.WanPipeline
+    if embeds:
+        encoder, processor = tiny_image_encoder(seed + 4)
+        second.update(image_encoder=encoder, image_processor=processor)
+    if i2v:
+        pipeline = diffusers.WanImageToVideoPipeline
+    pipe = pipeline(
         tokenizer=tokenizer, text_encoder=tiny_t5_encoder(vocab_size, TEXT_DIM, seed + 2,
                                                           umt5=True),
-        vae=vae, scheduler=UniPCMultistepScheduler(**scheduler_config()),
+        vae=vae, scheduler=diffusers.UniPCMultistepScheduler(**scheduler_config()),
         transformer=transformer, **second)
     pipe.save_pretrained(str(out_dir), safe_serialization=True)

@@ -360,24 +360,23 @@ def test_preset_check_passes_and_its_estimate_fits_a_24gb_card(
 
 
 def test_frames_multiply_a_video_familys_activations_not_a_still_familys(tmp_path: Path) -> None:
-    """33 frames are 9 latent frames: the transformer's image tokens, and so its
-    activations, grow about 9-fold from 1 frame; a still-image family ignores frames."""
-    import re
-
+    """33 frames are 9 latent frames: the transformer's image tokens grow 9-fold from 1
+    frame, its 512 text tokens do not (at 448 px: 784 image tokens a frame), so the
+    activations grow between 5 and 9-fold; a still-image family ignores frames."""
     from core.config import load_config
     from core.memory_estimate import estimate_memory
     from core.presets import preset_path
 
-    def activations(preset: str, frames: int) -> float:
+    def activations(preset: str, frames: int) -> int:
         cfg = load_config(preset_path(preset))
         cfg.model.path = f"random:{cfg.model.family}"
         cfg.datasets[0].frames = frames
         cfg.launch.cpu = True
-        line = estimate_memory(cfg, tmp_path, caches_built=True).lines()[0]
-        return float(re.search(r"activations ~([0-9.]+) GiB", line).group(1))
+        parts = estimate_memory(cfg, tmp_path, caches_built=True).parts
+        return next(p.bytes for p in parts if p.name == "activations")
 
     one, many = activations("wan-lora", 1), activations("wan-lora", 33)
-    assert 6 < many / one < 10
+    assert 5 < many / one < 9
     assert activations("z-image-lora", 1) == activations("z-image-lora", 33)
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.memory_step import FP32, shape_text, step_frames, step_pixels, step_shape
 from core.models.gpu_probe import cuda_available, detect_gpu
 from core.notices import quiet_libraries
 from core.problems import warning
@@ -42,7 +43,6 @@ CLIP_TOKENS = 77
 # Decoder LMs used as text encoders (Z-Image's and FLUX.2-klein's Qwen3, FLUX.2-dev's
 # Mistral3): padded to the family's text length, not read at their context window.
 LLM_ENCODERS = ("qwen3", "mistral3")
-FP32 = 4
 # Optimizer state bytes per trained weight: adamw, adamw8bit and adamw_schedulefree keep two
 # states (schedule-free: z and the second moment), prodigy four (two moments, its s and the
 # starting weights), lion one. adafactor and came factor their second moment into a row
@@ -199,18 +199,6 @@ def _invalid_for_estimate(cfg: Config) -> bool:
     return any(read(p.where) for p in errors(validate_config(cfg)))
 
 
-def step_pixels(cfg: Config, buckets: list[tuple[int, int]] | None = None
-                ) -> tuple[int, int]:
-    """(width, height) of the largest step the run takes: the largest of `buckets`
-    (the run's own), else the largest dataset's square bucket; 512 without datasets."""
-    from core.data.buckets import effective_resolution
-
-    if buckets:
-        return max(buckets, key=lambda b: (b[0] * b[1], b))
-    side = max((effective_resolution(ds.resolution) for ds in cfg.datasets), default=512)
-    return side, side
-
-
 def assemble(cfg: Config, sizes: ModelSizes, gpu: tuple[int, str] | None,
              pixels: tuple[int, int] | None = None) -> MemoryEstimate:
     """The estimate from the sizes; `gpu` is (total bytes, name) of the GPU it runs on;
@@ -223,7 +211,7 @@ def assemble(cfg: Config, sizes: ModelSizes, gpu: tuple[int, str] | None,
     encoders = [MemoryPart("text encoders", _weights(sizes.text_encoders, wbytes)),
                 MemoryPart("VAE", _weights([sizes.vae] if sizes.vae else [],
                                            _vae_bytes(cfg, sizes.vae, wbytes)))]
-    estimate = MemoryEstimate(shape=_shape_text(pixels, shape, step_frames(cfg)),
+    estimate = MemoryEstimate(shape=shape_text(pixels, shape, step_frames(cfg)),
                               cpu=cfg.launch.cpu, advice=_advice(cfg))
     if cfg.launch.cpu:
         estimate.parts = training + encoders
@@ -293,36 +281,6 @@ def training_parts(cfg: Config, d: DenoiserSize, wbytes: int,
 
 
 # ---------------------------------------------------------------- activations
-
-
-def step_shape(cfg: Config, sizes: ModelSizes, pixels: tuple[int, int] | None = None
-               ) -> StepShape:
-    """The largest step (`pixels`, else step_pixels(cfg)) in latents, the batch and
-    dtype."""
-    from core.data.video import latent_frames
-    from core.models.memory_activations import StepShape
-
-    width, height = pixels or step_pixels(cfg)
-    levels = len((sizes.vae.config if sizes.vae else {}).get("block_out_channels", (0,) * 4))
-    scale = 2 ** (levels - 1)
-    half = cfg.train.mixed_precision in ("fp16", "bf16")
-    return StepShape(math.ceil(height / scale), math.ceil(width / scale),
-                     cfg.train.batch_size, 2 if half else FP32,
-                     cfg.train.gradient_checkpointing, latent_frames(step_frames(cfg)))
-
-
-def step_frames(cfg: Config) -> int:
-    """Frames in the largest sample: a video family's longest datasets.N.frames, else 1."""
-    from core.models.registry import family_or_defaults
-
-    video = family_or_defaults(cfg.model.family).video
-    return max((ds.frames for ds in cfg.datasets), default=1) if video else 1
-
-
-def _shape_text(pixels: tuple[int, int], shape: StepShape, frames: int = 1) -> str:
-    on = "on" if shape.checkpointing else "off"
-    clip = f", {frames} frames" if frames > 1 else ""
-    return (f"{pixels[0]}x{pixels[1]}{clip}, batch {shape.batch}, gradient checkpointing {on}")
 
 
 def text_tokens(family: str) -> int:

@@ -1,0 +1,56 @@
+"""The largest step a run takes, as the memory estimate reckons it: its pixels, its
+frames (a video family's clips) and its shape in latents (core/memory_estimate.py)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from core.config import Config
+    from core.models.memory_activations import StepShape
+    from core.models.memory_model import ModelSizes
+
+FP32 = 4
+
+
+def step_pixels(cfg: Config, buckets: list[tuple[int, int]] | None = None
+                ) -> tuple[int, int]:
+    """(width, height) of the largest step the run takes: the largest of `buckets`
+    (the run's own), else the largest dataset's square bucket; 512 without datasets."""
+    from core.data.buckets import effective_resolution
+
+    if buckets:
+        return max(buckets, key=lambda b: (b[0] * b[1], b))
+    side = max((effective_resolution(ds.resolution) for ds in cfg.datasets), default=512)
+    return side, side
+
+
+def step_shape(cfg: Config, sizes: ModelSizes, pixels: tuple[int, int] | None = None
+               ) -> StepShape:
+    """The largest step (`pixels`, else step_pixels(cfg)) in latents, the batch and
+    dtype."""
+    from core.data.video import latent_frames
+    from core.models.memory_activations import StepShape
+
+    width, height = pixels or step_pixels(cfg)
+    levels = len((sizes.vae.config if sizes.vae else {}).get("block_out_channels", (0,) * 4))
+    scale = 2 ** (levels - 1)
+    half = cfg.train.mixed_precision in ("fp16", "bf16")
+    return StepShape(math.ceil(height / scale), math.ceil(width / scale),
+                     cfg.train.batch_size, 2 if half else FP32,
+                     cfg.train.gradient_checkpointing, latent_frames(step_frames(cfg)))
+
+
+def step_frames(cfg: Config) -> int:
+    """Frames in the largest sample: a video family's longest datasets.N.frames, else 1."""
+    from core.models.registry import family_or_defaults
+
+    video = family_or_defaults(cfg.model.family).video
+    return max((ds.frames for ds in cfg.datasets), default=1) if video else 1
+
+
+def shape_text(pixels: tuple[int, int], shape: StepShape, frames: int = 1) -> str:
+    on = "on" if shape.checkpointing else "off"
+    clip = f", {frames} frames" if frames > 1 else ""
+    return (f"{pixels[0]}x{pixels[1]}{clip}, batch {shape.batch}, gradient checkpointing {on}")

@@ -10,6 +10,8 @@
 """
 
 from core.config.checks import resolve_path, resolved, validate_config
+from core.config.dataset import CAPTION_STRATEGIES
+from core.config.fields import meta
 from core.config.files import (
     config_from_dict,
     config_to_dict,
@@ -20,7 +22,6 @@ from core.config.files import (
 )
 from core.config.overrides import apply_override, apply_overrides
 from core.config.schema import (
-    CAPTION_STRATEGIES,
     CONFIG_VERSION,
     FAMILIES,
     SECTION_TYPES,
@@ -33,7 +34,6 @@ from core.config.schema import (
     TextCacheConfig,
     TrainConfig,
     ValidationConfig,
-    meta,
 )
 from core.config.values import convert_value, type_name
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field, fields
-from typing import Any, get_type_hints
+from typing import get_type_hints
 
+from core.config.dataset import DatasetConfig
+from core.config.fields import _f
 from core.config.optimizers import OPTIMIZER_NAMES
 from core.models.adapters import LORA_KINDS
 from core.models.objectives import LOSS_WEIGHTINGS, MODE_SCALE, TIMESTEP_SAMPLINGS
@@ -17,45 +19,10 @@ from core.models.registry import DEFAULT_FAMILY
 from core.models.registry import FAMILY_NAMES as FAMILIES
 
 CONFIG_VERSION = 1
-CAPTION_STRATEGIES = ("textfile", "filename", "jsonl", "instance_prompt")
 QUANTIZE_CHOICES = ("none", "int8", "fp8", "nf4")
 PREDICTION_TYPES = ("auto", "epsilon", "v_prediction")
 DISTRIBUTED_CHOICES = ("ddp", "fsdp", "deepspeed")  # launch.distributed (issue 26 item 7)
-CLIP_CHOICES = ("start", "uniform")  # datasets.N.clips (video families)
 EXPERT_CHOICES = ("both", "high_noise", "low_noise")  # model.experts (issue 23)
-
-
-def meta(
-    label: str,
-    help: str = "",
-    *,
-    choices: tuple[str, ...] | None = None,
-    min: float | None = None,
-    max: float | None = None,
-    min_exclusive: bool = False,
-    kind: str = "",
-    advanced: bool = False,
-    video: bool = False,
-) -> dict[str, Any]:
-    """Field metadata. `kind="path"` marks paths resolved against the workspace;
-    `video` marks keys that apply to a video family only (the form shows them then)."""
-    return {
-        "video": video,
-        "label": label,
-        "help": help,
-        "choices": choices,
-        "min": min,
-        "max": max,
-        "min_exclusive": min_exclusive,
-        "kind": kind,
-        "advanced": advanced,
-    }
-
-
-def _f(default: Any, **kwargs: Any) -> Any:
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=meta(**kwargs))
-    return field(default=default, metadata=meta(**kwargs))
 
 
 @dataclass
@@ -89,63 +56,6 @@ class ModelConfig:
                            "noise level; high_noise or low_noise trains that expert alone, "
                            "its noise levels drawn only from its range (the usual draw, "
                            "renormalised inside it). One-transformer models take only both.")
-
-
-@dataclass
-class DatasetConfig:
-    id: str = _f("data", label="Dataset id", help="A short unique name.")
-    images: str = _f("", label="Images folder", kind="path")
-    vae_cache: str = _f("", label="VAE latent cache folder", kind="path",
-                        help="Must not be the images folder or inside it; one per dataset.")
-    caption: str = _f("textfile", label="Captions", choices=CAPTION_STRATEGIES,
-                      help="textfile: sidecar .txt; filename: the file name; "
-                           "jsonl: metadata.jsonl (file_name, text); instance_prompt: one prompt.")
-    instance_prompt: str = _f("", label="Instance prompt")
-    resolution: int = _f(512, label="Resolution", min=64, max=4096,
-                         help="Target side in pixels; buckets keep about resolution² pixels.")
-    bucketing: bool = _f(True, label="Aspect buckets")
-    crop: str = _f("center", label="Crop", choices=("center", "random", "none"))
-    repeats: int = _f(1, label="Repeats", min=1, max=10000,
-                      help="Times each image is used per epoch: sets this dataset's share "
-                           "of training (the mix).")
-    probability: float = _f(1.0, label="Sampling weight", min=0.0, max=1e6,
-                            help="Order within an epoch, not the mix: every dataset is used "
-                                 "up each epoch (images x repeats); this weights which one the "
-                                 "next batch comes from while several have batches left, so a "
-                                 "higher weight uses its batches earlier. 0 leaves the dataset "
-                                 "out. Change the mix with repeats.")
-    shuffle_tags: bool = _f(False, label="Shuffle tags",
-                            help="Captions are comma-separated tags, shuffled for every "
-                                 "sample; these captions are encoded at train time (the "
-                                 "text encoder stays loaded) instead of from the text cache.")
-    keep_tokens: int = _f(0, label="Keep first tags", min=0, max=1000,
-                          help="With tag shuffling: how many leading tags stay in place "
-                               "(a trigger word first, say).")
-    # Trainer depth (issue 26): loss masks and regularization images.
-    masks: str = _f("", label="Loss masks folder", kind="path", advanced=True,
-                    help="Grayscale masks matched to images by relative path and file "
-                         "stem (photo.jpg -> photo.png): white is learned, black ignored, "
-                         "grey in between. Cached at latent resolution beside the "
-                         "latents. An image without a mask trains unmasked (the check "
-                         "names it). Must not be or lie inside an images or cache folder.")
-    # Video families (issue 23): how clips become training samples.
-    frames: int = _f(17, label="Frames per sample", min=1, max=1025, video=True,
-                     help="Frames each clip sample holds: 4k + 1 (1, 5, 9, 17, 33, 81), as "
-                          "the Wan VAE needs. Clips with fewer (after fps) are skipped; "
-                          "images in the folder train as one frame.")
-    fps: float = _f(16.0, label="Frames per second", min=0.0, max=240.0, video=True,
-                    help="Resample clips to this rate before taking frames (Wan is trained "
-                         "at 16); 0 keeps each clip's own rate.")
-    clips: str = _f("start", label="Clips per video", choices=CLIP_CHOICES, video=True,
-                    help="start: one sample from the beginning of each video; uniform: "
-                         "clip_count samples spread evenly over it.")
-    clip_count: int = _f(1, label="Clips (uniform)", min=1, max=1000, video=True,
-                         help="With clips = uniform: samples per video, evenly spaced; a "
-                              "video too short for that many distinct ones gives fewer.")
-    regularization: bool = _f(False, label="Regularization images", advanced=True,
-                              help="Class images for prior preservation (DreamBooth): "
-                                   "sampled alongside the other datasets, their loss "
-                                   "weighted by train.prior_loss_weight.")
 
 
 @dataclass

@@ -1,0 +1,40 @@
+"""Field metadata, which drives conversion, validation, docs/config.md and the UI form:
+`meta` and `_f`, the dataclass field that carries it (core/config/schema.py)."""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import Any
+
+
+def meta(
+    label: str,
+    help: str = "",
+    *,
+    choices: tuple[str, ...] | None = None,
+    min: float | None = None,
+    max: float | None = None,
+    min_exclusive: bool = False,
+    kind: str = "",
+    advanced: bool = False,
+    video: bool = False,
+) -> dict[str, Any]:
+    """Field metadata. `kind="path"` marks paths resolved against the workspace;
+    `video` marks keys that apply to a video family only (the form shows them then)."""
+    return {
+        "video": video,
+        "label": label,
+        "help": help,
+        "choices": choices,
+        "min": min,
+        "max": max,
+        "min_exclusive": min_exclusive,
+        "kind": kind,
+        "advanced": advanced,
+    }
+
+
+def _f(default: Any, **kwargs: Any) -> Any:
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta(**kwargs))
+    return field(default=default, metadata=meta(**kwargs))

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import write_shapes
 
+from ui.preview_items import THUMB
+
 
 @pytest.fixture
 def ctx(tmp_path: Path) -> Iterator:
@@ -77,7 +79,7 @@ def test_preview_shows_two_clips_by_their_first_frame_beside_an_image(tmp_path: 
     still = next(v for k, v in by_name.items() if k.endswith(".png"))
     assert still[1] == "a still picture", "an image is not labelled as a clip"
     for thumb, _ in items:
-        assert max(thumb.size) <= tab_dataset.THUMB
+        assert max(thumb.size) <= THUMB
     # The first frame: the red square at the left edge, the blue one at the right edge.
     red, blue = by_name["left.mp4"][0], by_name["right.mp4"][0]
     assert near(colour_at(red, (0.15, 0.5)), (220, 40, 40), tol=80)

@@ -23,11 +23,11 @@ from ui import actions, render, tab_upload
 from ui.context import AppContext
 from ui.errors import guarded
 from ui.form import Form
+from ui.preview_items import clip_label, item_name, thumbnails
 from ui.state import DatasetList, dataset_specs, new_dataset, with_editor
 
 PREVIEW_LIMIT = 48  # images a page of the preview shows
 CAPTION_HEADERS = ["image", "caption"]
-THUMB = 192
 EDITOR_FIELDS = ("id", "images", "vae_cache", "caption", "instance_prompt", "resolution",
                  "bucketing", "crop", "repeats", "probability")
 
@@ -205,62 +205,6 @@ def check_view(ctx: AppContext, tab: DatasetTab, cfg: Config,
     ok = "Ready to cache and train. " + "; ".join(summary)
     return {tab.check_html: render.problems_html(report.problems, ok),
             tab.histogram: histogram_rows(report)}, report
-
-
-def thumbnail(path: Path) -> Any:
-    from PIL import Image
-
-    with Image.open(path) as im:
-        im.draft("RGB", (THUMB, THUMB))  # JPEG: decode at a reduced size
-        return _fit(im.convert("RGB"))
-
-
-def _fit(im: Any) -> Any:
-    im.thumbnail((THUMB, THUMB))
-    return im.copy()
-
-
-def thumbnails(items: list[Any]) -> list[Any | None]:
-    """A thumbnail per item, None for a file that cannot be read (skipped, as a bad image
-    always was). A clip shows its first sampled frame. The clips a page shows of one
-    video are decoded in one pass: decoding runs from the video's start, so a pass per
-    clip would decode its beginning again for each."""
-    from core.ops import clip_frames
-
-    wanted: dict[Path, list[int]] = {}
-    for item in items:
-        if item.frames:
-            wanted.setdefault(item.path, []).append(item.frames[0])
-    frames: dict[tuple[Path, int], Any] = {}
-    for path, indices in wanted.items():
-        decoded = clip_frames(path, indices) or []
-        frames.update(zip(((path, i) for i in indices), decoded, strict=False))
-    out: list[Any | None] = []
-    for item in items:
-        if item.frames:
-            frame = frames.get((item.path, item.frames[0]))
-            out.append(_fit(frame) if frame is not None else None)
-            continue
-        try:
-            out.append(thumbnail(item.path))
-        except OSError:
-            out.append(None)
-    return out
-
-
-def clip_label(item: Any, several: bool) -> str:
-    """What a clip's thumbnail says before its caption (a frame alone looks like an image);
-    `several`: its video gives more than one sample, numbered from 1."""
-    if not item.frames:
-        return ""
-    which = f"clip {item.clip + 1} · " if several else ""
-    return f"▶ {which}{len(item.frames)} frames · "
-
-
-def item_name(item: Any, several: bool) -> str:
-    """The captions table's name of an item: the file, and which of its video's clips."""
-    return f"{item.path.name} (clip {item.clip + 1})" if item.frames and several \
-        else item.path.name
 
 
 def preview_view(ctx: AppContext, tab: DatasetTab, cfg: Config, index: int,

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import small_config, train_in_process
+from test_family_wan import add_lora  # on each trained expert: the wrapper's add_adapter
 
 from core.config import Config, save_config
 from core.data.collate import collate
 from core.models.families.wan import FAMILY as WAN
 from core.models.families.wan.experts import WanExperts
 from core.models.tiny import resolve_model_path, tiny_family, tiny_names
-from tests.conftest import small_config, train_in_process
 
 LOW_FILE = "pytorch_lora_weights_low_noise.safetensors"
 MAIN_FILE = "pytorch_lora_weights.safetensors"
@@ -51,19 +52,6 @@ def loaded(folder: Path, experts: str = "both", **train: object):
 def batch_of(texts: list[dict], latents: torch.Tensor) -> dict:
     return collate([{**t, "latents": latents[i], "path": f"{i}.mp4", "caption": ""}
                     for i, t in enumerate(texts)])
-
-
-def add_lora(c) -> None:
-    """A LoRA on each trained expert with lora_B non-zero (and different per expert)."""
-    from peft import LoraConfig
-
-    c.denoiser.add_adapter(LoraConfig(r=4, lora_alpha=8, init_lora_weights="gaussian",
-                                      target_modules=WAN.lora_target_modules()))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in c.denoiser.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
 
 
 def generate(pipe, embeds: torch.Tensor) -> torch.Tensor:

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import small_config, train_in_process
 
 from core.config import save_config
 from core.data.collate import collate
 from core.models.families.wan import FAMILY as WAN
 from core.models.families.wan.i2v import CONDITION, IMAGE_EMBEDS, WanI2VComponents
 from core.models.tiny import resolve_model_path, tiny_family
-from tests.conftest import small_config, train_in_process
 
 SIZE, FRAMES = 32, 5
 

@@ -125,6 +125,14 @@ class FamilyDefaults:
     # loads committed weights), such as sd15's demo base "sd15-shapes".
     trained_tiny: tuple[tuple[str, str], ...] = ()
 
+    # An edit family (FLUX.1 Kontext, Qwen-Image-Edit): how many control (reference)
+    # images a sample may take (datasets.N.control, control_2, ...; 0: none, the
+    # control keys are refused), and whether its text encoder reads them with the prompt
+    # (Qwen-Image-Edit's Qwen2.5-VL), so text entries are keyed by caption and control
+    # images and encoded by `encode_prompts_with_images`.
+    control_images: int = 0
+    text_reads_controls: bool = False
+
     def single_file_problems(self, config: str, prediction_type: str) -> list[Any]:
         """--stage check of a usable single-file model.path of this family: warnings
         about what diffusers' default configs for it mean (Problems)."""
@@ -142,6 +150,29 @@ class FamilyDefaults:
     def config_problems(self, cfg: Any) -> list[Any]:
         """This family's own checks of a Config at --stage check (Problems)."""
         return []
+
+    def encode_controls(self, c: Components, controls: list[Any]) -> dict[str, Any]:
+        """An edit family's cached control latents: `controls` holds one [B, 3, H, W]
+        pixel batch in [-1, 1] per control image (control, control_2, ...), each resized
+        and cropped to its target's bucket. By default {"control_latents": [B, K, C, h, w]},
+        each control encoded as `encode_images` encodes a target (posterior mean); the
+        dataset hands them to `predict` as per-item [K, C, h, w] tensors."""
+        import torch
+
+        encode = self.encode_images  # type: ignore[attr-defined]
+        return {"control_latents": torch.stack([encode(c, x) for x in controls], dim=1)}
+
+    def encode_prompts_with_images(self, c: Components, prompts: list[str],
+                                   images: list[list[Any]]) -> list[dict[str, Any]]:
+        """`encode_prompts` for a family whose text encoder reads the control images
+        (`text_reads_controls`): `images[i]` holds prompt i's control images as PIL RGB
+        images at their own size (orientation applied)."""
+        raise NotImplementedError(f"{self.name}: its text encoder reads no images")
+
+    def validation_image_kwargs(self, images: list[Any]) -> dict[str, Any]:
+        """The pipeline keyword arguments of one validation prompt's control images
+        (validation.control_images; PIL RGB): `image`, one image or a list of them."""
+        return {"image": images[0] if len(images) == 1 else images}
 
     def configure_run(self, c: Components, cfg: Any) -> None:
         """The run's settings a family reads from the Config onto its loaded model, before
@@ -178,6 +209,8 @@ class ModelFamily(Protocol):
     single_file_rank: int
     pipeline_prefix: str
     trained_tiny: tuple[tuple[str, str], ...]
+    control_images: int
+    text_reads_controls: bool
 
     def single_file_problems(self, config: str, prediction_type: str) -> list[Any]: ...
 
@@ -190,6 +223,16 @@ class ModelFamily(Protocol):
 
     def configure_run(self, c: Components, cfg: Any) -> None:
         """The run's family-read settings onto the loaded model (FamilyDefaults')."""
+
+    def encode_controls(self, c: Components, controls: list[Any]) -> dict[str, Any]:
+        """An edit family's cached control latents (FamilyDefaults')."""
+
+    def encode_prompts_with_images(self, c: Components, prompts: list[str],
+                                   images: list[list[Any]]) -> list[dict[str, Any]]:
+        """Prompts read with their control images (FamilyDefaults')."""
+
+    def validation_image_kwargs(self, images: list[Any]) -> dict[str, Any]:
+        """A validation prompt's control images as pipeline kwargs (FamilyDefaults')."""
 
     def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",
              config: str | None = None) -> Components:

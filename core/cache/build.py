@@ -77,25 +77,59 @@ def _fitted(job: VaeJob, image: Any) -> Any:
     return np.asarray(image, dtype=np.float32) / 127.5 - 1.0
 
 
+def load_controls(job: VaeJob) -> list[Any]:
+    """An edit pair's control images, each fitted to the target's bucket, as [3, H, W]
+    tensors in [-1, 1] (core/data/controls.py)."""
+    import numpy as np
+    import torch
+
+    from core.data.controls import fit_control
+
+    return [torch.from_numpy(np.ascontiguousarray(fit_control(load_rgb(path), job.bucket)
+                                                  .transpose(2, 0, 1)))
+            for path in job.controls]
+
+
+def _chunk_key(job: VaeJob) -> tuple[int, ...]:
+    return (*job.batch_key, len(job.controls))
+
+
 def _chunks(jobs: list[VaeJob], batch_size: int) -> Iterator[list[VaeJob]]:
-    """Same-shape chunks (a VAE batch needs one: bucket and frame count), in plan order
-    within a bucket."""
-    ordered = sorted(jobs, key=lambda j: j.batch_key)
-    for _, group in groupby(ordered, key=lambda j: j.batch_key):
+    """Same-shape chunks (a VAE batch needs one: bucket, frame count and number of
+    control images), in plan order within a bucket."""
+    ordered = sorted(jobs, key=_chunk_key)
+    for _, group in groupby(ordered, key=_chunk_key):
         items = list(group)
         for start in range(0, len(items), batch_size):
             yield items[start:start + batch_size]
 
 
-def _load_chunk(chunk: list[VaeJob]) -> tuple[list[VaeJob], list[Any], list[Problem]]:
-    jobs, pixels, problems = [], [], []
+@dataclass
+class _Loaded:
+    jobs: list[VaeJob] = field(default_factory=list)
+    pixels: list[Any] = field(default_factory=list)
+    controls: list[list[Any]] = field(default_factory=list)  # per job, per control
+    problems: list[Problem] = field(default_factory=list)
+
+
+def _load_chunk(chunk: list[VaeJob]) -> _Loaded:
+    out = _Loaded()
     for job in chunk:
         try:
-            pixels.append(load_pixels(job))
-            jobs.append(job)
+            pixels = load_pixels(job)
         except BadImage as exc:  # a BadClip too
-            problems.append(warning(str(job.image), f"{exc.reason}; skipped, not cached"))
-    return jobs, pixels, problems
+            out.problems.append(warning(str(job.image), f"{exc.reason}; skipped, not cached"))
+            continue
+        try:
+            controls = load_controls(job)
+        except BadImage as exc:
+            out.problems.append(warning(str(exc.path), f"{exc.reason}; {job.image}, its "
+                                                       "target, is skipped, not cached"))
+            continue
+        out.jobs.append(job)
+        out.pixels.append(pixels)
+        out.controls.append(controls)
+    return out
 
 
 def _save_if_stale(job: VaeJob | TextJob | MaskJob, tensors: dict[str, Any]) -> bool:
@@ -165,14 +199,17 @@ def _batched_tensors(encoded: Any) -> dict[str, Any]:
 
 def build_vae_entries(encode: Callable[[Any], Any], jobs: list[VaeJob], *, batch_size: int = 4,
                       device: Any = "cpu", dtype: Any = None,
-                      progress: Progress | None = None) -> BuildStats:
+                      progress: Progress | None = None,
+                      encode_controls: Callable[[list[Any]], dict[str, Any]] | None = None
+                      ) -> BuildStats:
     """Encode `jobs` (this process's share) with `encode(pixels) -> latents` (or a
-    dict of batched tensors holding "latents", see `_batched_tensors`).
+    dict of batched tensors holding "latents", see `_batched_tensors`); an edit pair's
+    control images too, with `encode_controls(controls) -> tensors` (the family's
+    encode_controls: one [B, 3, H, W] batch per control image), saved in the same entry.
 
     Decoding the next chunk (a thread: PIL releases the GIL) and saving the last ones
     (`_Writer`) overlap with encoding this one, which keeps the build close to raw VAE speed.
     """
-    import torch
 
     stats, start, done = BuildStats(), time.perf_counter(), 0
     chunks = list(_chunks(jobs, batch_size))
@@ -180,14 +217,12 @@ def build_vae_entries(encode: Callable[[Any], Any], jobs: list[VaeJob], *, batch
             max_workers=1, thread_name_prefix="cache-loader") as pool:
         pending = pool.submit(_load_chunk, chunks[0]) if chunks else None
         for i in range(len(chunks)):
-            loaded, pixels, problems = pending.result()
+            loaded = pending.result()
             pending = pool.submit(_load_chunk, chunks[i + 1]) if i + 1 < len(chunks) else None
-            stats.problems.extend(problems)
-            if pixels:
-                batch = torch.stack(pixels).to(device=device, dtype=dtype)
-                with torch.no_grad():
-                    encoded = _batched_tensors(encode(batch))
-                for row, job in enumerate(loaded):
+            stats.problems.extend(loaded.problems)
+            if loaded.pixels:
+                encoded = _encode_chunk(encode, encode_controls, loaded, device, dtype)
+                for row, job in enumerate(loaded.jobs):
                     writer.submit(job, {k: v[row] for k, v in encoded.items()})
             done += len(chunks[i])
             if progress:
@@ -196,9 +231,44 @@ def build_vae_entries(encode: Callable[[Any], Any], jobs: list[VaeJob], *, batch
     return stats
 
 
+def _encode_chunk(encode: Callable[[Any], Any],
+                  encode_controls: Callable[[list[Any]], dict[str, Any]] | None,
+                  loaded: _Loaded, device: Any, dtype: Any) -> dict[str, Any]:
+    import torch
+
+    with torch.no_grad():
+        encoded = _batched_tensors(encode(torch.stack(loaded.pixels).to(device=device,
+                                                                        dtype=dtype)))
+        count = len(loaded.controls[0])
+        if count:
+            if encode_controls is None:
+                raise ValueError("control images given but the model encodes none")
+            batches = [torch.stack([c[k] for c in loaded.controls]).to(device=device,
+                                                                       dtype=dtype)
+                       for k in range(count)]
+            encoded.update(_batched_tensors(encode_controls(batches)))
+    return encoded
+
+
+def encode_kwargs(family: Any, components: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The (VAE, text) encoders of a loaded model as the keyword arguments of
+    build_vae_entries and build_text_entries."""
+    vae = {"encode": lambda pixels: family.encode_images(components, pixels),
+           "encode_controls": lambda controls: family.encode_controls(components, controls)}
+    text = {"encode": lambda captions: family.encode_prompts(components, captions),
+            "encode_with_images": lambda captions, images: family.encode_prompts_with_images(
+                components, captions, images)}
+    return vae, text
+
+
 def build_text_entries(encode: Callable[[list[str]], list[dict[str, Any]]], jobs: list[TextJob],
-                       *, batch_size: int = 16, progress: Progress | None = None) -> BuildStats:
-    """Encode this process's share of unique captions, one entry file per caption."""
+                       *, batch_size: int = 16, progress: Progress | None = None,
+                       encode_with_images: Callable[[list[str], list[list[Any]]],
+                                                    list[dict[str, Any]]] | None = None
+                       ) -> BuildStats:
+    """Encode this process's share of unique captions, one entry file per caption (per
+    caption and control images, for a text encoder that reads them: `encode_with_images`,
+    the family's encode_prompts_with_images)."""
     import torch
 
     stats, start = BuildStats(), time.perf_counter()
@@ -206,13 +276,36 @@ def build_text_entries(encode: Callable[[list[str]], list[dict[str, Any]]], jobs
         for begin in range(0, len(jobs), batch_size):
             chunk = jobs[begin:begin + batch_size]
             with torch.no_grad():
-                encoded = encode([job.caption for job in chunk])
+                encoded = _encode_texts(encode, encode_with_images, chunk, stats)
             for job, tensors in zip(chunk, encoded, strict=True):
-                writer.submit(job, {k: v.cpu() for k, v in tensors.items()})
+                if tensors is not None:
+                    writer.submit(job, {k: v.cpu() for k, v in tensors.items()})
             if progress:
                 progress("text", begin + len(chunk), len(jobs))
     stats.seconds = time.perf_counter() - start
     return stats
+
+
+def _encode_texts(encode: Callable[[list[str]], list[dict[str, Any]]],
+                  encode_with_images: Callable[[list[str], list[list[Any]]],
+                                               list[dict[str, Any]]] | None,
+                  chunk: list[TextJob], stats: BuildStats) -> list[dict[str, Any] | None]:
+    """One chunk's encodings in order; None for a job whose control image does not load
+    (a warning in `stats`: its target is skipped at train time, its entry being absent)."""
+    if not any(job.images for job in chunk):
+        return list(encode([job.caption for job in chunk]))
+    if encode_with_images is None:
+        raise ValueError("captions with control images given but the model reads none")
+    usable, images = [], []
+    for job in chunk:
+        try:
+            images.append([load_rgb(path) for path in job.images])
+            usable.append(job)
+        except BadImage as exc:
+            stats.problems.append(warning(str(exc.path), f"{exc.reason}; the caption read "
+                                                         "with it is not cached"))
+    done = iter(encode_with_images([job.caption for job in usable], images) if usable else [])
+    return [next(done) if job in usable else None for job in chunk]
 
 
 def latent_size(entry: Any) -> tuple[int, int] | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from core.cache.plan import CachePlan, DatasetPlan, MaskJob, TextJob, VaeJob
@@ -87,11 +88,13 @@ class CachedDataset:
         return self._load(job)
 
 
-def _cached_items(ds_plan: DatasetPlan, text_jobs: dict[str, TextJob]) -> list[CachedItem]:
+def _cached_items(ds_plan: DatasetPlan, text_jobs: dict[Path, TextJob]) -> list[CachedItem]:
     items = []
     masks = ds_plan.mask_jobs or [None] * len(ds_plan.items)
-    for image, job, mask in zip(ds_plan.items, ds_plan.vae_jobs, masks, strict=True):
-        text = None if ds_plan.text_at_train_time else text_jobs[image.caption]
+    entries = ds_plan.text_entries or [None] * len(ds_plan.items)
+    for image, job, mask, entry in zip(ds_plan.items, ds_plan.vae_jobs, masks, entries,
+                                       strict=True):
+        text = None if ds_plan.text_at_train_time else text_jobs[entry]
         if is_fresh(job.entry, job.meta) and (text is None or is_fresh(text.entry, text.meta)):
             # A mask that could not be built (a bad mask file, reported) is left out:
             # the image then trains unmasked.
@@ -104,7 +107,7 @@ def _cached_items(ds_plan: DatasetPlan, text_jobs: dict[str, TextJob]) -> list[C
 def cached_datasets(cfg: Config, plan: CachePlan,
                     rebuild: Rebuild | None = None) -> list[CachedDataset]:
     """One CachedDataset per configured dataset, in config order (the sampler's indices)."""
-    text_jobs = {job.caption: job for job in plan.text_jobs}
+    text_jobs = {job.entry: job for job in plan.text_jobs}
     out = []
     for ds_cfg, ds_plan in zip(cfg.datasets, plan.datasets, strict=True):
         out.append(CachedDataset(ds_cfg.id, _cached_items(ds_plan, text_jobs), ds_cfg.repeats,

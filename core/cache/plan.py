@@ -37,6 +37,7 @@ class VaeJob:
     crop_top_left: tuple[int, int]  # (top, left)
     meta: dict[str, str] = field(hash=False, compare=False)
     frames: tuple[int, ...] = ()  # a clip's source frame indices; () for an image
+    controls: tuple[Path, ...] = ()  # an edit model's control images, encoded beside
 
     @property
     def batch_key(self) -> tuple[int, ...]:
@@ -50,6 +51,9 @@ class TextJob:
     caption: str
     entry: Path
     meta: dict[str, str] = field(hash=False, compare=False)
+    # The control images the text encoder reads with the caption (an edit family with
+    # text_reads_controls); () for a caption alone.
+    images: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -94,9 +98,19 @@ class CachePlan:
         return [job for ds in self.datasets for job in ds.mask_jobs if job is not None]
 
 
-def text_entry_path(text_dir: Path, caption: str) -> Path:
-    digest = hashlib.sha256(caption.encode("utf-8")).hexdigest()
+def text_entry_path(text_dir: Path, caption: str, images: tuple[Path, ...] = ()) -> Path:
+    """The entry of a caption, or of a caption read with control images (keyed by their
+    paths too: the same caption with another control image is another embedding)."""
+    key = "\0".join([caption, *map(str, images)])
+    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
     return text_dir / digest[:2] / f"{digest[2:34]}{ENTRY_SUFFIX}"
+
+
+def control_stamps(controls: tuple[Path, ...]) -> dict[str, str]:
+    """Entry metadata naming each control image's file, size and mtime: an entry made
+    from a control image that has since changed is stale."""
+    return {f"control{n}_{k}": v for n, path in enumerate(controls)
+            for k, v in source_stamp(path).items()}
 
 
 def vae_entry_path(ds: DatasetConfig, image: Path, clip: int = 0) -> Path:
@@ -125,9 +139,10 @@ def _vae_job(ds: DatasetConfig, item: ImageItem, seed: int, model: dict[str, str
     }
     if item.frames:  # a clip: which source frames (fps, frames and clips decide them)
         meta["frames"] = ",".join(map(str, item.frames))
+    meta.update(control_stamps(item.controls))
     return VaeJob(ds.id, item.path, vae_entry_path(ds, item.path, item.clip),
                   (bucket.width, bucket.height), tuple(box), (item.height, item.width),
-                  (box.top, box.left), meta, item.frames)
+                  (box.top, box.left), meta, item.frames, item.controls)
 
 
 def _mask_job(item: ImageItem, vae: VaeJob, model: dict[str, str]) -> MaskJob | None:
@@ -160,22 +175,28 @@ def plan_caches(cfg: Config, model: dict[str, str], verify: bool = False) -> Cac
     from core.models.registry import family_or_defaults
 
     text_dir = Path(cfg.text_cache.dir)
-    plans, problems, captions = [], [], set()
-    video = family_or_defaults(cfg.model.family).video
+    family = family_or_defaults(cfg.model.family)
+    plans, problems, texts = [], [], set()
     for i, ds in enumerate(cfg.datasets):
-        index = index_dataset(ds, f"datasets.{i}", verify=verify, video=video)
+        index = index_dataset(ds, f"datasets.{i}", verify=verify, video=family.video)
         problems.extend(index.problems)
         jobs = [_vae_job(ds, item, cfg.train.seed, model) for item in index.items]
         at_train_time = text_at_train_time(cfg, ds)
-        entries = [] if at_train_time else [text_entry_path(text_dir, item.caption)
-                                            for item in index.items]
+        keys = [(item.caption, item.controls if family.text_reads_controls else ())
+                for item in index.items]
+        entries = [] if at_train_time else [text_entry_path(text_dir, *k) for k in keys]
         if not at_train_time:
-            captions.update(item.caption for item in index.items)
+            texts.update(keys)
         masks = [_mask_job(item, job, model) for item, job in zip(index.items, jobs,
                                                                   strict=True)]
         plans.append(DatasetPlan(ds.id, index.items, jobs, entries, at_train_time, masks))
     if cached_empty_caption(cfg):
-        captions.add("")
-    text_jobs = [TextJob(c, text_entry_path(text_dir, c), {"caption": c, **model})
-                 for c in sorted(captions)]
-    return CachePlan(plans, text_jobs, problems)
+        texts.add(("", ()))
+    return CachePlan(plans, [_text_job(text_dir, c, images, model)
+                             for c, images in sorted(texts)], problems)
+
+
+def _text_job(text_dir: Path, caption: str, images: tuple[Path, ...],
+              model: dict[str, str]) -> TextJob:
+    meta = {"caption": caption, **model, **control_stamps(images)}
+    return TextJob(caption, text_entry_path(text_dir, caption, images), meta, images)

@@ -16,6 +16,7 @@ from core.cache.build import (
     build_mask_entries,
     build_text_entries,
     build_vae_entries,
+    encode_kwargs,
     my_share,
     stale,
 )
@@ -79,14 +80,13 @@ def build_caches(cfg: Config, family: ModelFamily, components: Components,
     vae_todo, text_todo = stale(plan.vae_jobs), stale(plan.text_jobs)
     mask_todo = stale(plan.mask_jobs)
     group.barrier()
+    vae_encoders, text_encoders = encode_kwargs(family, components)
     vae_stats = build_vae_entries(
-        lambda pixels: family.encode_images(components, pixels),
-        my_share(vae_todo, group.index, group.count), batch_size=vae_batch,
+        jobs=my_share(vae_todo, group.index, group.count), batch_size=vae_batch,
         device=group.device, dtype=getattr(components.vae, "dtype", torch.float32),
-        progress=progress)
-    text_stats = build_text_entries(
-        lambda captions: family.encode_prompts(components, captions),
-        my_share(text_todo, group.index, group.count), progress=progress)
+        progress=progress, **vae_encoders)
+    text_stats = build_text_entries(jobs=my_share(text_todo, group.index, group.count),
+                                    progress=progress, **text_encoders)
     group.barrier()
     mask_stats = BuildStats()
     if mask_todo:  # every process has the same list: all or none meet this barrier

@@ -8,6 +8,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from core.config.control_checks import control_problems
 from core.config.distributed import distributed_problems
 from core.config.optimizers import OPTIMIZERS, OPTION_DEFAULTS
 from core.config.schema import CONFIG_VERSION, FAMILIES, SECTION_TYPES, Config
@@ -38,13 +39,20 @@ def resolved(cfg: Config, workspace: str | Path) -> Config:
     out.datasets = [dataclasses.replace(ds) for ds in cfg.datasets]
     for obj in (*(getattr(out, name) for name in SECTION_TYPES), *out.datasets):
         for f in fields(obj):
-            if f.metadata.get("kind") == "path" and getattr(obj, f.name):
-                setattr(obj, f.name, str(resolve_path(getattr(obj, f.name), workspace)))
+            value = getattr(obj, f.name)
+            if f.metadata.get("kind") == "path" and value:
+                setattr(obj, f.name, [_resolve_paths(v, workspace) for v in value]
+                        if isinstance(value, list) else str(resolve_path(value, workspace)))
     for f in fields(out.model):
         if f.metadata.get("kind") == "model_path":
             setattr(out.model, f.name, _resolve_model_path(getattr(out.model, f.name),
                                                            workspace))
     return out
+
+
+def _resolve_paths(value: str, workspace: Path) -> str:
+    """A list entry of paths separated by "|" (a prompt's control images), each resolved."""
+    return "|".join(str(resolve_path(v.strip(), workspace)) for v in value.split("|"))
 
 
 def _resolve_model_path(value: str, workspace: Path) -> str:
@@ -145,6 +153,7 @@ def _check_cross(cfg: Config) -> list[Problem]:
     out += _check_flow_objective(cfg)
     out += _check_optimizer(cfg)
     out += _family(cfg).config_problems(cfg)  # the family's own checks
+    out += control_problems(cfg, _family(cfg))
     out += _check_text_options(cfg)
     out += _check_ignored_keys(cfg)
     out += _check_lora_kind(cfg)

@@ -1,5 +1,6 @@
 """One `[[datasets]]` entry: its folders, captions, buckets and, for a video family, how
-clips become samples (core/config/schema.py holds the other sections)."""
+clips become samples, for an edit family its control images (core/config/schema.py holds
+the other sections)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from core.config.fields import _f
 from core.data.video import CLIP_MODES as CLIP_CHOICES  # datasets.N.clips (video families)
 
 CAPTION_STRATEGIES = ("textfile", "filename", "jsonl", "instance_prompt")
+
 
 
 @dataclass
@@ -62,6 +64,17 @@ class DatasetConfig:
     clip_count: int = _f(1, label="Clips (uniform)", min=1, max=1000, video=True,
                          help="With clips = uniform: samples per video, evenly spaced; a "
                               "video too short for that many distinct ones gives fewer.")
+    # Edit families (issue 24): the control (source) image of each target.
+    control: str = _f("", label="Control images folder", kind="path", edit=True,
+                      help="Edit models: the source image of each target, matched by "
+                           "relative path and file stem (photo.jpg -> photo.png), resized "
+                           "to its target's bucket. A target without one is left out.")
+    control_2: str = _f("", label="Second control folder", kind="path", edit=True,
+                        advanced=True, help="Multi-reference edit models (Qwen-Image-Edit "
+                                            "2509/2511): a second reference per target, "
+                                            "matched as control is.")
+    control_3: str = _f("", label="Third control folder", kind="path", edit=True,
+                        advanced=True, help="A third reference per target (needs control_2).")
     regularization: bool = _f(False, label="Regularization images", advanced=True,
                               help="Class images for prior preservation (DreamBooth): "
                                    "sampled alongside the other datasets, their loss "

@@ -18,11 +18,14 @@ def meta(
     kind: str = "",
     advanced: bool = False,
     video: bool = False,
+    edit: bool = False,
 ) -> dict[str, Any]:
-    """Field metadata. `kind="path"` marks paths resolved against the workspace;
-    `video` marks keys that apply to a video family only (the form shows them then)."""
+    """Field metadata. `kind="path"` marks paths (or lists of them) resolved against
+    the workspace; `video` marks keys that apply to a video family only and `edit` those
+    of an edit family (FAMILY.control_images > 0): the form shows them only then."""
     return {
         "video": video,
+        "edit": edit,
         "label": label,
         "help": help,
         "choices": choices,

@@ -95,25 +95,29 @@ def config_to_dict(cfg: Config) -> dict[str, Any]:
 def dumps_config(cfg: Config) -> str:
     """Canonical TOML: `version`, then every section with every key, in declaration order
     (no datasets: no `[[datasets]]` table). Presets are stored in this form. Keys that
-    apply to a video family only (metadata `video`) are left out for any other family;
-    loading gives them their defaults."""
+    apply to a video family only (metadata `video`) are left out for any other family,
+    and an edit family's (metadata `edit`) for any but an edit family; loading gives them
+    their defaults."""
     from core.models.registry import family_or_defaults
 
     data = config_to_dict(cfg)
-    if not family_or_defaults(cfg.model.family).video:
-        for section, table in [("datasets", d) for d in data["datasets"]] + [
-                (name, data[name]) for name in SECTION_TYPES]:
-            for key in _video_keys(section):
-                table.pop(key, None)
+    family = family_or_defaults(cfg.model.family)
+    unused = [tag for tag, used in (("video", family.video),
+                                    ("edit", family.control_images > 0)) if not used]
+    for section, table in [("datasets", d) for d in data["datasets"]] + [
+            (name, data[name]) for name in SECTION_TYPES]:
+        for key in _tagged_keys(section, unused):
+            table.pop(key, None)
     if not data["datasets"]:
         del data["datasets"]  # tomli_w would write `datasets = []` above [model]
     return tomli_w.dumps(data)
 
 
-def _video_keys(section: str) -> list[str]:
-    """The keys of a section (or of a dataset) marked as applying to video families."""
+def _tagged_keys(section: str, tags: list[str]) -> list[str]:
+    """The keys of a section (or of a dataset) whose metadata carries one of `tags`
+    ("video": they apply to video families only; "edit": to edit families)."""
     cls = DatasetConfig if section == "datasets" else SECTION_TYPES[section]
-    return [f.name for f in dataclasses.fields(cls) if f.metadata.get("video")]
+    return [f.name for f in dataclasses.fields(cls) if any(f.metadata.get(t) for t in tags)]
 
 
 def save_config(cfg: Config, path: str | Path) -> None:

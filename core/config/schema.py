@@ -230,6 +230,11 @@ class ValidationConfig:
                           "1 draws stills.")
     fps: float = _f(16.0, label="Validation video fps", min=1.0, max=240.0, video=True,
                     advanced=True, help="Frame rate of the validation .mp4 files.")
+    control_images: list[str] = _f([], label="Validation control images", kind="path",
+                                   edit=True,
+                                   help="Edit models: one control image per prompt, in "
+                                        "order (a multi-reference model: several per "
+                                        "prompt, separated by |).")
 
 
 @dataclass

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from core.data.controls import CONTROL_KEYS
 from core.data.entries import FolderLayout
 from core.problems import Problem, error, warning
 
@@ -113,37 +114,46 @@ def check_directory_conflicts(cfg: FolderLayout) -> list[Problem]:
         for b in images[i + 1:]:
             found.append(_pair(b, a, "both datasets read these images (allowed, but they "
                                      "are sampled twice)", level="warning"))
-    found.extend(_mask_conflicts(cfg, images, vae, text))
+    found.extend(_side_conflicts(cfg, images, vae, text))
     problems = [p for p in found if p is not None]
-    return _missing_images(images) + _missing_masks(cfg) + problems
+    return _missing_images(images) + _missing_side_folders(cfg) + problems
 
 
-def _mask_folders(cfg: FolderLayout) -> list[Folder]:
-    return [Folder(f"datasets.{i}.masks", f"dataset '{ds.id}' masks", ds.masks)
-            for i, ds in enumerate(cfg.datasets) if ds.masks.strip()]
+def _side_folders(cfg: FolderLayout) -> list[tuple[Folder, str]]:
+    """Folders a dataset reads beside its images, with what they hold: loss masks, and an
+    edit model's control images."""
+    out = []
+    for i, ds in enumerate(cfg.datasets):
+        names = [("masks", "masks")] + [(name, "control images") for name in CONTROL_KEYS]
+        out += [(Folder(f"datasets.{i}.{name}", f"dataset '{ds.id}' {name}",
+                        getattr(ds, name)), what)
+                for name, what in names if getattr(ds, name).strip()]
+    return out
 
 
-def _mask_conflicts(cfg: FolderLayout, images: list[Folder], vae: list[Folder],
+def _side_conflicts(cfg: FolderLayout, images: list[Folder], vae: list[Folder],
                     text: Folder) -> list[Problem | None]:
-    """A masks folder equal to or inside an images folder would be scanned as training
-    images; inside a cache it mixes with (and is cleared with) cache files."""
+    """A masks or control folder equal to or inside an images folder would be scanned as
+    training images; inside a cache it mixes with (and is cleared with) cache files."""
     found: list[Problem | None] = []
-    for masks in _mask_folders(cfg):
-        found.extend(_pair(masks, img, "the masks would be read as training images; "
-                                       "move the masks outside", either_way=False)
+    for folder, what in _side_folders(cfg):
+        found.extend(_pair(folder, img, f"the {what} would be read as training images; "
+                                        f"move the {what} outside", either_way=False)
                      for img in images)
-        found.extend(_pair(masks, cache, "masks must not live in a cache folder (clearing "
-                                         "the cache would delete them); move them outside",
-                           either_way=False) for cache in [*vae, text])
+        found.extend(_pair(folder, cache, f"{what} must not live in a cache folder "
+                                          "(clearing the cache would delete them); move "
+                                          "them outside", either_way=False)
+                     for cache in [*vae, text])
     return found
 
 
-def _missing_masks(cfg: FolderLayout) -> list[Problem]:
+def _missing_side_folders(cfg: FolderLayout) -> list[Problem]:
     out = []
-    for folder in _mask_folders(cfg):
+    for folder, what in _side_folders(cfg):
         path = real(folder.path)
         if not path.is_dir():
-            what = "does not exist" if not path.exists() else "is a file, not a folder"
-            out.append(error(folder.key, f"{folder.label} folder {folder.path} {what}; "
-                                         "fix the path or clear the key to train unmasked"))
+            state = "does not exist" if not path.exists() else "is a file, not a folder"
+            fix = ("fix the path or clear the key to train unmasked" if what == "masks"
+                   else "fix the path")
+            out.append(error(folder.key, f"{folder.label} folder {folder.path} {state}; {fix}"))
     return out

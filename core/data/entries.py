@@ -25,6 +25,10 @@ class DatasetEntry(Protocol):
     fps: float
     clips: str
     clip_count: int
+    # edit families: folders of control images matched to the targets by stem
+    control: str
+    control_2: str
+    control_3: str
 
 
 class HasDir(Protocol):

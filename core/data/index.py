@@ -42,6 +42,7 @@ class ImageItem:
     mask: Path | None = None  # datasets.N.masks: this image's loss mask, if it has one
     frames: tuple[int, ...] = ()  # a clip's source frame indices; () for an image
     clip: int = 0  # which of the video's samples (datasets.N.clips = "uniform")
+    controls: tuple[Path, ...] = ()  # an edit model's control images (datasets.N.control)
 
 
 @dataclass
@@ -134,6 +135,7 @@ def index_dataset(
     _index_images(paths, reader, verify, out, progress, ds)
     out.problems.extend(reader.entries_without_image(paths))
     _attach_masks(ds, dataset_key, out)
+    _attach_controls(ds, dataset_key, out)
     if not out.items:
         out.problems.append(error(key, f"no usable images in {root}: all {len(paths)} were "
                                        "skipped (see the warnings)"))
@@ -150,6 +152,22 @@ def _attach_masks(ds: DatasetEntry, dataset_key: str, out: DatasetIndex) -> None
     masks, problems = match_masks(out.root, Path(ds.masks), [i.path for i in out.items],
                                   f"{dataset_key}.masks")
     out.items = [replace(item, mask=m) for item, m in zip(out.items, masks, strict=True)]
+    out.problems.extend(problems)
+
+
+def _attach_controls(ds: DatasetEntry, dataset_key: str, out: DatasetIndex) -> None:
+    """Each item's control images (core/data/controls.py); items without all of them
+    are left out. A missing control folder is the conflict check's error."""
+    from core.data.controls import CONTROL_KEYS, control_folders, match_controls
+
+    folders = [(f"{dataset_key}.{name}", Path(folder)) for name, folder in
+               zip(CONTROL_KEYS, control_folders(ds), strict=False)]
+    if not folders or not all(f.is_dir() for _, f in folders) or not out.items:
+        return
+
+    found, problems = match_controls(out.root, folders, [i.path for i in out.items])
+    out.items = [replace(item, controls=c) for item, c in zip(out.items, found, strict=True)
+                 if c is not None]
     out.problems.extend(problems)
 
 

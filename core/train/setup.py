@@ -193,16 +193,23 @@ def make_lr_scheduler(optimizer: Any, cfg: Config) -> Any:
 
 def make_rebuild(family: ModelFamily, components: Components) -> Any:
     """Rebuild one cache entry that failed to load at train time."""
-    from core.cache.build import build_mask_entries, build_text_entries, build_vae_entries
+    from core.cache.build import (
+        build_mask_entries,
+        build_text_entries,
+        build_vae_entries,
+        encode_kwargs,
+    )
+
+    vae_encoders, text_encoders = encode_kwargs(family, components)
 
     def rebuild(job: VaeJob | TextJob | MaskJob) -> None:
         if isinstance(job, MaskJob):
             build_mask_entries([job])
         elif isinstance(job, VaeJob):
-            build_vae_entries(lambda px: family.encode_images(components, px), [job],
-                              device=components.vae.device, dtype=components.vae.dtype)
+            build_vae_entries(jobs=[job], device=components.vae.device,
+                              dtype=components.vae.dtype, **vae_encoders)
         else:
-            build_text_entries(lambda caps: family.encode_prompts(components, caps), [job])
+            build_text_entries(jobs=[job], **text_encoders)
 
     return rebuild
 

@@ -1,0 +1,102 @@
+"""Rules on an edit family's control keys (datasets.N.control, control_2, control_3 and
+validation.control_images): which families take them, how many, and in what order. No
+disk access (the folders' conflicts are core/data/conflicts.py's, the pairs'
+core/data/controls.py's)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.data.controls import CONTROL_KEYS
+from core.problems import Problem, error, warning
+
+
+def split_controls(entry: str) -> list[str]:
+    """One validation prompt's control images: validation.control_images entries hold
+    several paths separated by "|" for a multi-reference model."""
+    return [p.strip() for p in entry.split("|") if p.strip()]
+
+
+def _edit_family_names() -> str:
+    from core.models.registry import families
+
+    return ", ".join(f.name for f in families() if f.control_images)
+
+
+def control_problems(cfg: Any, family: Any) -> list[Problem]:
+    """Control keys against `family` (its control_images and text_reads_controls)."""
+    if not family.control_images:
+        return _not_edit(cfg, family)
+    out: list[Problem] = []
+    for i, ds in enumerate(cfg.datasets):
+        key = f"datasets.{i}"
+        given = [name for name in CONTROL_KEYS if getattr(ds, name).strip()]
+        if not ds.control.strip():
+            out.append(error(f"{key}.control", f"is empty, but model.family = "
+                                               f"{family.name!r} trains edits from pairs: set "
+                                               "the folder of control (source) images, "
+                                               "matched to the targets by file name"))
+        for before, name in zip(CONTROL_KEYS, CONTROL_KEYS[1:], strict=False):
+            if name in given and before not in given:
+                out.append(error(f"{key}.{name}", f"is set but {key}.{before} is empty; "
+                                                  f"fill {before} first"))
+        if len(given) > family.control_images:
+            extra = CONTROL_KEYS[family.control_images]
+            out.append(error(f"{key}.{extra}", f"{family.name} takes {family.control_images} "
+                                               "control image(s) per target; clear it"))
+        if family.text_reads_controls and ds.shuffle_tags:
+            out.append(error(f"{key}.shuffle_tags", f"{family.name}'s text encoder reads "
+                                                    "the control images with the caption, "
+                                                    "so captions are cached with them; turn "
+                                                    "tag shuffling off"))
+    if family.text_reads_controls and cfg.train.caption_dropout > 0:
+        out.append(error("train.caption_dropout", f"{family.name}'s text encoder reads the "
+                                                  "control images with the caption, so a "
+                                                  "dropped caption is not one cached entry; "
+                                                  "set it to 0"))
+    if family.text_reads_controls and cfg.train.text_encoder_lora:
+        out.append(error("train.text_encoder_lora", f"{family.name}'s text encoder reads the "
+                                                    "control images; training it is not "
+                                                    "supported yet: turn it off"))
+    return out + _validation_controls(cfg, family)
+
+
+def _validation_controls(cfg: Any, family: Any) -> list[Problem]:
+    entries, prompts = cfg.validation.control_images, cfg.validation.prompts
+    key = "validation.control_images"
+    if not prompts:
+        return []
+    if len(entries) != len(prompts):
+        return [error(key, f"has {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} "
+                           f"for {len(prompts)} validation prompt(s): give one control "
+                           f"image per prompt, in order, for the edit model to edit")]
+    out = []
+    for n, entry in enumerate(entries):
+        count = len(split_controls(entry))
+        if count == 0:
+            out.append(error(key, f"entry {n + 1} is empty; give prompt {n + 1}'s control "
+                                  "image"))
+        elif count > family.control_images:
+            out.append(error(key, f"entry {n + 1} names {count} images, but {family.name} "
+                                  f"takes {family.control_images} per prompt"))
+    return out
+
+
+def _not_edit(cfg: Any, family: Any) -> list[Problem]:
+    what = (f"model.family = {family.name!r} is not an edit model; clear it, or choose an "
+            f"edit family ({_edit_family_names()})")
+    out = [error(f"datasets.{i}.{name}", f"is set, but {what}")
+           for i, ds in enumerate(cfg.datasets) for name in CONTROL_KEYS
+           if getattr(ds, name).strip()]
+    if cfg.validation.control_images:
+        out.append(warning("validation.control_images", f"is ignored: {what}"))
+    return out
+
+
+def missing_validation_controls(cfg: Any) -> list[Problem]:
+    """validation.control_images that are not files (the check's disk pass)."""
+    from pathlib import Path
+
+    return [error("validation.control_images", f"{path} is not a file; fix the path")
+            for entry in cfg.validation.control_images for path in split_controls(entry)
+            if not Path(path).is_file()]

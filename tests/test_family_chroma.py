@@ -12,6 +12,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from core.config import ValidationConfig
 from core.models import loading
 from core.models.families.chroma import FAMILY as CHROMA
 from core.models.families.flux import FAMILY as FLUX
@@ -157,7 +158,8 @@ def test_lora_backpropagates_saves_and_reloads_in_chroma_pipeline(folder, tmp_pa
     assert all(p.grad is None for n, p in named.items() if "lora_" not in n)
 
     paths = CHROMA.save_lora(trained, tmp_path / "lora")
-    texts = encode_validation_prompts(CHROMA, trained, ["a red circle"])
+    texts = encode_validation_prompts(CHROMA, trained,
+                                      ValidationConfig(prompts=["a red circle"]))
     assert texts is not None
     assert texts.pipeline_inputs(0)["prompt_attention_mask"].dtype == torch.bool
     with torch.no_grad():

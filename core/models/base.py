@@ -169,9 +169,10 @@ class FamilyDefaults:
         images at their own size (orientation applied)."""
         raise NotImplementedError(f"{self.name}: its text encoder reads no images")
 
-    def validation_image_kwargs(self, images: list[Any]) -> dict[str, Any]:
+    def validation_image_kwargs(self, images: list[Any], resolution: int) -> dict[str, Any]:
         """The pipeline keyword arguments of one validation prompt's control images
-        (validation.control_images; PIL RGB): `image`, one image or a list of them."""
+        (validation.control_images; PIL RGB) for a validation at `resolution` (the side
+        of its square): `image`, one image or a list of them."""
         return {"image": images[0] if len(images) == 1 else images}
 
     def configure_run(self, c: Components, cfg: Any) -> None:
@@ -231,7 +232,7 @@ class ModelFamily(Protocol):
                                    images: list[list[Any]]) -> list[dict[str, Any]]:
         """Prompts read with their control images (FamilyDefaults')."""
 
-    def validation_image_kwargs(self, images: list[Any]) -> dict[str, Any]:
+    def validation_image_kwargs(self, images: list[Any], resolution: int) -> dict[str, Any]:
         """A validation prompt's control images as pipeline kwargs (FamilyDefaults')."""
 
     def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",

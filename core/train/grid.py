@@ -34,9 +34,12 @@ def _rounds(folder: RunFolder) -> dict[int, Path]:
             if (m := STEP_RE.match(p.name))}
 
 
-def write_validation_grid(run_dir: Path, prompts: list[str]) -> Path | None:
+def write_validation_grid(run_dir: Path, prompts: list[str],
+                          control_images: list[str] | None = None) -> Path | None:
     """Write (atomically) and return validation/grid.png; None with fewer than two
-    rounds or no prompts, when there is nothing to compare."""
+    rounds or no prompts, when there is nothing to compare. An edit model's validation
+    control images (one entry per prompt, paths separated by "|") come first in each
+    row: control | before | after."""
     from PIL import Image, ImageDraw
 
     folder = RunFolder(run_dir)
@@ -46,14 +49,18 @@ def write_validation_grid(run_dir: Path, prompts: list[str]) -> Path | None:
         return None
     cells = [[validation_picture(rounds[step] / f"{row:02d}.png") for step in steps]
              for row in range(len(prompts))]
+    labels = ["before (step 0)" if step == 0 else f"step {step}" for step in steps]
+    if control_images:
+        cells = [[_controls_picture(control_images[row] if row < len(control_images)
+                                    else ""), *cells[row]] for row in range(len(prompts))]
+        labels.insert(0, "control")
     shown = [im for row in cells for im in row if im is not None]
     side = max((im.height for im in shown), default=64)
     wide = max((im.width * side // im.height for im in shown), default=side)
-    grid = Image.new("RGB", (LABEL_WIDTH + wide * len(steps),
+    grid = Image.new("RGB", (LABEL_WIDTH + wide * len(labels),
                              LABEL_HEIGHT + side * len(prompts)), BACKGROUND)
     draw = ImageDraw.Draw(grid)
-    for col, step in enumerate(steps):
-        label = "before (step 0)" if step == 0 else f"step {step}"
+    for col, label in enumerate(labels):
         draw.text((LABEL_WIDTH + col * wide + 4, 2), label, fill=INK)
     for row, prompt in enumerate(prompts):
         draw.text((4, LABEL_HEIGHT + row * side + side // 2 - 6), prompt[:24], fill=INK)
@@ -85,6 +92,30 @@ def validation_picture(path: Path):
             return image.convert("RGB")
     except (OSError, BadImage):
         return None
+
+
+def _controls_picture(entry: str):
+    """A prompt's control images side by side (None when none loads)."""
+    from PIL import Image
+
+    from core.data.images import BadImage, load_rgb
+
+    images = []
+    for path in (p.strip() for p in entry.split("|") if p.strip()):
+        try:
+            images.append(load_rgb(path))
+        except (OSError, BadImage):
+            continue
+    if not images:
+        return None
+    side = images[0].height
+    scaled = [im.resize((max(1, im.width * side // im.height), side)) for im in images]
+    strip = Image.new("RGB", (sum(im.width for im in scaled), side), BACKGROUND)
+    left = 0
+    for im in scaled:
+        strip.paste(im, (left, 0))
+        left += im.width
+    return strip
 
 
 def _frame_strip(video: Path):

@@ -180,7 +180,7 @@ class Loop:
             if self.s.trained_encoders:
                 texts = encode_validation_prompts(self.s.family,
                                                   _unwrapped(self.s.components),
-                                                  self.cfg.validation.prompts)
+                                                  self.cfg.validation)
             with self.averaged(), _images_folder(self.run_dir,
                                                  self.acc.is_main_process) as folder:
                 paths = generate_validation_images(self.s.family, self.s.components,
@@ -189,7 +189,9 @@ class Loop:
             if self.acc.is_main_process:
                 self.reporter.validation(step, paths, self.cfg.validation.prompts,
                                          _since(started))
-                write_validation_grid(self.run_dir, self.cfg.validation.prompts)
+                write_validation_grid(self.run_dir, self.cfg.validation.prompts,
+                                      self.cfg.validation.control_images
+                                      if self.s.family.control_images else None)
         self.acc.wait_for_everyone()
         if self.cfg.validation.prompts:
             self.reporter.took("validation", time.monotonic() - started)

@@ -271,7 +271,7 @@ def load_and_place(cfg: Config, workspace: Path, accelerator: Any, reporter: Any
     move_encoders(c, accelerator.device)
     datasets, sampler, train_texts = prepare_data(cfg, family, c, accelerator, reporter.say)
     reporter.phase_done("caches")
-    texts = encode_validation_prompts(family, c, cfg.validation.prompts)
+    texts = encode_validation_prompts(family, c, cfg.validation)
     if train_texts.encoders_needed:  # captions encoded at train time: the encoders stay
         c.vae.to("cpu")
     else:

@@ -1,6 +1,7 @@
 """Validation images: fixed prompts and seeds, saved as validation/step_NNNNNN/00.png;
 a video family with validation.frames > 1 also writes each video as 00.mp4 (00.png is its
-first frame, which the gallery and the grid show).
+first frame, which the gallery and the grid show); an edit family edits each prompt's
+validation.control_images.
 
 The prompts are encoded once, before training, while the text encoders are still on the
 GPU for the caches (`encode_validation_prompts`); each validation then runs the family's
@@ -39,28 +40,57 @@ class ValidationTexts:
     # The pipeline's argument for the text mask, for families whose denoiser takes one
     # (the family's `pipeline_mask_kwarg`, e.g. Chroma's "prompt_attention_mask").
     mask_kwarg: str | None = None
+    # A text encoder that reads the control images (Qwen-Image-Edit) encodes the empty
+    # prompt with each prompt's images, as its pipeline encodes the negative prompt: one
+    # negative per prompt, used in place of `negative`.
+    negatives: list[dict[str, Any]] | None = None
 
     def pipeline_inputs(self, index: int) -> dict[str, Any]:
         """Keyword arguments of a pipeline call for prompt `index` (a batch of one)."""
         out = {}
+        negative = self.negatives[index] if self.negatives else self.negative
         for key in _TEXT_KEYS:
             if key in self.prompts[index]:
                 wrap = (lambda t: [t]) if self.as_list else (lambda t: t.unsqueeze(0))
                 out[key] = wrap(self.prompts[index][key])
-                out[f"negative_{key}"] = wrap(self.negative[key])
+                out[f"negative_{key}"] = wrap(negative[key])
         if self.mask_kwarg:
             out[self.mask_kwarg] = self.prompts[index]["prompt_mask"].unsqueeze(0)
-            out[f"negative_{self.mask_kwarg}"] = self.negative["prompt_mask"].unsqueeze(0)
+            out[f"negative_{self.mask_kwarg}"] = negative["prompt_mask"].unsqueeze(0)
         return out
 
 
+def control_images(family: ModelFamily, cfg: ValidationConfig) -> list[list[Any]]:
+    """Each validation prompt's control images (PIL RGB) for an edit family; [] for
+    others or when none are configured (the check refuses that for an edit family)."""
+    from core.config.control_checks import split_controls
+    from core.data.images import load_rgb
+
+    if not family.control_images or not cfg.control_images:
+        return []
+    return [[load_rgb(path) for path in split_controls(entry)] for entry in cfg.control_images]
+
+
 def encode_validation_prompts(family: ModelFamily, components: Components,
-                              prompts: list[str]) -> ValidationTexts | None:
-    """The validation prompts and the empty prompt, encoded once (None without prompts)."""
+                              cfg: ValidationConfig) -> ValidationTexts | None:
+    """The validation prompts and the empty prompt, encoded once (None without prompts);
+    with their control images where the family's text encoder reads them."""
+    prompts = cfg.prompts
     if not prompts:
         return None
-    encoded = [{k: v.detach().cpu() for k, v in item.items()}
-               for item in family.encode_prompts(components, [*prompts, ""])]
+    images = control_images(family, cfg) if family.text_reads_controls else []
+
+    def cpu(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v.detach().cpu() for k, v in item.items()} for item in items]
+
+    if images:
+        encoded = cpu(family.encode_prompts_with_images(components, prompts, images))
+        negatives = cpu(family.encode_prompts_with_images(components, [""] * len(prompts),
+                                                          images))
+        return ValidationTexts(prompts=encoded, negative=negatives[0],
+                               as_list=family.list_prompt_embeds,
+                               mask_kwarg=family.pipeline_mask_kwarg, negatives=negatives)
+    encoded = cpu(family.encode_prompts(components, [*prompts, ""]))
     return ValidationTexts(prompts=encoded[:-1], negative=encoded[-1],
                            as_list=family.list_prompt_embeds,
                            mask_kwarg=family.pipeline_mask_kwarg)
@@ -82,17 +112,22 @@ def generate_validation_images(family: ModelFamily, components: Components,
     home = vae.device
     vae.to(device)
     frames = cfg.frames if family.video else 0
+    controls = control_images(family, cfg)
     try:
         with plain_forward(unwrap(components.denoiser)):
-            return [_one_image(pipe, cfg, texts, index, folder, frames)
+            return [_one_image(pipe, cfg, texts, index, folder, frames,
+                               family.validation_image_kwargs(controls[index],
+                                                            cfg.resolution)
+                               if controls else {})
                     for index in range(len(cfg.prompts))]
     finally:
         vae.to(home)
 
 
 def _one_image(pipe: Any, cfg: ValidationConfig, texts: ValidationTexts, index: int,
-               folder: Path, frames: int = 0) -> Path:
-    """Prompt `index`'s image (a video family's: `frames` frames, 0 for none)."""
+               folder: Path, frames: int = 0, image: dict[str, Any] | None = None) -> Path:
+    """Prompt `index`'s image (a video family's: `frames` frames, 0 for none; an edit
+    family's: an edit of the control images in `image`, the pipeline's kwargs)."""
     import torch
 
     generator = torch.Generator(device="cpu").manual_seed(cfg.seed + index)
@@ -100,7 +135,7 @@ def _one_image(pipe: Any, cfg: ValidationConfig, texts: ValidationTexts, index: 
     with torch.no_grad():
         out = pipe(**texts.pipeline_inputs(index), num_inference_steps=cfg.steps,
                    guidance_scale=cfg.guidance_scale, height=cfg.resolution,
-                   width=cfg.resolution, generator=generator, **video)
+                   width=cfg.resolution, generator=generator, **video, **(image or {}))
     image = out.images[0]
     if frames > 1:  # written first: a watcher that sees the PNG finds the video too
         from core.data.video import write_video

@@ -1,0 +1,119 @@
+"""FLUX.1 Kontext: FLUX.1's transformer, text encoders and VAE, trained to edit a control
+(source) image: black-forest-labs/FLUX.1-Kontext-dev, loaded as FluxKontextPipeline.
+
+Everything but the control follows FLUX.1 (core/models/families/flux/family.py): the
+text, the packing, the timestep sampling and the guidance value a guidance-distilled
+model is given in training (train_guidance = 1.0, as ai-toolkit trains Kontext LoRAs).
+
+The control, as FluxKontextPipeline's denoising loop gives it (pipeline_flux_kontext.py,
+prepare_latents and __call__): the control image's latents, encoded as the target's
+((z - shift) * scale of the posterior mode; `encode_controls`, cached beside the target's
+latents), are packed into 2x2-patch tokens and joined after the target's tokens on the
+sequence axis; their img_ids are the target's grid positions with the first coordinate
+set to 1 (the target's is 0), so the transformer tells them apart; the transformer's
+output is cut back to the target's tokens before unpacking. The loss is FLUX.1's, on the
+target only. Every control is resized and cropped to its target's bucket
+(core/data/controls.py), so both token grids have one size.
+
+Validation edits each prompt's validation.control_images entry: the pipeline gets the
+image at validation.resolution's area (its aspect kept) with `_auto_resize` off, so a
+small validation draws small instead of at Kontext's preferred 1024-pixel sizes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.models.base import Components, NoiseSample
+from core.models.families.flux.family import FluxFamily
+from core.models.flow import pack_2x2
+from core.models.modules import unwrap
+
+CONTROL_ID = 1.0  # img_ids[..., 0] of the control's tokens (the target's are 0)
+
+
+def control_tokens(batch: dict[str, Any], b: int, target_ids: Any, dtype: Any,
+                   device: Any) -> tuple[Any, Any]:
+    """The batch's control latents as packed tokens [B, N, 4C] and their img_ids [N, 3]
+    (the target's ids, first coordinate 1), one control per item."""
+    import torch
+    from diffusers import FluxPipeline
+
+    values = batch.get("control_latents")
+    if values is None or any(v is None for v in values):
+        raise ValueError("flux_kontext trains on a cached control image beside each target's "
+                         "latents, which some entries lack: the latent cache was built "
+                         "without datasets.N.control; delete it to rebuild")
+    controls = values if isinstance(values, torch.Tensor) else torch.stack(list(values))
+    controls = controls[:, 0].to(device, dtype)  # [B, C, h, w]: Kontext takes one
+    _, ch, h, w = controls.shape
+    packed = FluxPipeline._pack_latents(controls, b, ch, h, w)
+    ids = target_ids.clone()
+    ids[..., 0] = CONTROL_ID
+    return packed, ids
+
+
+class FluxKontextFamily(FluxFamily):
+    name = "flux_kontext"
+    pipeline_prefix = "FluxKontext"
+    pipeline_class_name = "FluxKontextPipeline"
+    # A Kontext single file has FLUX.1's keys: it is not told apart from them
+    # (model.family says which), so it claims no markers of its own.
+    single_file_markers = ()
+    control_images = 1
+
+    def predict(self, c: Components, sample: NoiseSample, batch: dict[str, Any]) -> Any:
+        """FluxFamily.predict with the control's tokens joined after the target's."""
+        import torch
+
+        self.check_text_length(batch, self.sequence_length(c))
+        model = c.denoiser
+        inner = unwrap(model)
+        dtype = inner.dtype
+        noisy = sample.noisy.to(dtype)
+        b, device = noisy.shape[0], noisy.device
+        packed, img_ids, unpack = pack_2x2(noisy, self.name, c.vae)
+        control, control_ids = control_tokens(batch, b, img_ids, dtype, device)
+        if control.shape[1] != packed.shape[1]:
+            raise ValueError(f"cached control latents {control.shape[1]} tokens, target "
+                             f"{packed.shape[1]}: delete the latent cache to rebuild")
+        embeds = batch["prompt_embeds"].to(device, dtype)
+        guidance = None
+        if inner.config.guidance_embeds:
+            value = self.train_guidance if c.guidance is None else c.guidance
+            guidance = torch.full((b,), float(value), device=device, dtype=torch.float32)
+        out = model(
+            hidden_states=torch.cat([packed, control], dim=1),
+            timestep=(sample.timesteps.to(device) / 1000).to(dtype), guidance=guidance,
+            pooled_projections=batch["pooled_prompt_embeds"].to(device, dtype),
+            encoder_hidden_states=embeds,
+            txt_ids=torch.zeros(embeds.shape[1], 3, device=device, dtype=dtype),
+            img_ids=torch.cat([img_ids, control_ids], dim=0), return_dict=False)[0]
+        return unpack(out[:, :packed.shape[1]])
+
+    def validation_pipeline(self, c: Components) -> Any:
+        """A FluxKontextPipeline sharing the loaded modules (its own scheduler)."""
+        from diffusers import FluxKontextPipeline
+
+        pipe = FluxKontextPipeline(
+            transformer=unwrap(c.denoiser), scheduler=self.validation_scheduler(c),
+            vae=c.vae, text_encoder=c.text_encoders[0], tokenizer=c.tokenizers[0],
+            text_encoder_2=c.text_encoders[1], tokenizer_2=c.tokenizers[1])
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
+
+    def validation_image_kwargs(self, images: list[Any], resolution: int) -> dict[str, Any]:
+        """The control at about resolution² pixels (its aspect kept, sides multiples of
+        16), the pipeline's max_area set to match and its snap to Kontext's preferred
+        1024-pixel sizes off, so the validation size is the one asked for."""
+        from PIL import Image
+
+        image = images[0]
+        scale = (resolution * resolution / (image.width * image.height)) ** 0.5
+        size = (max(16, round(image.width * scale) // 16 * 16),
+                max(16, round(image.height * scale) // 16 * 16))
+        return {"image": image.resize(size, Image.Resampling.BICUBIC),
+                "max_area": resolution * resolution, "_auto_resize": False}
+
+
+FAMILY = FluxKontextFamily()

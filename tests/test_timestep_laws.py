@@ -31,6 +31,7 @@ WRONG = 0.08  # the other law, or another shift, is at least this far
 DEFAULT_LAWS = {
     "sd15": ("uniform", 1.0), "sd2": ("uniform", 1.0), "sdxl": ("uniform", 1.0),
     "sd3": ("logit_normal", 3.0), "flux": ("logit_normal", 1.0),
+    "flux_kontext": ("logit_normal", 1.0),
     "flux2": ("logit_normal", 1.0), "chroma": ("logit_normal", 1.0),
     "z_image": ("uniform", 6.0), "qwen_image": ("uniform", 1.0), "wan": ("uniform", 3.0),
 }

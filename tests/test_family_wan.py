@@ -2,20 +2,17 @@
 written-out use of diffusers' classes as WanPipeline runs them, the UMT5 text as the
 pipeline pads it, video and image latents, the shifted sigma draw, LoRA files that reload
 in diffusers (the ComfyUI one through diffusers' converter of original Wan names), frames
-from validation, and a Wan 2.2 TI2V-5B folder (per-token timesteps) refused with a message
-(Wan 2.2's two experts: tests/test_family_wan22.py)."""
+from validation (Wan 2.2's two experts: tests/test_family_wan22.py; TI2V-5B:
+tests/test_family_wan_ti2v.py)."""
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
 from core.data.collate import collate
-from core.models import loading
 from core.models.families.wan import FAMILY as WAN
 from core.models.tiny import build_tiny_folder
 
@@ -170,14 +167,3 @@ def test_validation_pipeline_gives_frames_and_the_first_as_the_image(folder: Pat
         generator=torch.Generator().manual_seed(0))
     assert len(out.frames[0]) == 9 and out.frames[0][0].size == (48, 64)
     assert out.images[0] is out.frames[0][0]
-
-
-def test_a_ti2v_folder_with_per_token_timesteps_is_refused_with_what_to_use(
-        folder: Path, tmp_path: Path) -> None:
-    ti2v = tmp_path / "wan22-ti2v"
-    shutil.copytree(folder, ti2v)
-    index = json.loads((ti2v / "model_index.json").read_text())
-    index["expand_timesteps"] = True
-    (ti2v / "model_index.json").write_text(json.dumps(index))
-    with pytest.raises(loading.ModelLoadError, match="TI2V-5B.*Wan2.1-T2V-1.3B"):
-        WAN.load(str(ti2v))

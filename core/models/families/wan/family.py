@@ -46,7 +46,11 @@ Image-to-video (a folder whose model_index.json names WanImageToVideoPipeline: W
 I2V with its CLIP image encoder, Wan 2.2 I2V A14B without): i2v.py, which says how the
 first-frame condition is cached and fed; tiny:wan_i2v (tiny_i2v/) is its tiny model.
 
-Not yet here: TI2V-5B's per-token timesteps (`expand_timesteps`), I2V single files
+Wan 2.2 TI2V-5B (a WanPipeline folder whose config sets expand_timesteps): text-to-video
+with per-token timesteps and the 48-channel, 16x VAE, as ti2v.py says; tiny:wan_ti2v
+(tiny_ti2v/) is its tiny model. Its image-conditioned mode is not trained (ti2v.py).
+
+Not yet here: I2V single files
 (whose config must come from an I2V folder), first-last-frame models (FLF2V), a
 validation image per prompt (I2V validation starts from a fixed synthetic image,
 i2v.synthetic_image), Wan 2.2 as two single files (one per expert), a starting LoRA
@@ -71,6 +75,13 @@ from core.models.families.wan.i2v import (
     is_i2v,
 )
 from core.models.families.wan.pipelines import validation_pipeline_class
+from core.models.families.wan.ti2v import (
+    EXPAND_TIMESTEPS,
+    expands_timesteps,
+    is_ti2v,
+    ti2v_components,
+    token_timesteps,
+)
 from core.models.flow import FlowFamily
 from core.models.modules import encode_causal_latents, freeze, unwrap
 
@@ -132,7 +143,8 @@ class WanFamily(FlowFamily):
     timestep_sampling = "uniform"
     # tiny:wan22, a random two-expert Wan 2.2 (tiny22/ says why it goes through here).
     trained_tiny = (("wan22", "core.models.families.wan.tiny22"),
-                    ("wan_i2v", "core.models.families.wan.tiny_i2v"))
+                    ("wan_i2v", "core.models.families.wan.tiny_i2v"),
+                    ("wan_ti2v", "core.models.families.wan.tiny_ti2v"))
 
     # ------------------------------------------------------------ loading
 
@@ -164,19 +176,16 @@ class WanFamily(FlowFamily):
                                          f"{type(exc).__name__}: {str(exc)[:300]}") from exc
 
     def _components_from_pipeline(self, pipe: Any, source: str, fp: str) -> Components:
-        """One transformer (Wan 2.1), or Wan 2.2's two experts as one WanExperts; refuse
-        what this family does not train yet (see the module docstring)."""
-        if pipe.config.get("expand_timesteps", False):
-            raise loading.ModelLoadError(source, "is a Wan 2.2 model with per-token "
-                                         "timesteps (TI2V-5B, expand_timesteps), which this "
-                                         "version does not train yet; use a Wan 2.2 A14B "
-                                         "T2V or a Wan 2.1 T2V model (e.g. "
-                                         "Wan-AI/Wan2.1-T2V-1.3B-Diffusers)")
+        """One transformer (Wan 2.1, Wan 2.2 TI2V-5B), or Wan 2.2's two experts as one
+        WanExperts; refuse what this family does not train yet (see the module
+        docstring). TI2V is known by the pipeline's own expand_timesteps (ti2v.py)."""
+        ti2v = expands_timesteps(pipe, source)  # refuses TI2V I2V and TI2V two experts
         c = super()._components_from_pipeline(pipe, source, fp)
         second = getattr(pipe, "transformer_2", None)
         if second is not None or pipe.transformer is None:
             c.denoiser = self._two_experts(pipe, second, source)
-        return i2v_components(c, pipe, source)
+        c = i2v_components(c, pipe, source)
+        return ti2v_components(c) if ti2v else c
 
     @staticmethod
     def _two_experts(pipe: Any, second: Any, source: str) -> Any:
@@ -244,8 +253,8 @@ class WanFamily(FlowFamily):
 
     def encode_images(self, c: Components, pixels: Any, generator: Any = None) -> Any:
         """(z - latents_mean) / latents_std of pixels in [-1, 1], [B, 3, H, W] or
-        [B, 3, F, H, W], as [B, 16, F', H/8, W/8]: the posterior mean without a
-        generator, a posterior sample with one."""
+        [B, 3, F, H, W], as [B, 16, F', H/8, W/8] (TI2V-5B's VAE: [B, 48, F', H/16,
+        W/16]): the posterior mean without a generator, a posterior sample with one."""
         video = pixels if pixels.ndim == 5 else pixels.unsqueeze(2)
         latents = encode_causal_latents(c.vae, video, generator)
         if not is_i2v(c):
@@ -257,22 +266,28 @@ class WanFamily(FlowFamily):
     # ------------------------------------------------------------ training
 
     def predict(self, c: Components, sample: NoiseSample, batch: dict[str, Any]) -> Any:
-        """The transformer's velocity for latents [B, 16, F', h, w] at t = sigma * 1000."""
+        """The transformer's velocity for latents [B, 16, F', h, w] at t = sigma * 1000
+        (TI2V-5B: [B, 48, F', h, w], t given per token as WanPipeline gives it)."""
         model = c.denoiser
         dtype = unwrap(model).dtype
         noisy = sample.noisy.to(dtype)
         if noisy.ndim != 5:
-            raise ValueError(f"wan latents must be [B, 16, frames, h, w], got "
+            raise ValueError(f"wan latents must be [B, C, frames, h, w], got "
                              f"{tuple(noisy.shape)}: the latent cache was built for another "
                              "family; delete it to rebuild")
         h, w = noisy.shape[-2:]
         if h % 2 or w % 2:
+            # the transformer's 2x2 patch; TI2V-5B's VAE makes a latent of 16 pixels
+            vae = c.vae.config if c.vae is not None else {}
+            side = 2 * int(vae.get("scale_factor_spatial", 8) or 8)
             raise ValueError(f"wan latents must have even height and width, got {h}x{w}: "
-                             "use sides that are multiples of 16 pixels")
+                             f"use sides that are multiples of {side} pixels")
         device = noisy.device
         embeds = batch["prompt_embeds"].to(device, dtype)
         timesteps = sample.timesteps.to(device)
-        if experts_of(c) is None:  # WanExperts routes at full precision, then casts
+        if is_ti2v(c):  # float32 per token, as the pipeline's float32 mask times t
+            timesteps = token_timesteps(timesteps, noisy, unwrap(model).config.patch_size)
+        elif experts_of(c) is None:  # WanExperts routes at full precision, then casts
             timesteps = timesteps.to(dtype)
         hidden, image = condition_inputs(c, noisy, batch) if is_i2v(c) else (noisy, {})
         return model(hidden_states=hidden, timestep=timesteps, encoder_hidden_states=embeds,
@@ -336,7 +351,8 @@ class WanFamily(FlowFamily):
         """A WanPipeline sharing the loaded modules, returning frames (see
         pipelines.py); it takes `num_frames` (4k + 1). Two experts: both, split at the
         model's boundary_ratio. Image-to-video: WanImageToVideoPipeline with the image
-        encoder, from a fixed synthetic first frame unless given `image`."""
+        encoder, from a fixed synthetic first frame unless given `image`. TI2V-5B:
+        expand_timesteps set, so it samples with per-token timesteps as trained."""
         experts = experts_of(c)
         denoisers: dict[str, Any] = {"transformer": unwrap(c.denoiser)}
         if experts is not None:
@@ -345,6 +361,8 @@ class WanFamily(FlowFamily):
                          "boundary_ratio": experts.boundary_ratio}
         if is_i2v(c):
             denoisers.update(image_encoder=c.image_encoder, image_processor=c.image_processor)
+        if is_ti2v(c):
+            denoisers[EXPAND_TIMESTEPS] = True
         pipe = validation_pipeline_class(self._pipeline_name(c))(
             scheduler=self.validation_scheduler(c), vae=c.vae,
             text_encoder=c.text_encoders[0], tokenizer=c.tokenizers[0], **denoisers)

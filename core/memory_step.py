@@ -39,7 +39,19 @@ def step_shape(cfg: Config, sizes: ModelSizes, pixels: tuple[int, int] | None = 
     half = cfg.train.mixed_precision in ("fp16", "bf16")
     return StepShape(math.ceil(height / scale), math.ceil(width / scale),
                      cfg.train.batch_size, 2 if half else FP32,
-                     cfg.train.gradient_checkpointing, latent_frames(step_frames(cfg)))
+                     cfg.train.gradient_checkpointing, latent_frames(step_frames(cfg)),
+                     1 + step_controls(cfg))
+
+
+def step_controls(cfg: Config) -> int:
+    """Control images per sample an edit family joins to the target's tokens: the most
+    any dataset gives (datasets.N.control, control_2, ...), else 0."""
+    from core.data.controls import control_folders
+    from core.models.registry import family_or_defaults
+
+    if not family_or_defaults(cfg.model.family).control_images:
+        return 0
+    return max((len(control_folders(ds)) for ds in cfg.datasets), default=0)
 
 
 def step_frames(cfg: Config) -> int:
@@ -53,4 +65,7 @@ def step_frames(cfg: Config) -> int:
 def shape_text(pixels: tuple[int, int], shape: StepShape, frames: int = 1) -> str:
     on = "on" if shape.checkpointing else "off"
     clip = f", {frames} frames" if frames > 1 else ""
-    return (f"{pixels[0]}x{pixels[1]}{clip}, batch {shape.batch}, gradient checkpointing {on}")
+    controls = shape.image_sequences - 1
+    control = f" + {controls} control image{'s' if controls > 1 else ''}" if controls else ""
+    return (f"{pixels[0]}x{pixels[1]}{clip}{control}, batch {shape.batch}, gradient "
+            f"checkpointing {on}")

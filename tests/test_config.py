@@ -44,7 +44,8 @@ def test_preset_families_match_their_names():
     for name, family in [("sd15-lora", "sd15"), ("sdxl-lora", "sdxl"), ("sd3-lora", "sd3"),
                           ("flux-lora", "flux"), ("flux2-lora", "flux2"),
                           ("chroma-lora", "chroma"), ("z-image-lora", "z_image"),
-                          ("qwen-image-lora", "qwen_image"), ("demo", "sd15")]:
+                          ("qwen-image-lora", "qwen_image"), ("demo", "sd15"),
+                          ("flux-kontext-lora", "flux_kontext")]:
         assert load_config(PRESETS_DIR / f"{name}.toml").model.family == family
 
 

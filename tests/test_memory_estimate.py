@@ -291,6 +291,26 @@ def test_flux_dev_estimate_exceeds_24gb_unless_quantized() -> None:
     assert part(int8.parts, "trainable") == part(none.parts, "trainable")
 
 
+def test_kontext_counts_the_control_tokens_and_its_preset_fits_24gb() -> None:
+    """FLUX.1 Kontext joins the control image's tokens to the target's: the same model and
+    step as FLUX.1 with twice the image tokens, and its preset (int8, 1024 px) under 24 GiB."""
+    shape = StepShape(128, 128, 1, 2, checkpointing=True)
+    kontext_shape = StepShape(128, 128, 1, 2, checkpointing=True, image_sequences=2)
+    config = {"num_attention_heads": 24, "attention_head_dim": 128, "num_layers": 19,
+              "num_single_layers": 38}
+    one = mmdit_activation_bytes(config, shape, 512, 2)
+    two = mmdit_activation_bytes(config, kontext_shape, 512, 2)
+    # 4096 image tokens + 512 text, then 8192 + 512: the activations grow by that ratio.
+    assert two / one == pytest.approx((8192 + 512) / (4096 + 512), rel=1e-6)
+
+    cfg = apply_overrides(load_config(preset_path("flux-kontext-lora")),
+                          ["model.path=random:flux_kontext"])
+    estimate = estimate_memory(resolved(cfg, REPO), REPO)
+    assert estimate is not None and estimate.unknown is None, estimate
+    assert "1024x1024 + 1 control image" in estimate.shape
+    assert 12 * GIB < estimate.total_bytes < 22 * GIB
+
+
 # ---------------------------------------------------------------- activation calibration
 
 

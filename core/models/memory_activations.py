@@ -94,6 +94,9 @@ class StepShape:
     # A video family's latent frames per sample (1 + (frames - 1) / 4 for Wan's VAE):
     # the image tokens of every block, and a VAE encode, multiply by them.
     latent_frames: int = 1
+    # An edit family joins each control image's tokens to the target's (FLUX.1 Kontext,
+    # Qwen-Image-Edit): the image tokens of every block multiply by 1 + controls.
+    image_sequences: int = 1
 
 
 def _per_level(value: Any, levels: int) -> list[int]:
@@ -164,7 +167,7 @@ def mmdit_activation_bytes(config: dict[str, Any], shape: StepShape, text_tokens
     with SD3.5's second self-attention is one checkpointed module with it."""
     width = int(config.get("num_attention_heads", 24)) * int(config.get("attention_head_dim", 64))
     image = math.ceil(shape.latent_height / patch) * math.ceil(shape.latent_width / patch) \
-        * shape.latent_frames
+        * shape.latent_frames * shape.image_sequences
     unit = shape.batch * (image + text_tokens) * width
     dual = set(config.get("dual_attention_layers") or ())
     extra = MMDIT_DUAL_ATTENTION_UNITS * shape.batch * image * width

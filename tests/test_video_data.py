@@ -59,6 +59,26 @@ def test_probe_mp4_reads_size_frames_and_fps(tmp_path: Path):
     assert info == ClipInfo(path, 64, 48, 17, 16.0, True)
 
 
+def test_probe_is_remembered_until_the_file_changes(tmp_path: Path, monkeypatch):
+    """The live check probes every clip on each change: the second probe decodes nothing,
+    and a rewritten file is probed anew."""
+    import os
+
+    import core.data.video as video
+
+    path = tmp_path / "a.mp4"
+    write_synthetic_clip(path, frames=9, fps=16, size=(64, 48))
+    first = probe_clip(path)
+    opened, real = [], video._open
+    monkeypatch.setattr(video, "_open", lambda p: opened.append(p) or real(p))
+    assert probe_clip(path) == first and opened == []
+    write_synthetic_clip(path, frames=5, fps=16, size=(32, 32))
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    changed = probe_clip(path)
+    assert (changed.frames, changed.width) == (5, 32) and len(opened) == 1
+
+
 def test_probe_webm_estimates_frames_from_the_duration(tmp_path: Path):
     """WebM/MKV headers carry no frame count: it is estimated, or counted when asked."""
     import av

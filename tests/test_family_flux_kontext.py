@@ -95,3 +95,18 @@ def test_a_batch_without_cached_controls_names_the_fix(folder: Path) -> None:
     batch = batch_text(KONTEXT.encode_prompts(c, PROMPTS))
     with pytest.raises(ValueError, match="built without datasets.N.control; delete it"):
         KONTEXT.predict(c, sample, batch)
+
+
+def test_a_flux1_layout_single_file_is_taken_not_refused_as_flux(folder: Path,
+                                                                 tmp_path: Path) -> None:
+    """flux1-kontext-dev.safetensors has FLUX.1's key names: flux_kontext loads it (this
+    fake one then fails to load, naming the file), where sd3 refuses it as a flux file."""
+    from test_models_flow import write_fake_checkpoint
+
+    from core.models import loading
+
+    ckpt = write_fake_checkpoint(tmp_path / "flux1-kontext-dev.safetensors", "double_blocks")
+    with pytest.raises(loading.ModelLoadError) as info:
+        KONTEXT.load(str(ckpt), config=str(folder))
+    assert "looks like a flux checkpoint" not in str(info.value)
+    assert "cannot load this flux_kontext single-file checkpoint" in str(info.value)

@@ -119,6 +119,9 @@ class FamilyDefaults:
     # prefix of its diffusers pipelines ("" : none).
     single_file_markers: tuple[str, ...] = ()
     single_file_rank: int = 100
+    # The family whose single files have this family's layout too (FLUX.1 Kontext's are
+    # FLUX.1's): a file detected as that family is accepted rather than refused.
+    single_file_layout_of: str = ""
     pipeline_prefix: str = ""
 
     # Trained tiny models of this family (`tiny:<name>`): (name, module whose build()
@@ -208,6 +211,7 @@ class ModelFamily(Protocol):
     bang_padded_tokenizers: tuple[str, ...]
     single_file_markers: tuple[str, ...]
     single_file_rank: int
+    single_file_layout_of: str
     pipeline_prefix: str
     trained_tiny: tuple[tuple[str, str], ...]
     control_images: int

@@ -137,8 +137,11 @@ def detect_checkpoint_family(keys: list[str]) -> str | None:
 
 def check_file_family(path: str, family: str) -> str | None:
     """Raise when a single-file checkpoint looks like another family; return what it is."""
+    from core.models.registry import family_or_defaults
+
     found = detect_checkpoint_family(safetensors_keys(path))
-    if found is not None and found != family:
+    if found is not None and found not in (family,
+                                           family_or_defaults(family).single_file_layout_of):
         raise ModelLoadError(path, f"looks like a {found} checkpoint, not {family}: set "
                              f"model.family = \"{found}\" or choose a {family} checkpoint")
     return found

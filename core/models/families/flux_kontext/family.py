@@ -57,9 +57,11 @@ class FluxKontextFamily(FluxFamily):
     name = "flux_kontext"
     pipeline_prefix = "FluxKontext"
     pipeline_class_name = "FluxKontextPipeline"
-    # A Kontext single file has FLUX.1's keys: it is not told apart from them
-    # (model.family says which), so it claims no markers of its own.
+    # A Kontext single file (flux1-kontext-dev.safetensors) has FLUX.1's keys: it is not
+    # told apart from them (model.family says which), so it claims no markers of its own
+    # and takes a file that looks like FLUX.1's.
     single_file_markers = ()
+    single_file_layout_of = "flux"
     control_images = 1
 
     def predict(self, c: Components, sample: NoiseSample, batch: dict[str, Any]) -> Any:

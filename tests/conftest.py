@@ -72,10 +72,22 @@ def write_shapes(folder: Path, count: int, size: tuple[int, int] = (64, 64),
     return paths
 
 
+def write_controls(folder: Path, images: Path) -> Path:
+    """A control image for each image of `images` (same name): its colours inverted, so
+    each pair is an edit a model could learn."""
+    from PIL import Image, ImageOps
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in sorted(images.glob("*.png")):
+        ImageOps.invert(Image.open(path).convert("RGB")).save(folder / path.name)
+    return folder
+
+
 def small_config(tmp: Path, datasets: int = 1, images: int = 6, family: str = "sd15",
                  shared_captions: bool = False):
     """A resolved config over fresh image folders in `tmp` (absolute paths)."""
     from core.config import Config, DatasetConfig, OutputConfig, TextCacheConfig
+    from core.models.registry import family_or_defaults
 
     cfg = Config()
     cfg.model.family, cfg.model.path = family, f"tiny:{family}"
@@ -85,6 +97,10 @@ def small_config(tmp: Path, datasets: int = 1, images: int = 6, family: str = "s
         write_shapes(tmp / f"data{d}", images, captions=captions)
         cfg.datasets.append(DatasetConfig(id=f"d{d}", images=str(tmp / f"data{d}"),
                                           vae_cache=str(tmp / f"cache/vae{d}"), resolution=64))
+    if family_or_defaults(family).control_images:  # an edit model trains on pairs
+        for d, ds in enumerate(cfg.datasets):
+            ds.control = str(write_controls(tmp / f"control{d}", Path(ds.images)))
+        cfg.validation.control_images = [str(Path(cfg.datasets[0].control) / "img_000.png")]
     cfg.text_cache = TextCacheConfig(dir=str(tmp / "cache/text"))
     cfg.output = OutputConfig(dir=str(tmp / "runs/run"))
     cfg.train.batch_size = 2

@@ -70,8 +70,8 @@ def test_registry_lists_families_without_importing_torch() -> None:
             "print(list_families(), 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout.strip()
-    assert out == ("['sd15', 'sd2', 'sdxl', 'sd3', 'flux', 'flux2', 'chroma', 'z_image', "
-                   "'qwen_image', 'wan'] False")
+    assert out == ("['sd15', 'sd2', 'sdxl', 'sd3', 'flux', 'flux_kontext', 'flux2', 'chroma', "
+                   "'z_image', 'qwen_image', 'qwen_image_edit', 'wan'] False")
     assert list_families() == list(FAMILY_NAMES)
 
 

@@ -33,7 +33,8 @@ DEFAULT_LAWS = {
     "sd3": ("logit_normal", 3.0), "flux": ("logit_normal", 1.0),
     "flux_kontext": ("logit_normal", 1.0),
     "flux2": ("logit_normal", 1.0), "chroma": ("logit_normal", 1.0),
-    "z_image": ("uniform", 6.0), "qwen_image": ("uniform", 1.0), "wan": ("uniform", 3.0),
+    "z_image": ("uniform", 6.0), "qwen_image": ("uniform", 1.0),
+    "qwen_image_edit": ("uniform", 1.0), "wan": ("uniform", 3.0),
 }
 OTHER = {"uniform": "logit_normal", "logit_normal": "uniform"}
 

@@ -35,11 +35,22 @@ def stored_models(tmp_path_factory: pytest.TempPathFactory, tiny_workspace: Path
     for family in FAMILY_NAMES:
         source = resolve_model_path(f"tiny:{family}", tiny_workspace)
         for name, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
-            pipe = DiffusionPipeline.from_pretrained(source, dtype=dtype)
+            pipe = DiffusionPipeline.from_pretrained(source, dtype=dtype,
+                                                     **_processor(Path(source)))
             folder = root / f"{family}-{name}"
             pipe.save_pretrained(str(folder), safe_serialization=True)
             out[(family, name)] = folder
     return out
+
+
+def _processor(folder: Path) -> dict:
+    """A `processor` component (Qwen-Image-Edit's), loaded as the family loads it:
+    transformers builds a Qwen2VLProcessor only with torchvision, which is not installed."""
+    if not (folder / "processor").is_dir():
+        return {}
+    from core.models.families.qwen_image_edit.processor import load_processor
+
+    return {"processor": load_processor(str(folder), local_only=True)}
 
 
 def _stored_dtypes(folder: Path) -> set[str]:

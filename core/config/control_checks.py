@@ -7,14 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.data.controls import CONTROL_KEYS
+from core.data.controls import CONTROL_KEYS, split_controls
 from core.problems import Problem, error, warning
-
-
-def split_controls(entry: str) -> list[str]:
-    """One validation prompt's control images: validation.control_images entries hold
-    several paths separated by "|" for a multi-reference model."""
-    return [p.strip() for p in entry.split("|") if p.strip()]
 
 
 def _edit_family_names() -> str:

@@ -21,6 +21,12 @@ MAX_LISTED = 10
 CONTROL_KEYS = ("control", "control_2", "control_3")  # dataset keys, in reference order
 
 
+def split_controls(entry: str) -> list[str]:
+    """One validation prompt's control images: validation.control_images entries hold
+    several paths separated by "|" for a multi-reference model."""
+    return [p.strip() for p in entry.split("|") if p.strip()]
+
+
 def control_folders(ds: Any) -> list[str]:
     """The dataset's control folders in reference order (control, control_2, ...), up to
     the first empty key."""

@@ -98,10 +98,11 @@ def _controls_picture(entry: str):
     """A prompt's control images side by side (None when none loads)."""
     from PIL import Image
 
+    from core.data.controls import split_controls
     from core.data.images import BadImage, load_rgb
 
     images = []
-    for path in (p.strip() for p in entry.split("|") if p.strip()):
+    for path in split_controls(entry):
         try:
             images.append(load_rgb(path))
         except (OSError, BadImage):

@@ -63,7 +63,7 @@ class ValidationTexts:
 def control_images(family: ModelFamily, cfg: ValidationConfig) -> list[list[Any]]:
     """Each validation prompt's control images (PIL RGB) for an edit family; [] for
     others or when none are configured (the check refuses that for an edit family)."""
-    from core.config.control_checks import split_controls
+    from core.data.controls import split_controls
     from core.data.images import load_rgb
 
     if not family.control_images or not cfg.control_images:

@@ -94,28 +94,46 @@ def test_control_keys_the_family_cannot_take_are_refused(
     assert f"error: {key}: {message}" in done.stdout
 
 
-def test_pairs_cache_train_and_validation_edits_the_control(tmp_path: Path,
-                                                            tiny_workspace: Path) -> None:
+@pytest.mark.parametrize(("family", "model", "references"), [
+    ("flux_kontext", "tiny:flux_kontext", 1),
+    ("qwen_image_edit", "tiny:qwen_image_edit", 1),
+    ("qwen_image_edit", "tiny:qwen_image_edit_plus", 2),
+])
+def test_pairs_cache_train_and_validation_edits_the_control(
+        tmp_path: Path, tiny_workspace: Path, family: str, model: str, references: int) -> None:
+    import shutil
+
     from PIL import Image
     from safetensors import safe_open
 
     from core.cache.build import stale
     from core.cache.plan import plan_caches
 
-    cfg = paired_config(tmp_path)
+    cfg = paired_config(tmp_path, family)
+    cfg.model.path = model
+    if references == 2:  # a Plus model's second reference: the same pictures, mirrored
+        second = tmp_path / "control_2"
+        shutil.copytree(cfg.datasets[0].control, second)
+        cfg.datasets[0].control_2 = str(second)
+        cfg.validation.control_images = [cfg.validation.control_images[0] + "|"
+                                         + str(second / "img_000.jpg")]
     cfg.train.max_steps, cfg.train.eval_every, cfg.validation.every = 2, 2, 2
     cfg.validation.before_training = True
     save_config(cfg, tmp_path / "run.toml")
     assert train_in_process(tmp_path / "run.toml", tiny_workspace) == 0
     cache = Path(cfg.datasets[0].vae_cache)
     with safe_open(str(cache / "img_000.png.safetensors"), "pt") as fh:
-        assert fh.get_slice("control_latents").get_shape() == [1, 16, 8, 8]
+        assert fh.get_slice("control_latents").get_shape() == [references, 16, 8, 8]
         assert fh.metadata()["control0_source"].endswith("control/img_000.jpg")
     assert not (cache / "img_005.png.safetensors").exists(), "no control: left out"
+    if family == "qwen_image_edit":  # the text encoder read the control with the caption
+        texts = list(Path(cfg.text_cache.dir).rglob("*.safetensors"))
+        with safe_open(str(texts[0]), "pt") as fh:
+            assert "control0_source" in fh.metadata()
     run = Path(cfg.output.dir)
     assert (run / "validation/step_000002/00.png").is_file()
     grid = Image.open(run / "validation/grid.png")
-    cell = 80 * 64 // 48  # the widest picture (the 80x48 control at the row's height)
+    cell = references * 80 * 64 // 48  # the widest picture: the controls side by side
     assert grid.size == (150 + 3 * cell, 16 + 64), "control | before | after"
     # The control column shows the control image (its blue), not a drawn one.
     assert grid.getpixel((150 + cell // 2, 16 + 32)) == (0, 90, 200)

@@ -6,16 +6,49 @@ pipeline_qwenimage_edit.py __call__; _plus.py likewise): the image sets the refe
 (`calculate_dimensions` of 1024*1024 at the image's aspect ratio), is resized and
 VAE-encoded at it (`prepare_latents` -> `_encode_vae_image`, posterior mode, normalised),
 and `encode_prompt` returns the given embeddings untouched, so neither the text encoder nor
-the processor is used: both may be None.
+the processor is used: both may be None. The reference size is the validation image's
+area here, not 1024x1024 (`reference_area`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from typing import Any
 
 EDIT = "QwenImageEditPipeline"
 PLUS = "QwenImageEditPlusPipeline"
+
+
+PIPELINE_AREA = 1024 * 1024  # the reference area both pipelines hard-code
+
+
+@contextlib.contextmanager
+def reference_area(pipeline: Any, height: int | None, width: int | None) -> Iterator[None]:
+    """While a validation runs, the pipeline encodes its references at the validation
+    image's area (height x width, each reference at its own aspect) instead of its fixed
+    1024x1024: training fits every control to its target's bucket, so this is what the
+    LoRA learnt from, and a 64-pixel validation of a tiny model then attends 16 reference
+    tokens, not 4,096. Both pipelines size references through their module's
+    `calculate_dimensions(1024 * 1024, ratio)`; calls for any other area (Plus's 384x384
+    condition images) pass through. Validation runs one pipeline at a time."""
+    import sys
+
+    module = sys.modules[pipeline.__module__]
+    original = module.calculate_dimensions
+    if not height or not width:
+        yield
+        return
+
+    def at_validation_area(target_area: int, ratio: float) -> Any:
+        return original(height * width if target_area == PIPELINE_AREA else target_area, ratio)
+
+    module.calculate_dimensions = at_validation_area
+    try:
+        yield
+    finally:
+        module.calculate_dimensions = original
 
 
 @functools.cache
@@ -56,8 +89,9 @@ def validation_pipeline_class(name: str) -> Any:
                 embeds = kwargs.get(key)
                 if embeds is not None and kwargs.get(f"{key}_mask") is None:
                     kwargs[f"{key}_mask"] = embeds.new_ones(embeds.shape[:2], dtype=torch.long)
-            return super().__call__(image=image, prompt=prompt,
-                                    guidance_scale=guidance_scale, **kwargs)
+            with reference_area(base, kwargs.get("height"), kwargs.get("width")):
+                return super().__call__(image=image, prompt=prompt,
+                                        guidance_scale=guidance_scale, **kwargs)
 
         def _text_to_image(self, **kwargs: Any) -> Any:
             from core.models.families.qwen_image.family import _validation_pipeline_class

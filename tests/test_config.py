@@ -45,7 +45,8 @@ def test_preset_families_match_their_names():
                           ("flux-lora", "flux"), ("flux2-lora", "flux2"),
                           ("chroma-lora", "chroma"), ("z-image-lora", "z_image"),
                           ("qwen-image-lora", "qwen_image"), ("demo", "sd15"),
-                          ("flux-kontext-lora", "flux_kontext")]:
+                          ("flux-kontext-lora", "flux_kontext"),
+                          ("qwen-image-edit-lora", "qwen_image_edit")]:
         assert load_config(PRESETS_DIR / f"{name}.toml").model.family == family
 
 

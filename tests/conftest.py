@@ -7,6 +7,7 @@ import re
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -223,3 +224,30 @@ def app_in_process(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
 def check_in_process(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     """`python app.py --no-ui --stage check <args>`, in this process (app_in_process)."""
     return app_in_process("--no-ui", "--stage", "check", *args, cwd=cwd)
+
+
+# ---------------------------------------------------------------- UI, in process
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> Iterator:
+    """An AppContext on a fresh workspace, closed after the test."""
+    from ui.context import AppContext
+
+    context = AppContext(tmp_path, monitor=False)
+    try:
+        yield context
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def dataset_tab():
+    """The Dataset tab's components, built once per module."""
+    import gradio as gr
+
+    from ui import tab_dataset
+    from ui.form import Form
+
+    with gr.Blocks():
+        return tab_dataset.build(Form())

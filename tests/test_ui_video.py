@@ -7,35 +7,11 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from conftest import write_shapes
 
 from ui.preview_items import THUMB
-
-
-@pytest.fixture
-def ctx(tmp_path: Path) -> Iterator:
-    from ui.context import AppContext
-
-    context = AppContext(tmp_path, monitor=False)
-    try:
-        yield context
-    finally:
-        context.close()
-
-
-@pytest.fixture(scope="module")
-def dataset_tab():
-    import gradio as gr
-
-    from ui import tab_dataset
-    from ui.form import Form
-
-    with gr.Blocks():
-        return tab_dataset.build(Form())
 
 
 def video_config(folder: str, **video):

@@ -107,13 +107,16 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pa
             "outputs": check_outputs, "api_visibility": "private", "show_progress": "hidden"}
     fields = [*form.editor.values(), *form.fields.values()]
     gr.on([c.change for c in fields], trigger_mode="always_last", **live)
-    _wire_video_keys(form)
+    form.wire_family_keys()
     tab_dataset.wire(ctx, form, dataset, live)
     runs_refresh = {"fn": lambda: tab_runs.runs_view(ctx, runs), "inputs": None,
                     "outputs": runs.listed(),
                     "api_visibility": "private"}
     memory_estimate = tab_train.wire(ctx, form, train, timer, on_launched=[runs_refresh])
     preview = tab_dataset.preview_event(ctx, form, dataset)
+    # The preview depends on the family (a video family's clips, an edit family's pairs);
+    # on .input only: a fill (preset, restored form) refreshes it already.
+    form.fields["model.family"].input(**preview)
     tab_runs.wire(ctx, runs, train, tabs, form, after_fill=(live, preview))
     runs_tab.select(**runs_refresh)
     tab_config.wire(ctx, form, bar, config, after_fill=[live, preview])
@@ -124,17 +127,6 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pa
     demo.load(**memory_estimate)
     train_tab.select(**memory_estimate)  # the caches may have been built since
     return live, preview
-
-
-def _wire_video_keys(form: Form) -> None:
-    """Show the video keys (frames, fps, clips, validation.frames) while model.family is
-    a video family; they stay in the config, unused, for the others."""
-    from core.ops import is_video_family
-
-    video = form.video_components()
-    family = form.fields["model.family"]
-    family.change(lambda name: [gr.update(visible=is_video_family(name))] * len(video),
-                  [family], video, api_visibility="private", show_progress="hidden")
 
 
 def launch_app(ctx: AppContext, *, server_name: str = "127.0.0.1", port: int = 7860,

@@ -7,11 +7,13 @@ Every component is registered in the Form under its config key, so any event can
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
 
 from core.config import Config
+from core.ops import is_edit_family, is_video_family
 from core.problems import Problem
 from ui.state import (
     DatasetList,
@@ -48,9 +50,37 @@ def make_component(spec: FieldSpec, value: Any = None, **extra: Any) -> gr.compo
     return gr.Textbox(**common)
 
 
-def _hidden_if_video(spec: FieldSpec) -> dict[str, Any]:
-    """A video family's key starts hidden; `Form.video_visibility` shows it for one."""
-    return {"visible": False} if spec.meta.get("video") else {}
+# Keys that apply to some families only carry a metadata tag (video=True: a video
+# family's frames, fps, clips; edit=True: an edit family's control folders and
+# validation.control_images). Each tag has its core.ops predicate on model.family; a
+# tagged key starts hidden and shows while its predicate holds (`Form.wire_family_keys`),
+# so a new tagged key, or a new tag here, needs no other wiring.
+FAMILY_TAGS: dict[str, Callable[[str], bool]] = {"video": is_video_family,
+                                                 "edit": is_edit_family}
+
+
+def family_tags(spec: FieldSpec) -> tuple[str, ...]:
+    """The tags of FAMILY_TAGS that `spec`'s metadata carries."""
+    return tuple(tag for tag in FAMILY_TAGS if spec.meta.get(tag))
+
+
+def shown_for(tags: tuple[str, ...], family: str) -> bool:
+    """Whether a key with `tags` applies to model.family `family` (every tag's predicate
+    holds; an untagged key always applies)."""
+    return all(FAMILY_TAGS[tag](family) for tag in tags)
+
+
+def _hidden_if_tagged(spec: FieldSpec) -> dict[str, Any]:
+    """A tagged key starts hidden (the page opens on an image family's demo);
+    `Form.wire_family_keys` shows it for a family it applies to."""
+    return {"visible": False} if family_tags(spec) else {}
+
+
+def _holds_value(value: Any) -> bool:
+    """Whether a text or list field holds something."""
+    if isinstance(value, str):
+        return bool(value.strip())
+    return isinstance(value, list) and bool(value)
 
 
 class Form:
@@ -61,6 +91,9 @@ class Form:
         self.editor: dict[str, gr.components.Component] = {}
         self.datasets = gr.State(DatasetList())
         self.selector: gr.Radio | None = None
+        # Rows that hold only tagged keys (and those keys' names), shown and hidden with
+        # them: a row of hidden fields would still leave its gap in the page.
+        self.family_rows: list[tuple[gr.Row, tuple[str, ...], tuple[str, ...]]] = []
 
     # ------------------------------------------------------------ building
 
@@ -76,7 +109,7 @@ class Form:
             if advanced is not None and spec.advanced != advanced:
                 continue
             if spec.key not in self.fields:
-                self.fields[spec.key] = make_component(spec, **_hidden_if_video(spec))
+                self.fields[spec.key] = make_component(spec, **_hidden_if_tagged(spec))
 
     def section_rows(self, name: str, advanced: bool, per_row: int = 5) -> None:
         """The section's basic or advanced fields, `per_row` to a row."""
@@ -91,16 +124,60 @@ class Form:
                 # Disabled until a dataset exists: typing there first would be lost.
                 self.editor[spec.name] = make_component(spec, elem_id=f"ds-{spec.name}",
                                                         interactive=False,
-                                                        **_hidden_if_video(spec))
+                                                        **_hidden_if_tagged(spec))
 
-    def video_components(self) -> list[gr.components.Component]:
-        """The components of keys that apply to a video family only."""
+    def family_keys(self) -> list[tuple[gr.components.Component, tuple[str, ...]]]:
+        """The components of keys that apply to some families only, with their tags."""
         specs = {s.name: s for s in dataset_specs()}
-        out = [c for name, c in self.editor.items() if specs[name].meta.get("video")]
+        out = [(c, family_tags(specs[name])) for name, c in self.editor.items()]
         for name in {k.split(".")[0] for k in self.fields}:
-            out += [self.fields[s.key] for s in section_specs(name)
-                    if s.meta.get("video") and s.key in self.fields]
-        return out
+            out += [(self.fields[s.key], family_tags(s)) for s in section_specs(name)
+                    if s.key in self.fields]
+        return [(c, tags) for c, tags in out if tags]
+
+    def _empty_by_default(self) -> set[int]:
+        """ids of the components whose key defaults to nothing ("" or []): the ones a
+        user set when they hold something (a folder, a list)."""
+        specs = [(self.editor.get(s.name), s) for s in dataset_specs()]
+        for name in {k.split(".")[0] for k in self.fields}:
+            specs += [(self.fields.get(s.key), s) for s in section_specs(name)]
+        return {id(c) for c, spec in specs if c is not None and spec.default in ("", [])}
+
+    def tagged(self, tag: str) -> list[gr.components.Component]:
+        """The components of keys tagged `tag` ("video", "edit")."""
+        return [c for c, tags in self.family_keys() if tag in tags]
+
+    def family_row(self, tag: str, names: tuple[str, ...]) -> None:
+        """A row of the dataset editor holding keys tagged `tag` only (`names`), hidden
+        until model.family is a family they apply to."""
+        with gr.Row(visible=False) as row:
+            self.dataset_editor(names)
+        self.family_rows.append((row, (tag,), names))
+
+    def wire_family_keys(self) -> None:
+        """Show each tagged key while model.family is a family it applies to (frames for
+        a video family, control folders for an edit family), or while it holds a value:
+        hidden, a key stays in the config, and a control folder left set for a family
+        that refuses it must stay in sight, where the check's error can be fixed."""
+        keys = self.family_keys()
+        rows = [(row, tags, [self.editor[n] for n in names if n in self.editor])
+                for row, tags, names in self.family_rows]
+        family = self.fields["model.family"]
+
+        optional = self._empty_by_default()
+
+        def visibility(name: str, *values: Any) -> list[Any]:
+            held = {id(c): id(c) in optional and _holds_value(v)
+                    for (c, _), v in zip(keys, values, strict=True)}
+            out = [gr.update(visible=shown_for(tags, name) or held[id(c)]) for c, tags in keys]
+            out += [gr.update(visible=shown_for(tags, name)
+                              or any(held.get(id(c), False) for c in members))
+                    for _, tags, members in rows]
+            return out
+
+        family.change(visibility, [family, *[c for c, _ in keys]],
+                      [*[c for c, _ in keys], *[row for row, _, _ in rows]],
+                      api_visibility="private", show_progress="hidden")
 
     # ------------------------------------------------------------ reading
 

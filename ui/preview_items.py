@@ -1,6 +1,7 @@
 """The Dataset tab's preview items: a thumbnail per image or clip sample (a clip by its
-first sampled frame), sent as small in-memory images, and the labels that tell a clip
-from an image."""
+first sampled frame; an edit family's pair as its control image(s) beside the target, one
+picture drawn by core.ops), sent as small in-memory images, and the labels that tell a
+clip or a pair from an image."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def thumbnails(items: list[Any]) -> list[Any | None]:
     always was). A clip shows its first sampled frame. The clips a page shows of one
     video are decoded in one pass: decoding runs from the video's start, so a pass per
     clip would decode its beginning again for each."""
-    from core.ops import clip_frames
+    from core.ops import clip_frames, edit_pair_thumbnail
 
     wanted: dict[Path, list[int]] = {}
     for item in items:
@@ -44,6 +45,9 @@ def thumbnails(items: list[Any]) -> list[Any | None]:
             frame = frames.get((item.path, item.frames[0]))
             out.append(_fit(frame) if frame is not None else None)
             continue
+        if item.controls:  # an edit pair: control(s) | target, each THUMB pixels high
+            out.append(edit_pair_thumbnail(item.path, item.controls, THUMB))
+            continue
         try:
             out.append(thumbnail(item.path))
         except OSError:
@@ -58,6 +62,14 @@ def clip_label(item: Any, several: bool) -> str:
         return ""
     which = f"clip {item.clip + 1} · " if several else ""
     return f"▶ {which}{len(item.frames)} frames · "
+
+
+def pair_label(item: Any) -> str:
+    """What an edit pair's thumbnail says before its caption: which side is which."""
+    if not item.controls:
+        return ""
+    count = len(item.controls)
+    return f"{'control' if count == 1 else f'{count} controls'} | target · "
 
 
 def item_name(item: Any, several: bool) -> str:

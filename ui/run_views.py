@@ -1,6 +1,6 @@
 """Following a run: the components that show one (`RunView`: progress with the memory
-line, log, loss plot, validation gallery (with a video family's validation videos),
-reproduce command) and the updates that fill them.
+line, log, loss plot, validation gallery (with a video family's validation videos, and
+an edit family's control images first), reproduce command) and the updates that fill them.
 
 The Training tab owns these components; the Runs tab and the page load open a run in
 them. Each browser session follows at most one run (`Following`, kept in gr.State); a
@@ -78,6 +78,9 @@ class Following:
 
     follower: RunFollower
     prompts: list[str] = field(default_factory=list)
+    # An edit run's validation control images, per prompt (ops.validation_controls)
+    controls: list[list[Path]] = field(default_factory=list)
+    control_items: list | None = field(default=None, repr=False)  # drawn once, then kept
     sent: dict[str, int] = field(default_factory=dict)
     busy: threading.Lock = field(default_factory=threading.Lock, repr=False)
     memory: MemoryWatch = field(init=False, repr=False)
@@ -111,10 +114,11 @@ def follow(ctx: AppContext, run_dir: str | Path, log_offset: int | None = None) 
     if run_info(run_dir).alive:
         ctx.handle(run_dir)
     try:
-        prompts = load_config(RunFolder(run_dir).config).validation.prompts
+        cfg = load_config(RunFolder(run_dir).config)
+        prompts, controls = cfg.validation.prompts, ops.validation_controls(cfg, ctx.workspace)
     except Exception:  # an old or hand-edited config: the gallery just shows no prompts
-        prompts = []
-    return Following(RunFollower(run_dir, log_offset=log_offset), prompts)
+        prompts, controls = [], []
+    return Following(RunFollower(run_dir, log_offset=log_offset), prompts, controls)
 
 
 @dataclass
@@ -155,14 +159,36 @@ def loss_plot() -> gr.LinePlot:
 def gallery_items(ctx: AppContext, f: Following) -> tuple[int, list]:
     """The gallery's items, newest step first. Where a video family wrote the prompt's
     video beside its image (NN.mp4), the video takes the image's place: gr.Gallery shows
-    an .mp4 path as a video (a play mark on the thumbnail; it plays when opened)."""
+    an .mp4 path as a video (a play mark on the thumbnail; it plays when opened). An edit
+    run's control images come first, one per prompt (`control_items`)."""
     version, images = ctx.watchers.get(f.run_dir).snapshot()
-    items = []
+    if f.control_items is None:
+        f.control_items = control_items(ctx, f)
+    items = list(f.control_items)
     for image in images[:GALLERY_LIMIT]:
         prompt = f.prompts[image.index] if image.index < len(f.prompts) else ""
         caption = f"step {image.step} · {prompt}" if prompt else f"step {image.step}"
         items.append((shown_media(ctx, image.path, image.video), caption))
     return version, items
+
+
+def control_items(ctx: AppContext, f: Following) -> list:
+    """What each validation prompt of an edit run edits: its control image(s), labelled
+    "control: <prompt>" ("control 2: ..." for a multi-reference prompt's second), in
+    prompt order, so the first row reads like the results' rows. A control file that
+    is missing is left out (the check named it before the run started)."""
+    items = []
+    for n, paths in enumerate(f.controls):
+        prompt = f.prompts[n] if n < len(f.prompts) else ""
+        for k, path in enumerate(paths):
+            which = "control" if len(paths) == 1 else f"control {k + 1}"
+            if path.is_file():
+                try:
+                    items.append((servable(ctx, path), f"{which}: {prompt}" if prompt
+                                  else which))
+                except OSError:
+                    continue  # unreadable: the gallery shows the results without it
+    return items
 
 
 def shown_media(ctx: AppContext, image: Path, video: Path | None) -> Any:

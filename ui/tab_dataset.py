@@ -1,7 +1,8 @@
 """Dataset tab: the dataset list (add, remove, reorder), the editor of the selected one,
 the live check (directory conflicts, bad files: errors block launch, warnings do not),
-the bucket histogram and a preview of images (and a video family's clips, each shown by
-its first frame) with editable captions.
+the bucket histogram and a preview of images (a video family's clips, each shown by its
+first frame; an edit family's pairs, the control image(s) beside the target) with editable
+captions.
 
 Preview thumbnails are sent as small in-memory images, so a dataset folder outside the
 workspace is shown without ever being served as files.
@@ -22,8 +23,8 @@ from core.ops import CheckReport, is_video_family
 from ui import actions, render, tab_upload
 from ui.context import AppContext
 from ui.errors import guarded
-from ui.form import Form
-from ui.preview_items import clip_label, item_name, thumbnails
+from ui.form import FAMILY_TAGS, Form
+from ui.preview_items import clip_label, item_name, pair_label, thumbnails
 from ui.state import DatasetList, dataset_specs, new_dataset, with_editor
 
 PREVIEW_LIMIT = 48  # images a page of the preview shows
@@ -76,10 +77,12 @@ def build(form: Form) -> DatasetTab:
             with gr.Row():
                 form.dataset_editor(("resolution", "bucketing", "repeats", "probability",
                                      "shuffle_tags", "keep_tokens"))
-            # A video family's keys (frames, fps, clips), shown only for one (Form.video).
-            with gr.Row():
-                form.dataset_editor(tuple(s.name for s in dataset_specs()
-                                          if s.meta.get("video") and not s.advanced))
+            # Keys of some families only, a row per tag (a video family's frames, fps,
+            # clips; an edit family's control folder), shown only for such a family
+            # (Form.wire_family_keys).
+            for tag in FAMILY_TAGS:
+                form.family_row(tag, tuple(s.name for s in dataset_specs()
+                                           if s.meta.get(tag) and not s.advanced))
             # Every dataset key marked advanced (loss masks, regularization, ...) from
             # the schema's metadata, so a new one shows up here by itself.
             with gr.Accordion("Advanced", open=False, elem_id="ds-advanced"), gr.Row():
@@ -99,9 +102,11 @@ def build(form: Form) -> DatasetTab:
         prev = gr.Button("Previous images", size="sm", scale=0, elem_id="preview-prev")
         next_ = gr.Button("Next images", size="sm", scale=0, elem_id="preview-next")
     with gr.Row():
+        # contain: an edit pair (control | target) is twice as wide as high, and a
+        # cropped thumbnail would hide half of it (and the edges of any other image).
         preview = gr.Gallery(label="Images and captions (click one to edit its caption)",
                              columns=6, height=360, elem_id="preview", allow_preview=False,
-                             scale=3)
+                             scale=3, object_fit="contain")
         captions = gr.Dataframe(headers=CAPTION_HEADERS, label="Captions (in full)",
                                 interactive=False, wrap=True, max_height=360, scale=2,
                                 elem_id="preview-captions")
@@ -231,10 +236,13 @@ def preview_view(ctx: AppContext, tab: DatasetTab, cfg: Config, index: int,
     for item, thumb in zip(shown, thumbnails(shown), strict=True):
         if thumb is None:
             continue
-        label = clip_label(item, samples[item.path] > 1)
+        label = clip_label(item, samples[item.path] > 1) + pair_label(item)
         items.append((thumb, label + (item.caption or "(no caption)")))
         paths.append(str(item.path))  # as the gallery's: a click's index picks from it
     note = _preview_note(ds, first, len(shown), total, sum(samples.values()))
+    if any(i.controls for i in shown):
+        note += (" Each edit pair shows its control image(s), then the target; a caption "
+                 "edit goes to the target's .txt file.")
     rows = [[item_name(i, samples[i.path] > 1), i.caption or "(no caption)"] for i in shown]
     return _preview(tab, items, paths, note, page, rows)
 
@@ -320,7 +328,8 @@ def wire(ctx: AppContext, form: Form, tab: DatasetTab, live: dict[str, Any]) -> 
     gr.on([rename.change], guarded("Rename dataset")(lambda d: on_rename(form, d)), ins,
           [form.selector], trigger_mode="always_last", api_visibility="private",
           show_progress="hidden")
-    for name in ("id", "images", "caption", "instance_prompt"):
+    for name in ("id", "images", "caption", "instance_prompt", "control", "control_2",
+                 "control_3"):
         component = form.editor[name]
         triggers = [component.blur, component.submit] if name != "caption" else [
             component.input]

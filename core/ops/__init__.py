@@ -9,7 +9,8 @@ types): tests/test_layering.py holds it to that.
 
 One module per subject: checks (configs, the check, the model source, the memory
 estimate), datasets, uploads, caches, captions, runs, queued (the UI's run queue),
-downloads, merging, videos, and following (what the UI reads to follow runs and jobs).
+downloads, merging, videos, edits (edit pairs as the UI shows them),
+and following (what the UI reads to follow runs and jobs).
 
 Refusals raise `OpError`: a message for a person, the problems behind it (each naming a
 key or a path) and the CLI exit code it maps to. Nothing here prints. Importing this
@@ -35,8 +36,15 @@ from core.ops.checks import (
     require_ok,
     require_workspace,
 )
-from core.ops.datasets import bucket_histogram, index_dataset, is_video_family, prepare_demo
+from core.ops.datasets import (
+    bucket_histogram,
+    index_dataset,
+    is_edit_family,
+    is_video_family,
+    prepare_demo,
+)
 from core.ops.downloads import run_downloads, saved_loras, tensorboard_command
+from core.ops.edits import edit_pair_thumbnail, validation_controls
 from core.ops.errors import OpError
 from core.ops.following import (
     LIVE_STATES,
@@ -83,13 +91,15 @@ __all__ = [
     "Launched", "LogTail", "OpError", "RunFolder", "RunFollower", "RunHandle", "RunInfo",
     "attach", "bucket_histogram", "cache_files", "cache_status", "caches_complete",
     "cancel_queued", "caption_config", "check", "check_captioning", "check_model_source",
-    "clear_cache", "clip_frames", "dataset_name", "delete_run", "estimate_memory", "extend",
-    "format_memory", "gated_note", "index_dataset", "is_demo", "is_video_family",
+    "clear_cache", "clip_frames", "dataset_name", "delete_run", "edit_pair_thumbnail",
+    "estimate_memory", "extend",
+    "format_memory", "gated_note", "index_dataset", "is_demo", "is_edit_family",
+    "is_video_family",
     "last_lines", "launch",
     "list_presets", "list_runs", "load_run_config", "merge", "merge_run", "move_queued",
     "output_dir", "prepare_demo", "queue_entries", "queued_runs", "read_status",
     "reconcile_runs", "require_ok", "require_workspace", "resume", "run_downloads",
     "run_info", "run_status", "run_status_or_none", "saved_config", "saved_loras",
     "start_cache", "start_caption", "start_next_queued", "stop", "tensorboard_command",
-    "upload_images", "uploaded_dataset", "validation_videos",
+    "upload_images", "uploaded_dataset", "validation_controls", "validation_videos",
 ]

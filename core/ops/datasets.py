@@ -15,7 +15,8 @@ from core.runs.folder import RunFolder
 if TYPE_CHECKING:
     from core.data.index import DatasetIndex
 
-__all__ = ["bucket_histogram", "index_dataset", "is_video_family", "prepare_demo"]
+__all__ = ["bucket_histogram", "index_dataset", "is_edit_family", "is_video_family",
+           "prepare_demo"]
 
 
 def prepare_demo(cfg: Config, workspace: Path, *, new_output: bool) -> list[str]:
@@ -62,3 +63,11 @@ def is_video_family(family: str) -> bool:
     from core.models.registry import family_or_defaults
 
     return family_or_defaults(family).video
+
+
+def is_edit_family(family: str) -> bool:
+    """Whether model.family `family` trains edits from pairs (its datasets' control,
+    control_2 and control_3 keys, validation.control_images); False for an unknown name."""
+    from core.models.registry import family_or_defaults
+
+    return family_or_defaults(family).control_images > 0

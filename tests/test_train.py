@@ -113,7 +113,7 @@ def test_demo_runs_again_into_a_new_folder(demo_run):
     workspace, run_dir, _ = demo_run
     done = app("--preset", "demo", "--stage", "check", workspace=workspace)
     assert done.returncode == 0
-    again = app("--preset", "demo", *sum([["--set", s] for s in FAST[:1]], []),
+    again = app("--preset", "demo", *sum([["--set", s] for s in FAST], []),
                 "--set", "train.max_steps=1", workspace=workspace)
     assert again.returncode == 0, again.stdout[-3000:]
     assert "holds an earlier demo run" in again.stdout

@@ -34,8 +34,11 @@ def step_shape(cfg: Config, sizes: ModelSizes, pixels: tuple[int, int] | None = 
     from core.models.memory_activations import StepShape
 
     width, height = pixels or step_pixels(cfg)
-    levels = len((sizes.vae.config if sizes.vae else {}).get("block_out_channels", (0,) * 4))
-    scale = 2 ** (levels - 1)
+    vae = sizes.vae.config if sizes.vae else {}
+    # A VAE that says its spatial factor (Wan's: 8, Wan 2.2 TI2V-5B's 16, which packs
+    # 2x2 pixels before its 8x); else 2 per level after the first.
+    levels = len(vae.get("block_out_channels", (0,) * 4))
+    scale = int(vae.get("scale_factor_spatial") or 2 ** (levels - 1))
     half = cfg.train.mixed_precision in ("fp16", "bf16")
     return StepShape(math.ceil(height / scale), math.ceil(width / scale),
                      cfg.train.batch_size, 2 if half else FP32,

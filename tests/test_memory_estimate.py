@@ -412,6 +412,24 @@ def test_frames_multiply_a_video_familys_activations_not_a_still_familys(tmp_pat
     assert activations("z-image-lora", 1) == activations("z-image-lora", 33)
 
 
+def test_wan22_ti2v_latents_are_16x_smaller_per_side(tiny_workspace: Path) -> None:
+    """TI2V-5B's VAE makes a latent of 16x16 pixels, Wan 2.1's of 8x8: at 1024 px the
+    same transformer sees 1,024 image tokens, not 4,096, beside the 512 text tokens."""
+    from core.config import load_config
+    from core.memory_estimate import estimate_memory
+    from core.presets import preset_path
+
+    def activations(path: str) -> int:
+        cfg = load_config(preset_path("wan-lora"))
+        cfg.model.path, cfg.launch.cpu = path, True
+        cfg.datasets[0].resolution, cfg.datasets[0].frames = 1024, 1
+        estimate = estimate_memory(cfg, tiny_workspace, caches_built=True)
+        return next(p.bytes for p in estimate.parts if p.name == "activations")
+
+    ratio = activations("tiny:wan_ti2v") / activations("tiny:wan")
+    assert ratio == pytest.approx((1024 + 512) / (4096 + 512), rel=0.02)
+
+
 def test_a_two_expert_model_loads_both_and_trains_what_model_experts_says(
         tmp_path: Path, tiny_workspace: Path) -> None:
     """Wan 2.2 A14B keeps both experts loaded: twice one expert's frozen weights; "both"

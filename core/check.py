@@ -25,6 +25,7 @@ class DatasetSummary:
     frames: list[int] = field(default_factory=list)
     regularization: bool = False  # class images (datasets.N.regularization)
     per_epoch: int = 0  # images x repeats drawn per epoch (0 when not computed)
+    controls: int = 0  # an edit dataset's control images per target (0: not paired)
 
     @property
     def keys(self) -> list[tuple[int, ...]]:
@@ -65,6 +66,9 @@ class CheckReport:
             clips = sum(1 for f in ds.frames if f > 1)
             what = f"{ds.images - clips} image(s), {clips} clip sample(s)" if ds.frames \
                 else f"{ds.images} image(s)"
+            if ds.controls:
+                what += (f", each paired with {ds.controls} control image"
+                         f"{'s' if ds.controls > 1 else ''}")
             out.append(f"dataset '{ds.id}': {what}{kind}")
             if ds.buckets:
                 out += [f"  {line}" for line in format_histogram(bucket_histogram(ds.keys))]
@@ -108,7 +112,8 @@ def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummar
                                     f"than their {ds.resolution}px bucket and get upscaled "
                                     f"(blurry), e.g. {upscaled[0]}"))
         frames = [max(1, len(item.frames)) for item in index.items] if video else []
-        summary = DatasetSummary(ds.id, len(index.items), buckets, frames, ds.regularization)
+        summary = DatasetSummary(ds.id, len(index.items), buckets, frames, ds.regularization,
+                                 controls=max((len(i.controls) for i in index.items), default=0))
         summaries.append(summary)
         sources.append(SourceDataset(ds.id, summary.keys, ds.repeats, ds.probability,
                                      ds.regularization))

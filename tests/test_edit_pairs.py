@@ -47,7 +47,7 @@ def test_check_names_unpaired_files_and_leaves_them_out(tmp_path: Path) -> None:
     done = check(paired_config(tmp_path), tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    assert "dataset 'd0': 5 image(s)" in out
+    assert "dataset 'd0': 5 image(s), each paired with 1 control image" in out
     assert "warning: datasets.0.control: no control image for" in out
     assert "img_005.png" in out and "it is left out of training" in out
     assert "orphan.png has no target image" in out

@@ -19,6 +19,9 @@ from core.models.registry import FAMILY_NAMES
 from tests.conftest import small_config, train_in_process
 
 STORED = {"fp16": "F16", "bf16": "BF16"}
+# Four short runs per family (over 50 in all, about two minutes on one worker): the full
+# suite's, not `make test-fast`'s.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

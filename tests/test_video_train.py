@@ -113,6 +113,7 @@ def test_a_still_image_family_refuses_a_folder_of_clips(tmp_path: Path) -> None:
     assert "trains on images only: choose a video family" in done.stdout
 
 
+@pytest.mark.slow  # the video demo preset as shipped, less its steps: half a minute
 def test_the_video_demo_makes_its_clips_and_trains_to_validation_videos(tmp_path: Path) -> None:
     """`--preset demo-video` as shipped but 10 steps: its clips are generated once into
     the workspace (captioned colour, shape and direction), cached, trained (a real

@@ -175,6 +175,27 @@ def finished_run(workspace: Path, name: str, state: str = "done") -> Path:
     return run_dir
 
 
+def test_a_run_outside_the_workspace_lists_without_its_files(tmp_path: Path):
+    """A headless run given an absolute output.dir elsewhere is in the workspace's list:
+    choosing it says its files are not served, and the Runs tab still renders."""
+    from ui import tab_runs
+    from ui.context import AppContext
+
+    ws = tmp_path / "ws"
+    run_dir = tmp_path / "elsewhere/run"
+    save_config(workspace_config(ws, str(run_dir)), RunFolder(run_dir).config)
+    write_status(run_dir, state="done", step=8, max_steps=8)
+    register_run(ws, RunRecord(str(run_dir.resolve()), started_at=time.time()))
+    tab = tab_runs.RunsTab(*(object() for _ in range(16)))  # keys only: no Blocks needed
+    ctx = AppContext(ws, monitor=False)
+    try:
+        view = tab_runs.chosen_view(ctx, tab, str(run_dir.resolve()))
+    finally:
+        ctx.close()
+    assert view[tab.file].choices == []
+    assert "outside the workspace" in view[tab.message]
+
+
 def test_delete_needs_confirmation_refuses_live_runs_and_paths_outside(tmp_path: Path):
     ws = tmp_path / "ws"
     done = finished_run(ws, "done")

@@ -133,7 +133,15 @@ def chosen_view(ctx: AppContext, tab: RunsTab, run_dir: str | None) -> dict[Any,
     """The chosen run's LoRAs by step, its files to download, and an unticked delete
     confirmation that names its folder."""
     known = known_run(ctx, run_dir)
-    files = actions.run_downloads(ctx, run_dir) if known and run_dir else []
+    files, note = [], ""
+    if known and run_dir:
+        try:
+            files = actions.run_downloads(ctx, run_dir)
+        except ActionError as exc:
+            # A headless run whose output.dir is outside the workspace: listed and
+            # followed, but its files are not served; said beside the list instead of
+            # failing the whole tab.
+            note = f"{exc}; copy its files from that folder"
     folder = ctx.relative(run_dir) if known and run_dir else "the chosen run's folder"
     return {tab.loras: render.lora_rows(Path(run_dir), ctx.relative) if known and run_dir
             else [],
@@ -141,7 +149,7 @@ def chosen_view(ctx: AppContext, tab: RunsTab, run_dir: str | None) -> dict[Any,
                                   value=None),
             tab.download: gr.DownloadButton("Download", value=None, interactive=False),
             tab.confirm: gr.Checkbox(label=DELETE_LABEL.format(folder=folder), value=False),
-            tab.message: "", tab.queue_message: "", tab.delete_message: ""}
+            tab.message: note, tab.queue_message: "", tab.delete_message: ""}
 
 
 def download_view(ctx: AppContext, run_dir: str | None, path: str | None) -> Any:

@@ -136,8 +136,7 @@ def probe_clip(path: Path | str, exact: bool = False) -> ClipInfo:
 
 @functools.lru_cache(maxsize=8192)
 def _probe_stamped(path: str, size: int, mtime_ns: int, exact: bool) -> ClipInfo:
-    """probe_clip's memo: `size` and `mtime_ns` only make a changed file a new key."""
-    return _probe(Path(path), exact)
+    return _probe(Path(path), exact)  # size and mtime_ns: a changed file is a new key
 
 
 def _probe(path: Path, exact: bool) -> ClipInfo:

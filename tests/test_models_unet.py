@@ -388,6 +388,7 @@ def test_crashed_build_leaves_nothing_loadable(tmp_path, monkeypatch) -> None:
     assert [p.name for p in models.iterdir() if not p.name.endswith(".lock")] == []
 
 
+@pytest.mark.slow  # processes racing to build a tiny model: the full suite's, not test-fast's
 def test_concurrent_materialize_builds_once(tmp_path) -> None:
     code = ("import sys; from pathlib import Path; from core.models.tiny import "
             "materialize_tiny; print(materialize_tiny('sd15', Path(sys.argv[1])))")

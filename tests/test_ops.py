@@ -93,6 +93,7 @@ def test_a_resume_without_a_run_is_refused_with_the_key(tmp_path: Path):
     assert not (workspace / "runs/r").exists()
 
 
+@pytest.mark.slow  # a real cache-stage subprocess: the full suite's, not test-fast's
 def test_headless_cache_stage_runs_under_the_run_manager_and_logs_to_cache_log(
         tmp_path: Path, tiny_workspace: Path, capsys: pytest.CaptureFixture[str]):
     from core.headless import run_headless

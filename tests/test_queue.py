@@ -107,6 +107,7 @@ def wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+@pytest.mark.slow  # real launchers queued, restarted and run: not for test-fast
 def test_a_ui_launch_queues_behind_a_live_run_and_starts_after_a_restart(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from ui import actions, tab_runs

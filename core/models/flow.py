@@ -160,18 +160,22 @@ class FlowFamily(FamilyDefaults):
                                          f"not apply to {self.name}, which trains by flow "
                                          "matching; set it to \"auto\"")
 
-    def _missing_optional(self, path: str) -> dict[str, Any]:
-        """Components a folder may leave out, passed as None (SD3 without its T5)."""
+    def _pretrained_class(self, path: str, kind: loading.SourceKind) -> Any:
+        """The pipeline class a diffusers folder or hub id loads with: the family's own
+        (Wan reads the folder's; Qwen-Image-Edit lets DiffusionPipeline pick)."""
+        return self._pipeline_class()
+
+    def _pretrained_components(self, path: str, kind: loading.SourceKind) -> dict[str, Any]:
+        """Components handed to from_pretrained beside what the folder holds (SD3: None
+        for a T5 the folder leaves out; Qwen-Image-Edit: its processor)."""
         return {}
 
     def _from_pretrained(self, path: str, kind: loading.SourceKind, dtype: Any) -> Any:
-        kwargs: dict[str, Any] = {}
-        if dtype is not None:
-            kwargs["dtype"] = dtype
-        if kind == "folder":
-            kwargs.update(self._missing_optional(path))
         try:
-            return self._pipeline_class().from_pretrained(
+            kwargs = self._pretrained_components(path, kind)
+            if dtype is not None:
+                kwargs["dtype"] = dtype
+            return self._pretrained_class(path, kind).from_pretrained(
                 path, local_files_only=(kind == "folder"), **kwargs)
         except Exception as exc:  # noqa: BLE001 - every loader failure becomes one message
             if kind == "hub":

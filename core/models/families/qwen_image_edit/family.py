@@ -134,24 +134,17 @@ class QwenImageEditFamily(QwenImageFamily):
                 "Qwen/Qwen-Image-Edit-2509) or a hub id such as Qwen/Qwen-Image-Edit")
         return super().load(path, dtype=dtype, device=device, config=config)
 
-    def _from_pretrained(self, path: str, kind: loading.SourceKind, dtype: Any) -> Any:
-        """The pipeline model_index.json names (DiffusionPipeline picks it), given the
-        processor processor.py loads."""
+    def _pretrained_class(self, path: str, kind: loading.SourceKind) -> Any:
+        """DiffusionPipeline: it picks the pipeline model_index.json names (Edit or Plus)."""
         from diffusers import DiffusionPipeline
 
+        return DiffusionPipeline
+
+    def _pretrained_components(self, path: str, kind: loading.SourceKind) -> dict[str, Any]:
+        """The processor, loaded by processor.py (transformers needs torchvision for it)."""
         from core.models.families.qwen_image_edit.processor import load_processor
 
-        local = kind == "folder"
-        try:
-            return DiffusionPipeline.from_pretrained(
-                path, processor=load_processor(path, local), local_files_only=local,
-                **({} if dtype is None else {"dtype": dtype}))
-        except Exception as exc:  # noqa: BLE001 - every loader failure becomes one message
-            if kind == "hub":
-                raise loading.hub_error(path, f"the {self.name} model", exc) from exc
-            raise loading.ModelLoadError(path, f"cannot load this {self.name} diffusers "
-                                         f"folder: {type(exc).__name__}: {str(exc)[:300]}"
-                                         ) from exc
+        return {"processor": load_processor(path, kind == "folder")}
 
     def _components_from_pipeline(self, pipe: Any, source: str, fp: str) -> Components:
         kind = type(pipe).__name__

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from core.models import loading
 from core.models.base import Components, NoiseSample
 from core.models.flow import FlowFamily
 from core.models.modules import unwrap
@@ -41,9 +42,9 @@ class SD3Family(FlowFamily):
 
     # ------------------------------------------------------------ loading
 
-    def _missing_optional(self, path: str) -> dict[str, Any]:
+    def _pretrained_components(self, path: str, kind: loading.SourceKind) -> dict[str, Any]:
         """SD3 folders without the (large) T5 reload only with both parts set to None."""
-        if not (Path(path) / "text_encoder_3").is_dir():
+        if kind == "folder" and not (Path(path) / "text_encoder_3").is_dir():
             return {"text_encoder_3": None, "tokenizer_3": None}
         return {}
 

@@ -157,23 +157,12 @@ class WanFamily(FlowFamily):
             freeze([c.image_encoder], device)
         return c
 
-    def _from_pretrained(self, path: str, kind: loading.SourceKind, dtype: Any) -> Any:
+    def _pretrained_class(self, path: str, kind: loading.SourceKind) -> Any:
         """The folder's own pipeline class: WanImageToVideoPipeline where model_index.json
         names it (i2v.py), WanPipeline otherwise."""
-        name = folder_pipeline_class(path, kind, self.pipeline_class_name)
-        if name == self.pipeline_class_name:
-            return super()._from_pretrained(path, kind, dtype)
         import diffusers
 
-        kwargs = {} if dtype is None else {"dtype": dtype}
-        try:
-            return getattr(diffusers, name).from_pretrained(
-                path, local_files_only=(kind == "folder"), **kwargs)
-        except Exception as exc:  # noqa: BLE001 - every loader failure becomes one message
-            if kind == "hub":
-                raise loading.hub_error(path, f"the {self.name} model", exc) from exc
-            raise loading.ModelLoadError(path, f"cannot load this {name} folder: "
-                                         f"{type(exc).__name__}: {str(exc)[:300]}") from exc
+        return getattr(diffusers, folder_pipeline_class(path, kind, self.pipeline_class_name))
 
     def _components_from_pipeline(self, pipe: Any, source: str, fp: str) -> Components:
         """One transformer (Wan 2.1, Wan 2.2 TI2V-5B), or Wan 2.2's two experts as one

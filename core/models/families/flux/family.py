@@ -103,12 +103,19 @@ class FluxFamily(FlowFamily):
         if inner.config.guidance_embeds:
             value = self.train_guidance if c.guidance is None else c.guidance
             guidance = torch.full((b,), float(value), device=device, dtype=torch.float32)
+        hidden, ids = self.image_tokens(batch, packed, img_ids)
         out = model(
-            hidden_states=packed, timestep=(sample.timesteps.to(device) / 1000).to(dtype),
+            hidden_states=hidden, timestep=(sample.timesteps.to(device) / 1000).to(dtype),
             guidance=guidance, pooled_projections=batch["pooled_prompt_embeds"].to(device, dtype),
-            encoder_hidden_states=embeds, txt_ids=txt_ids, img_ids=img_ids,
+            encoder_hidden_states=embeds, txt_ids=txt_ids, img_ids=ids,
             return_dict=False)[0]
-        return unpack(out)
+        return unpack(out[:, :packed.shape[1]])  # the target's tokens
+
+    def image_tokens(self, batch: dict[str, Any], packed: Any, img_ids: Any
+                     ) -> tuple[Any, Any]:
+        """The image tokens [B, N, 4C] and their ids [N, 3] the transformer reads: the
+        target's (FLUX.1 Kontext joins its control's after them)."""
+        return packed, img_ids
 
     def lora_target_modules(self, scope: str = "attention") -> list[str]:
         extra = ["proj_mlp", "proj_out"]  # the single blocks' MLP in and joint out

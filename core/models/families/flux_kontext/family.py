@@ -24,9 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.models.base import Components, NoiseSample
+from core.models.base import Components
 from core.models.families.flux.family import FluxFamily
-from core.models.flow import pack_2x2
 from core.models.modules import unwrap
 
 CONTROL_ID = 1.0  # img_ids[..., 0] of the control's tokens (the target's are 0)
@@ -64,34 +63,18 @@ class FluxKontextFamily(FluxFamily):
     single_file_layout_of = "flux"
     control_images = 1
 
-    def predict(self, c: Components, sample: NoiseSample, batch: dict[str, Any]) -> Any:
-        """FluxFamily.predict with the control's tokens joined after the target's."""
+    def image_tokens(self, batch: dict[str, Any], packed: Any, img_ids: Any
+                     ) -> tuple[Any, Any]:
+        """The target's tokens, then the control's (ids marked CONTROL_ID); FluxFamily's
+        predict cuts the output back to the target's."""
         import torch
 
-        self.check_text_length(batch, self.sequence_length(c))
-        model = c.denoiser
-        inner = unwrap(model)
-        dtype = inner.dtype
-        noisy = sample.noisy.to(dtype)
-        b, device = noisy.shape[0], noisy.device
-        packed, img_ids, unpack = pack_2x2(noisy, self.name, c.vae)
-        control, control_ids = control_tokens(batch, b, img_ids, dtype, device)
+        control, control_ids = control_tokens(batch, packed.shape[0], img_ids,
+                                              packed.dtype, packed.device)
         if control.shape[1] != packed.shape[1]:
             raise ValueError(f"cached control latents {control.shape[1]} tokens, target "
                              f"{packed.shape[1]}: delete the latent cache to rebuild")
-        embeds = batch["prompt_embeds"].to(device, dtype)
-        guidance = None
-        if inner.config.guidance_embeds:
-            value = self.train_guidance if c.guidance is None else c.guidance
-            guidance = torch.full((b,), float(value), device=device, dtype=torch.float32)
-        out = model(
-            hidden_states=torch.cat([packed, control], dim=1),
-            timestep=(sample.timesteps.to(device) / 1000).to(dtype), guidance=guidance,
-            pooled_projections=batch["pooled_prompt_embeds"].to(device, dtype),
-            encoder_hidden_states=embeds,
-            txt_ids=torch.zeros(embeds.shape[1], 3, device=device, dtype=dtype),
-            img_ids=torch.cat([img_ids, control_ids], dim=0), return_dict=False)[0]
-        return unpack(out[:, :packed.shape[1]])
+        return torch.cat([packed, control], dim=1), torch.cat([img_ids, control_ids], dim=0)
 
     def validation_pipeline(self, c: Components) -> Any:
         """A FluxKontextPipeline sharing the loaded modules (its own scheduler)."""

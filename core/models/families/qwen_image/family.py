@@ -60,7 +60,6 @@ LORA_EXTRA = ["add_k_proj", "add_q_proj", "add_v_proj", "to_add_out", "img_mlp.n
 def _validation_pipeline_class() -> Any:
     """QwenImagePipeline whose `guidance_scale` is its true-CFG scale (built on first use,
     so importing this module needs no diffusers)."""
-    import torch
     from diffusers import QwenImagePipeline
 
     class QwenImageValidationPipeline(QwenImagePipeline):
@@ -71,18 +70,29 @@ def _validation_pipeline_class() -> Any:
 
         def __call__(self, *args: Any, guidance_scale: float | None = None,
                      **kwargs: Any) -> Any:
-            if not self.transformer.config.guidance_embeds and guidance_scale is not None:
-                kwargs.setdefault("true_cfg_scale", guidance_scale)
-                guidance_scale = None
-            for key in ("prompt_embeds", "negative_prompt_embeds"):
-                embeds = kwargs.get(key)
-                if embeds is not None and kwargs.get(f"{key}_mask") is None:
-                    # One unpadded prompt: every token is real (the pipeline then drops
-                    # the all-ones mask, and does not warn that none was given).
-                    kwargs[f"{key}_mask"] = embeds.new_ones(embeds.shape[:2], dtype=torch.long)
+            guidance_scale = validation_call_kwargs(self.transformer, guidance_scale, kwargs)
             return super().__call__(*args, guidance_scale=guidance_scale, **kwargs)
 
     return QwenImageValidationPipeline
+
+
+def validation_call_kwargs(transformer: Any, guidance_scale: float | None,
+                           kwargs: dict[str, Any]) -> float | None:
+    """A Qwen-Image pipeline call from the trainer's validation, made right in place: a
+    model that is not guidance-distilled takes `guidance_scale` as `true_cfg_scale`
+    (returned None then), and embeddings given without a mask are one unpadded prompt,
+    every token real (the pipeline then drops the all-ones mask, and does not warn that
+    none was given). Returns the guidance_scale to pass on."""
+    import torch
+
+    if not transformer.config.guidance_embeds and guidance_scale is not None:
+        kwargs.setdefault("true_cfg_scale", guidance_scale)
+        guidance_scale = None
+    for key in ("prompt_embeds", "negative_prompt_embeds"):
+        embeds = kwargs.get(key)
+        if embeds is not None and kwargs.get(f"{key}_mask") is None:
+            kwargs[f"{key}_mask"] = embeds.new_ones(embeds.shape[:2], dtype=torch.long)
+    return guidance_scale
 
 
 class QwenImageFamily(FlowFamily):

@@ -56,7 +56,8 @@ def validation_pipeline_class(name: str) -> Any:
     """`name` (EDIT or PLUS) whose `guidance_scale` is its true-CFG scale, built on first
     use (importing this module needs no diffusers)."""
     import diffusers
-    import torch
+
+    from core.models.families.qwen_image.family import validation_call_kwargs
 
     base = getattr(diffusers, name)
 
@@ -82,13 +83,7 @@ def validation_pipeline_class(name: str) -> Any:
                         "Qwen-Image-Edit-2509/2511 model (QwenImageEditPlusPipeline) takes "
                         "up to 3")
                 image = image[0]  # the plain pipeline resizes one image, not a list
-            if not self.transformer.config.guidance_embeds and guidance_scale is not None:
-                kwargs.setdefault("true_cfg_scale", guidance_scale)
-                guidance_scale = None
-            for key in ("prompt_embeds", "negative_prompt_embeds"):
-                embeds = kwargs.get(key)
-                if embeds is not None and kwargs.get(f"{key}_mask") is None:
-                    kwargs[f"{key}_mask"] = embeds.new_ones(embeds.shape[:2], dtype=torch.long)
+            guidance_scale = validation_call_kwargs(self.transformer, guidance_scale, kwargs)
             with reference_area(base, kwargs.get("height"), kwargs.get("width")):
                 return super().__call__(image=image, prompt=prompt,
                                         guidance_scale=guidance_scale, **kwargs)

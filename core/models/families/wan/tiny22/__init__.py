@@ -23,22 +23,16 @@ RECIPE = {"boundary_ratio": "0.875", "second_seed_offset": "3"}
 
 def write_recipe(path: Path = WEIGHTS) -> None:
     """The tensor-less weights.safetensors whose metadata is RECIPE."""
-    from safetensors.torch import save_file
+    from core.models.tiny.recipe import write_recipe as write
 
-    save_file({}, str(path), metadata=dict(RECIPE))
-
-
-def read_recipe(path: Path = WEIGHTS) -> dict[str, str]:
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as f:
-        return dict(f.metadata() or {})
+    write(path, RECIPE)
 
 
 def build(out_dir: Path, seed: int = 0) -> None:
     """Write tiny:wan22 as a diffusers folder (WanPipeline with transformer_2)."""
     from core.models.families.wan.tiny import build_pipeline
+    from core.models.tiny.recipe import read_recipe
 
-    recipe = read_recipe()
+    recipe = read_recipe(WEIGHTS)
     build_pipeline(out_dir, seed, second_seed=seed + int(recipe["second_seed_offset"]),
                    boundary_ratio=float(recipe["boundary_ratio"]))

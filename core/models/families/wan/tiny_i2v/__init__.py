@@ -19,9 +19,9 @@ RECIPE = {"variant": "wan2.1-i2v", "image_size": "32"}
 
 def write_recipe(path: Path = WEIGHTS) -> None:
     """The tensor-less weights.safetensors whose metadata is RECIPE."""
-    from safetensors.torch import save_file
+    from core.models.tiny.recipe import write_recipe as write
 
-    save_file({}, str(path), metadata=dict(RECIPE))
+    write(path, RECIPE)
 
 
 def build(out_dir: Path, seed: int = 0) -> None:

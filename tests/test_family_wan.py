@@ -38,6 +38,28 @@ def batch_of(texts: list[dict], latents: torch.Tensor) -> dict:
                     for i, t in enumerate(texts)])
 
 
+def two_clip_config(tmp_path: Path, model: str, frames: int):
+    """A config training `model` (a tiny Wan) 2 steps on two captioned 9-frame clips,
+    `frames` frames a sample, validating one prompt as a `frames`-frame video at step 2."""
+    from conftest import small_config
+
+    from core.data.video import write_synthetic_clip
+
+    cfg = small_config(tmp_path, images=1, family="wan")
+    cfg.model.path = model
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    for name, color, direction in (("a", "red", "right"), ("b", "blue", "left")):
+        made = write_synthetic_clip(clips / f"{name}.mp4", color=color, direction=direction,
+                                    frames=9, fps=16)
+        (clips / f"{name}.txt").write_text(f"a {made.color} {made.shape} moving {direction}")
+    ds = cfg.datasets[0]
+    ds.images, ds.frames, ds.fps = str(clips), frames, 0.0
+    cfg.train.max_steps = cfg.train.eval_every = cfg.validation.every = 2
+    cfg.validation.prompts, cfg.validation.frames = ["a red square moving right"], frames
+    return cfg
+
+
 def add_lora(c, rank: int = 4) -> None:
     """A LoRA on the family's targets with lora_B non-zero, so it changes the output."""
     from peft import LoraConfig

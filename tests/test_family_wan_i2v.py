@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import small_config, train_in_process
+from conftest import train_in_process
+from test_family_wan import two_clip_config
 
 from core.config import save_config
 from core.data.collate import collate
@@ -164,20 +165,8 @@ def test_a_short_run_on_clips_caches_the_condition_trains_and_validates(
         tmp_path: Path, workspace: Path) -> None:
     from safetensors import safe_open
 
-    from core.data.video import write_synthetic_clip
-
-    cfg = small_config(tmp_path, images=1, family="wan")
-    cfg.model.path = "tiny:wan_i2v"
+    cfg = two_clip_config(tmp_path, "tiny:wan_i2v", FRAMES)
     ds = cfg.datasets[0]
-    clips = tmp_path / "clips"
-    clips.mkdir()
-    for name, color, direction in (("a", "red", "right"), ("b", "blue", "left")):
-        made = write_synthetic_clip(clips / f"{name}.mp4", color=color, direction=direction,
-                                    frames=9, fps=16)
-        (clips / f"{name}.txt").write_text(f"a {made.color} {made.shape} moving {direction}")
-    ds.images, ds.frames, ds.fps = str(clips), FRAMES, 0.0
-    cfg.train.max_steps = cfg.train.eval_every = cfg.validation.every = 2
-    cfg.validation.prompts, cfg.validation.frames = ["a red square moving right"], FRAMES
     save_config(cfg, tmp_path / "run.toml")
     assert train_in_process(tmp_path / "run.toml", workspace) == 0
     with safe_open(str(Path(ds.vae_cache) / "a.mp4.safetensors"), "pt") as fh:

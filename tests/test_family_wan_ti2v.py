@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import small_config, train_in_process
-from test_family_wan import PROMPTS, add_lora, batch_of, clip
+from conftest import train_in_process
+from test_family_wan import PROMPTS, add_lora, batch_of, clip, two_clip_config
 
 from core.config import save_config
 from core.models import loading
@@ -209,20 +209,8 @@ def test_a_short_run_on_clips_caches_48_channels_trains_and_validates(
         tmp_path: Path, tiny_workspace: Path) -> None:
     from safetensors import safe_open
 
-    from core.data.video import write_synthetic_clip
-
-    cfg = small_config(tmp_path, images=1, family="wan")
-    cfg.model.path = "tiny:wan_ti2v"
+    cfg = two_clip_config(tmp_path, "tiny:wan_ti2v", 5)
     ds = cfg.datasets[0]
-    clips = tmp_path / "clips"
-    clips.mkdir()
-    for name, color, direction in (("a", "red", "right"), ("b", "blue", "left")):
-        made = write_synthetic_clip(clips / f"{name}.mp4", color=color, direction=direction,
-                                    frames=9, fps=16)
-        (clips / f"{name}.txt").write_text(f"a {made.color} {made.shape} moving {direction}")
-    ds.images, ds.frames, ds.fps = str(clips), 5, 0.0
-    cfg.train.max_steps = cfg.train.eval_every = cfg.validation.every = 2
-    cfg.validation.prompts, cfg.validation.frames = ["a red square moving right"], 5
     save_config(cfg, tmp_path / "run.toml")
     assert train_in_process(tmp_path / "run.toml", tiny_workspace) == 0
     with safe_open(str(Path(ds.vae_cache) / "a.mp4.safetensors"), "pt") as fh:

@@ -167,8 +167,10 @@ def test_a_multi_machine_command_gives_up_after_the_join_timeout(tmp_path: Path)
     assert "--rdzv_conf" not in single.argv and single.join is None and not single.notes
 
 
-def test_machines_rehearsed_on_one_box_share_its_cores(tmp_path: Path):
+def test_machines_rehearsed_on_one_box_share_its_cores(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch):
     cores = os.cpu_count() or 1
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
 
     def threads(ip: str) -> int:
         cfg = config(tmp_path, main_process_ip=ip)
@@ -177,6 +179,12 @@ def test_machines_rehearsed_on_one_box_share_its_cores(tmp_path: Path):
 
     assert threads("10.0.0.1") == cores, "a real machine has its cores to itself"
     assert threads("127.0.0.1") == threads("localhost") == max(1, cores // 2)
+    # A thread count set where the app runs (a batch job, test workers side by side) is
+    # each process's, as OpenMP reads it: accelerate's flag would otherwise override it.
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert threads("10.0.0.1") == threads("127.0.0.1") == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "lots")
+    assert threads("10.0.0.1") == cores, "a value that is not a count is ignored"
 
 
 def test_a_joining_machine_gets_its_own_folder_beside_machine_0s_run(tmp_path: Path):

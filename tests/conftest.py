@@ -29,9 +29,11 @@ if _WORKERS > 1:
 # The files that take longest (measured: `pytest -n 2 --durations=80`, a full run on this
 # 2-core machine), handed out first: with whole files per worker (--dist loadfile), a long
 # file started last would leave the other worker idle while it runs.
-LONGEST_FILES = ("test_demo.py", "test_train.py", "test_machines.py", "test_console.py",
-                 "test_ui_quiet_browser.py", "test_ui_runs_browser.py", "test_ui_api.py",
-                 "test_ui_browser.py", "test_single_file.py", "test_fsdp.py")
+LONGEST_FILES = ("test_machines.py", "test_ui_quiet_browser.py", "test_ui_browser.py",
+                 "test_train.py", "test_ui_runs_browser.py", "test_fsdp.py", "test_demo.py",
+                 "test_single_file.py", "test_ui_api.py", "test_extend.py",
+                 "test_family_folder.py", "test_ui_form_browser.py", "test_cache.py",
+                 "test_console.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

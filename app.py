@@ -59,16 +59,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, own_process: bool = False) -> int:
+    """`own_process`: this is `python app.py` itself, not a caller (a test) in whose
+    process more may run afterwards."""
     args = build_parser().parse_args(argv)
     if args.no_ui:
         from core.headless import run_headless
 
-        return run_headless(args)
+        return run_headless(args, own_process=own_process)
     from ui.serve import serve
 
     return serve(args)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(own_process=True))

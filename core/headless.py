@@ -14,6 +14,7 @@ from core import ops
 from core.check import CheckReport
 from core.config import Config, LaunchConfig
 from core.exits import EXIT_INVALID, EXIT_OK, EXIT_STOPPED
+from core.libraries import skip_libraries, unused_optional_libraries
 from core.models.adapters import LYCORIS_ONLY_NOTE
 from core.presets import is_demo
 from core.runs.folder import RunFolder
@@ -142,11 +143,18 @@ def stage_merge(cfg: Config, workspace: Path) -> int:
     return EXIT_OK
 
 
-def run_headless(args: argparse.Namespace) -> int:
+def run_headless(args: argparse.Namespace, own_process: bool = False) -> int:
+    """`own_process`: the process is app.py's alone (see skip_libraries)."""
     workspace = Path(args.workspace).expanduser().absolute()
     try:
         ops.require_workspace(workspace)
         cfg = ops.load_run_config(args.config, args.preset, args.overrides)
+        if own_process:  # it checks (or merges) this one config, then follows the run
+            # The check's memory estimate builds the model's modules and adds its adapter
+            # with peft, which imports bitsandbytes and torchao whenever they are
+            # installed: 1.4 s of a 6.4 s check on 2 cores, for libraries the run skips.
+            skip_libraries(unused_optional_libraries(cfg.train.optimizer,
+                                                     cfg.model.quantize))
         if is_demo(args.preset) and args.stage != "check":
             for note in ops.prepare_demo(cfg, workspace, new_output=not args.resume):
                 say(note)

@@ -9,10 +9,11 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from conftest import PYTHON, REPO, small_config, train_in_process
 
 from core.config import save_config
-from core.train.startup_clock import unused_optional_libraries
+from core.libraries import unused_optional_libraries
 
 IN_PROCESS_PHASES = ["interpreter", "imports", "accelerator", "model", "caches", "setup",
                      "eval_set", "first_step"]  # "interpreter": here the config read alone
@@ -63,7 +64,7 @@ def test_peft_and_diffusers_work_with_the_unused_libraries_left_out():
     LoRA to a diffusers model, and neither library was imported."""
     code = """
 import sys
-from core.train.startup_clock import skip_libraries, unused_optional_libraries
+from core.libraries import skip_libraries, unused_optional_libraries
 skip_libraries(unused_optional_libraries("adamw", "none"))
 import torch, peft, diffusers
 from diffusers import UNet2DConditionModel
@@ -82,3 +83,28 @@ print(trained, sys.modules.get("bitsandbytes"), sys.modules.get("torchao"))
     trained, bnb, torchao = done.stdout.split()[-3:]
     assert int(trained) > 0
     assert (bnb, torchao) == ("None", "None")
+
+
+@pytest.mark.slow
+def test_the_headless_check_leaves_out_the_libraries_its_config_does_not_use(
+        tmp_path: Path, tiny_workspace: Path):
+    """`app.py --no-ui` checks one config, then follows the run in another process: its
+    memory estimate adds the adapter with peft, which would import bitsandbytes and
+    torchao whenever they are installed. A config that uses bitsandbytes still finds it."""
+    cfg = small_config(tmp_path, images=2)
+    save_config(cfg, tmp_path / "run.toml")
+
+    def loaded(*overrides: str) -> list[str]:
+        """The libraries a real `python app.py --no-ui --stage check` process holds."""
+        argv = ["--no-ui", "--stage", "check", "--config", str(tmp_path / "run.toml"),
+                "--workspace", str(tiny_workspace), *overrides]
+        code = (f"import sys, app\ncode = app.main({argv!r}, own_process=True)\n"
+                "print(sorted(n for n in ('bitsandbytes', 'torchao', 'peft') "
+                "if sys.modules.get(n) is not None))\nsys.exit(code)")
+        done = subprocess.run([PYTHON, "-c", code], cwd=REPO, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return json.loads(done.stdout.splitlines()[-1].replace("'", '"'))
+
+    assert loaded() == ["peft"], "peft counts the adapter; the optional ones stay out"
+    assert loaded("--set", "train.optimizer=adamw8bit") == ["bitsandbytes", "peft"]

@@ -118,13 +118,10 @@ def check_ranks(cfg: Any, accelerator: Any, reporter: Any) -> None:
 def run(args: argparse.Namespace, own_process: bool = False) -> int:
     """Train; `own_process` (the program `accelerate launch` runs, not a test calling
     main in its own process) also leaves out optional libraries the run does not use."""
+    from core.libraries import skip_libraries, unused_optional_libraries
     from core.notices import quiet_library_notices
     from core.startup import load_resolved_config
-    from core.train.startup_clock import (
-        StartupClock,
-        skip_libraries,
-        unused_optional_libraries,
-    )
+    from core.train.startup_clock import StartupClock
 
     clock = StartupClock(own_process)
     quiet_library_notices()  # notices, not problems: keep train.log readable

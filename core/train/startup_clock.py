@@ -19,7 +19,6 @@ bench/startup.py launches the demo a few times and reads these events.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from typing import Any
 
@@ -28,29 +27,6 @@ from core.runs.pids import LAUNCHED_AT_ENV
 # The libraries every training process needs; importing them here, timed, instead of
 # inside whichever function first needs them, keeps "model" the model's load alone.
 HEAVY_MODULES = ("torch", "accelerate", "diffusers", "transformers", "peft")
-
-
-def unused_optional_libraries(optimizer: str, quantize: str) -> list[str]:
-    """Installed libraries a run of this optimizer and quantization does not use, which
-    peft and transformers import anyway whenever they are installed: bitsandbytes (it
-    imports torch's inductor: 0.5 s of a 4 s start-up on the 2-core test machine) serves
-    train.optimizer = adamw8bit and model.quantize = nf4; torchao (0.2 s) serves
-    model.quantize = int8 and fp8."""
-    unused = []
-    if optimizer != "adamw8bit" and quantize != "nf4":
-        unused.append("bitsandbytes")
-    if quantize not in ("int8", "fp8"):
-        unused.append("torchao")
-    return unused
-
-
-def skip_libraries(names: list[str]) -> None:
-    """Make `names` unimportable in this process: libraries that check for a package
-    (importlib.util.find_spec) then see none. Only for a process of its own (the
-    trainer's), never one that may run something else afterwards (tests, the UI)."""
-    for name in names:
-        if name not in sys.modules:
-            sys.modules[name] = None  # type: ignore[assignment]
 
 
 def process_started_at() -> float | None:

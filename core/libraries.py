@@ -1,0 +1,35 @@
+"""Optional libraries a process can leave out: peft and transformers import bitsandbytes
+and torchao whenever they are installed, whether or not the run uses them. The trainer's
+process and the headless CLI's (one config each, nothing else run afterwards) skip the
+ones their config does not use; the UI's process never does.
+
+No imports of torch or of the rest of core: both callers use this before anything heavy.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def unused_optional_libraries(optimizer: str, quantize: str) -> list[str]:
+    """Installed libraries a run of this optimizer and quantization does not use, which
+    peft and transformers import anyway whenever they are installed: bitsandbytes (it
+    imports torch's inductor: 0.5 s of a 4 s start-up on the 2-core test machine) serves
+    train.optimizer = adamw8bit and model.quantize = nf4; torchao (0.2 s) serves
+    model.quantize = int8 and fp8."""
+    unused = []
+    if optimizer != "adamw8bit" and quantize != "nf4":
+        unused.append("bitsandbytes")
+    if quantize not in ("int8", "fp8"):
+        unused.append("torchao")
+    return unused
+
+
+def skip_libraries(names: list[str]) -> None:
+    """Make `names` unimportable in this process: libraries that check for a package
+    (importlib.util.find_spec) then see none. Only for a process of its own (the
+    trainer's, the headless CLI's), never one that may run something else afterwards
+    (tests, the UI)."""
+    for name in names:
+        if name not in sys.modules:
+            sys.modules[name] = None  # type: ignore[assignment]

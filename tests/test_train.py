@@ -129,8 +129,10 @@ def test_same_output_folder_is_refused_with_instructions(demo_run):
 
 
 # Long enough that a stop at step 7 (or a kill after the checkpoint at 5) lands well
-# before the end even on a loaded machine, with steps left to compare after the resume.
-STOP_RUN_STEPS = 30
+# before the end, with steps left to compare after the resume: a tiny step takes about
+# 0.07 s here and status.json is written at most once a second, so a stop asked when
+# status.json says 7 may land past step 25 (it did at 30 steps).
+STOP_RUN_STEPS = 100
 
 
 def _config(tmp: Path, workspace: Path, steps: int, **train) -> tuple[Config, Path]:
@@ -160,11 +162,13 @@ def _wait_for_step(run_dir: Path, step: int, timeout: float = 300) -> None:
 
 
 def test_stop_then_resume_continues_the_same_curve(tmp_path: Path, tiny_workspace: Path):
-    reference_cfg, reference_dir = _config(tmp_path / "a", tiny_workspace, STOP_RUN_STEPS)
+    every = {"checkpoint_every": 50}  # the stop saves its own checkpoint
+    reference_cfg, reference_dir = _config(tmp_path / "a", tiny_workspace, STOP_RUN_STEPS,
+                                           **every)
     assert _start(reference_cfg, tiny_workspace).wait(timeout=600) == "done"
     reference = step_losses(reference_dir)
 
-    cfg, run_dir = _config(tmp_path / "b", tiny_workspace, STOP_RUN_STEPS)
+    cfg, run_dir = _config(tmp_path / "b", tiny_workspace, STOP_RUN_STEPS, **every)
     handle = _start(cfg, tiny_workspace)
     _wait_for_step(run_dir, 7)
     result = handle.stop(grace_s=120)

@@ -14,7 +14,7 @@ from core import ops
 from core.check import CheckReport
 from core.config import Config, LaunchConfig
 from core.exits import EXIT_INVALID, EXIT_OK, EXIT_STOPPED
-from core.libraries import skip_libraries, unused_optional_libraries
+from core.libraries import leave_out_unused_libraries
 from core.models.adapters import LYCORIS_ONLY_NOTE
 from core.presets import is_demo
 from core.runs.folder import RunFolder
@@ -144,7 +144,7 @@ def stage_merge(cfg: Config, workspace: Path) -> int:
 
 
 def run_headless(args: argparse.Namespace, own_process: bool = False) -> int:
-    """`own_process`: the process is app.py's alone (see skip_libraries)."""
+    """`own_process`: the process is app.py's alone (see core/libraries.py)."""
     workspace = Path(args.workspace).expanduser().absolute()
     try:
         ops.require_workspace(workspace)
@@ -153,8 +153,7 @@ def run_headless(args: argparse.Namespace, own_process: bool = False) -> int:
             # The check's memory estimate builds the model's modules and adds its adapter
             # with peft, which imports bitsandbytes and torchao whenever they are
             # installed: 1.4 s of a 6.4 s check on 2 cores, for libraries the run skips.
-            skip_libraries(unused_optional_libraries(cfg.train.optimizer,
-                                                     cfg.model.quantize))
+            leave_out_unused_libraries(cfg.train.optimizer, cfg.model.quantize)
         if is_demo(args.preset) and args.stage != "check":
             for note in ops.prepare_demo(cfg, workspace, new_output=not args.resume):
                 say(note)

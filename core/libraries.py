@@ -33,3 +33,8 @@ def skip_libraries(names: list[str]) -> None:
     for name in names:
         if name not in sys.modules:
             sys.modules[name] = None  # type: ignore[assignment]
+
+
+def leave_out_unused_libraries(optimizer: str, quantize: str) -> None:
+    """skip_libraries of what a run of this optimizer and quantization does not use."""
+    skip_libraries(unused_optional_libraries(optimizer, quantize))

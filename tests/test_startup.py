@@ -99,12 +99,12 @@ def test_the_headless_check_leaves_out_the_libraries_its_config_does_not_use(
         argv = ["--no-ui", "--stage", "check", "--config", str(tmp_path / "run.toml"),
                 "--workspace", str(tiny_workspace), *overrides]
         code = (f"import sys, app\ncode = app.main({argv!r}, own_process=True)\n"
-                "print(sorted(n for n in ('bitsandbytes', 'torchao', 'peft') "
-                "if sys.modules.get(n) is not None))\nsys.exit(code)")
+                "import json\nprint(json.dumps(sorted(n for n in ('bitsandbytes', "
+                "'torchao', 'peft') if sys.modules.get(n) is not None)))\nsys.exit(code)")
         done = subprocess.run([PYTHON, "-c", code], cwd=REPO, capture_output=True,
                               text=True, timeout=300)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        return json.loads(done.stdout.splitlines()[-1].replace("'", '"'))
+        return json.loads(done.stdout.splitlines()[-1])
 
     assert loaded() == ["peft"], "peft counts the adapter; the optional ones stay out"
     assert loaded("--set", "train.optimizer=adamw8bit") == ["bitsandbytes", "peft"]

@@ -118,7 +118,7 @@ def check_ranks(cfg: Any, accelerator: Any, reporter: Any) -> None:
 def run(args: argparse.Namespace, own_process: bool = False) -> int:
     """Train; `own_process` (the program `accelerate launch` runs, not a test calling
     main in its own process) also leaves out optional libraries the run does not use."""
-    from core.libraries import skip_libraries, unused_optional_libraries
+    from core.libraries import leave_out_unused_libraries
     from core.notices import quiet_library_notices
     from core.startup import load_resolved_config
     from core.train.startup_clock import StartupClock
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace, own_process: bool = False) -> int:
     run_dir = Path(cfg.output.dir)
     stop = StopSignal(run_dir).install()
     if own_process:
-        skip_libraries(unused_optional_libraries(cfg.train.optimizer, cfg.model.quantize))
+        leave_out_unused_libraries(cfg.train.optimizer, cfg.model.quantize)
     clock.mark("interpreter")
     clock.import_libraries()
 

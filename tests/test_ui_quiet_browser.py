@@ -8,8 +8,11 @@ One app and one browser for the module; each test opens its own page (a new sess
 
 from __future__ import annotations
 
+import json
+import re
 import statistics
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -49,12 +52,29 @@ def page(app) -> Iterator[object]:
         page.close()
 
 
+def request_name(request) -> str:
+    """A request as a reader of a failure wants it: a queue join names its event's
+    number and trigger (`event_names` turns the number into a name), others their URL."""
+    if "/queue/join" not in request.url:
+        return f"{request.method} {request.url}"
+    body = json.loads(request.post_data or "{}")
+    return f"join event {body.get('fn_index')} (trigger {body.get('trigger_id')})"
+
+
+def event_names(page, lines: list[str]) -> list[str]:
+    """`lines` with each event number followed by its api name, from the app's config."""
+    with urllib.request.urlopen(page.url.rstrip("/") + "/config", timeout=30) as reply:
+        names = [d.get("api_name") for d in json.load(reply)["dependencies"]]
+    return [re.sub(r"event (\d+)", lambda m: f"event {m[1]} {names[int(m[1])]}", line)
+            for line in lines]
+
+
 def requests_per_second(page, seconds: float) -> tuple[float, list[str]]:
-    """The requests the page sends over `seconds` (per second), and their URLs."""
+    """The requests the page sends over `seconds` (per second), and what they are."""
     urls: list[str] = []
 
     def seen(request) -> None:
-        urls.append(f"{request.method} {request.url}")
+        urls.append(request_name(request))
 
     page.on("request", seen)
     t0 = time.monotonic()
@@ -69,18 +89,20 @@ def settle(page, deadline_s: float = 120) -> None:
     10 s stretch with at most one request (an idle tick). A loaded machine takes longer
     than a quiet one, so a fixed wait would count the opening as idle traffic."""
     end = time.monotonic() + deadline_s
+    urls: list[str] = []
     while time.monotonic() < end:
         _, urls = requests_per_second(page, 10)
         if len(urls) <= 4:  # two idle ticks at most, each a join and its reply stream
             return
-    raise AssertionError(f"the page never settled in {deadline_s} s")
+    raise AssertionError(f"the page never settled in {deadline_s} s; its last 10 s:\n"
+                         + "\n".join(event_names(page, urls[:30])))
 
 
 def test_an_idle_page_makes_at_most_a_request_every_few_seconds(page) -> None:
     settle(page)
     rate, urls = requests_per_second(page, IDLE_WINDOW_S)
-    assert rate <= MAX_IDLE_RPS, (f"{rate:.2f} requests/s from an idle page "
-                                  f"(at most {MAX_IDLE_RPS}):\n" + "\n".join(urls[:20]))
+    assert rate <= MAX_IDLE_RPS, (f"{rate:.2f} requests/s from an idle page (at most "
+                                  f"{MAX_IDLE_RPS}):\n" + "\n".join(event_names(page, urls[:20])))
 
 
 def test_a_run_opened_on_an_idle_page_shows_new_log_lines_at_the_fast_pace(app, page) -> None:

@@ -166,3 +166,32 @@ def test_the_dataset_editor_has_the_advanced_keys_and_reads_them_into_the_config
     cfg, problems = form.read(data)
     assert not problems
     assert (cfg.datasets[0].masks, cfg.datasets[0].regularization) == ("masks/shapes", True)
+
+
+def test_the_memory_line_is_made_once_for_pages_asking_at_the_same_time(ctx, monkeypatch):
+    """An opening asks for the line from the page load and from the fill at once (and a
+    second session opens the same preset): one estimate, the others wait and reuse it."""
+    import threading
+
+    import core.ops
+    from ui.tab_train import MemoryLines, memory_view
+
+    made = []
+    real_estimate = core.ops.estimate_memory
+
+    def counted(*args, **kwargs):
+        made.append(threading.get_ident())
+        return real_estimate(*args, **kwargs)
+
+    monkeypatch.setattr(core.ops, "estimate_memory", counted)
+    cfg, lines, texts = load_config(preset_path("demo")), MemoryLines(), []
+    askers = [threading.Thread(target=lambda: texts.append(memory_view(ctx, cfg, lines)))
+              for _ in range(3)]
+    for asker in askers:
+        asker.start()
+    for asker in askers:
+        asker.join()
+    assert len(made) == 1, f"{len(made)} estimates for one config"
+    assert len(set(texts)) == 1 and "GiB of RAM" in texts[0], texts
+    cfg.train.lora_rank = 32
+    assert memory_view(ctx, cfg, lines) != texts[0] and len(made) == 2

@@ -7,7 +7,8 @@ reproduce it (those views and the following are ui/run_views.py's).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 import gradio as gr
@@ -88,11 +89,24 @@ def build(form: Form) -> TrainTab:
 # ---------------------------------------------------------------- events
 
 
-def memory_view(ctx: AppContext, cfg: Config, last: dict[str, Any]) -> str:
-    """The estimate's lines as Markdown. `last` keeps the latest one: the estimate reads
-    the model's configs (seconds for an unbuilt tiny model), and most edits of the form
-    (captions, datasets' folders, validation) do not change it; whether the caches are
-    built is looked up each time (cheap: file headers)."""
+@dataclass
+class MemoryLines:
+    """The latest estimate's Markdown and the key of the config it was made for. The
+    estimate reads the model's configs (seconds for an unbuilt tiny model, more while the
+    first one imports diffusers), and most edits of the form (captions, datasets'
+    folders, validation) do not change it. One lock for every page: an opening fires the
+    estimate from the page load and from the fill at once, and a second session opens
+    the same preset; the later calls wait for the first and reuse its lines instead of
+    making their own beside it."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    key: str | None = None
+    text: str = ""
+
+
+def memory_view(ctx: AppContext, cfg: Config, lines: MemoryLines) -> str:
+    """The estimate's lines as Markdown; whether the caches are built is looked up each
+    time (cheap: file headers)."""
     from core.config import resolved
     from core.ops import caches_complete, estimate_memory
 
@@ -100,11 +114,13 @@ def memory_view(ctx: AppContext, cfg: Config, last: dict[str, Any]) -> str:
     built = caches_complete(full, ctx.workspace)  # built since: no caching phase any more
     key = repr((full.model, full.train, full.launch, [d.resolution for d in full.datasets],
                 built))
-    if last.get("key") != key:
-        estimate = estimate_memory(full, ctx.workspace, caches_built=built)
-        last.update(key=key, text="\n\n".join(
-            _markdown_text(line.strip()) for line in (estimate.lines() if estimate else [])))
-    return last["text"]
+    with lines.lock:
+        if lines.key != key:
+            estimate = estimate_memory(full, ctx.workspace, caches_built=built)
+            lines.text = "\n\n".join(_markdown_text(line.strip())
+                                      for line in (estimate.lines() if estimate else []))
+            lines.key = key
+        return lines.text
 
 
 def queued_view(ctx: AppContext, tab: TrainTab, launched: Any,
@@ -197,10 +213,10 @@ def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: Pace,
         return render.message_html(f"{ctx.relative(f.run_dir)}: {state}",
                                    "ok" if state == "stopped" else "info")
 
-    last: dict[str, Any] = {}
+    lines = MemoryLines()
     fields = [*form.editor.values(), *form.fields.values()]
     memory_event = {
-        "fn": guarded("Memory estimate")(lambda d: memory_view(ctx, form.read(d)[0], last)),
+        "fn": guarded("Memory estimate")(lambda d: memory_view(ctx, form.read(d)[0], lines)),
         "inputs": form.inputs(), "outputs": [tab.memory], "show_progress": "hidden",
         "api_visibility": "private"}
     gr.on([c.change for c in fields], trigger_mode="always_last", **memory_event)

@@ -176,11 +176,14 @@ def test_make_console_picks_by_terminal() -> None:
 # ---------------------------------------------------------------- the real command
 
 STEPS = 20
+# The terminal's line is redrawn at each poll (every 0.5 s): 20 tiny steps can end within
+# two polls on a quiet machine, too few to see it redrawn.
+TERMINAL_STEPS = 60
 
 
-def run_config(tmp: Path) -> Path:
+def run_config(tmp: Path, steps: int = STEPS) -> Path:
     cfg = small_config(tmp, images=6)
-    cfg.train.max_steps = STEPS
+    cfg.train.max_steps = steps
     cfg.train.eval_every = 10
     cfg.train.eval_images = 2
     cfg.train.checkpoint_every = 1000
@@ -245,7 +248,8 @@ def test_headless_run_in_a_terminal_redraws_one_progress_line(
 
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    proc = subprocess.Popen(command(run_config(tmp_path), tiny_workspace), cwd=REPO,
+    proc = subprocess.Popen(command(run_config(tmp_path, TERMINAL_STEPS), tiny_workspace),
+                            cwd=REPO,
                             stdin=subprocess.DEVNULL, stdout=slave, stderr=slave,
                             env=terminal_env())
     os.close(slave)
@@ -263,7 +267,8 @@ def test_headless_run_in_a_terminal_redraws_one_progress_line(
                 proc.wait()
     rows = shown_rows(raw)
     bars = [row for row in rows if PROGRESS.match(row)]
-    assert len(bars) == 1 and bars[0].startswith(f"step {STEPS}/{STEPS} ["), rows
+    assert len(bars) == 1 and bars[0].startswith(
+        f"step {TERMINAL_STEPS}/{TERMINAL_STEPS} ["), rows
     redrawn = set(re.findall(r"\x1b\[Kstep (\d+)/", raw))
     assert len(redrawn) >= 3, "the line is redrawn as the steps go"
     assert any(row.startswith("eval step 10:") for row in rows)

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,61 @@ def uninterrupted(machines: Machines, config: Path) -> Path:
     return run_dir
 
 
+@dataclass
+class Lonely:
+    """Machine 0 alone and machine 1 alone, each on its own port."""
+
+    alone0: subprocess.Popen
+    alone1: subprocess.Popen
+    dir0: Path
+    dir1: Path
+    port0: int
+    port1: int
+    started: float
+
+
+@pytest.fixture(scope="module")
+def lonely(machines: Machines, config: Path) -> Lonely:
+    """Started by the module's first test, so machine 0's minute of waiting for its peer
+    (launch.join_timeout_minutes has a minimum of 1) passes while the two-machine runs
+    train; the module's last test reads its verdict."""
+    port0, port1 = free_port(), free_port()
+    # Outside runs/: the two-machine run checks that it is the only folder there.
+    dir0, dir1 = machines.workspace / "lonely/alone0", machines.workspace / "lonely/alone1"
+    machines.watch(dir0)
+    machines.watch(dir1)
+    started = time.monotonic()
+    alone0 = machines.start(config, 0, port0, f"output.dir={dir0}",
+                            "launch.join_timeout_minutes=1")
+    # Machine 1 is stopped by Ctrl-C, not by its own timeout (that is test_agreement's):
+    # a long one keeps a slow start under a loaded machine from giving up first.
+    alone1 = machines.start(config, 1, port1, f"output.dir={dir1}",
+                            "launch.join_timeout_minutes=5")
+    return Lonely(alone0, alone1, dir0, dir1, port0, port1, started)
+
+
+def test_a_waiting_machine_says_whom_it_waits_for_and_ctrl_c_ends_it(
+        machines: Machines, lonely: Lonely):
+    """Each lonely machine's log says whom it waits for; Ctrl-C ends a waiting machine
+    (within the stop grace), its run stopped."""
+    logs = {RunFolder(lonely.dir0).log:
+            f"waiting for 1 other machine to join at 127.0.0.1:{lonely.port0}",
+            RunFolder(lonely.dir1).machine(1).log:
+            f"joining machine 0 at 127.0.0.1:{lonely.port1}"}
+    deadline = time.monotonic() + 50
+    while not all(log.exists() and line in log.read_text() for log, line in logs.items()):
+        assert time.monotonic() < deadline, "a waiting machine must say whom it waits for"
+        time.sleep(0.2)
+
+    lonely.alone1.send_signal(signal.SIGINT)
+    # app.py gives a Ctrl-C'd run up to FOLLOW_GRACE_S to end; a launcher blocked in the
+    # rendezvous may use it all (seen in full-suite runs: the stop then kills it, and the
+    # kill and the status write take their time), so wait well past that grace. Machine 0
+    # is not affected by it: its verdict (the module's last test) is its own join timeout.
+    assert machines.finish(lonely.alone1, timeout=FOLLOW_GRACE_S + 90) == [130]
+    assert read_status(RunFolder(lonely.dir1).machine(1).root).state == "stopped"
+
+
 def test_two_machines_train_one_run(machines: Machines, uninterrupted: Path):
     run_dir = uninterrupted
     status = read_status(run_dir)
@@ -214,52 +270,6 @@ def test_two_machines_stop_mid_epoch_and_resume_the_same_curve(
         assert losses[step] == pytest.approx(reference[step], rel=1e-3, abs=1e-4), step
 
 
-def test_a_machine_waits_for_its_peers_then_gives_up(machines: Machines, config: Path):
-    """Machine 0 alone and machine 1 alone (each on its own port): each log says whom it
-    waits for; Ctrl-C ends a waiting machine (within the stop grace); after
-    launch.join_timeout_minutes
-    machine 0 gives up, its run failed with a message saying why (machine 1's message on
-    giving up is tested in test_agreement.py)."""
-    port0, port1 = free_port(), free_port()
-    dir0, dir1 = machines.workspace / "runs/alone0", machines.workspace / "runs/alone1"
-    machines.watch(dir0)
-    machines.watch(dir1)
-    started = time.monotonic()
-    alone0 = machines.start(config, 0, port0, f"output.dir={dir0}",
-                            "launch.join_timeout_minutes=1")
-    # Machine 1 is stopped by Ctrl-C, not by its own timeout (that is test_agreement's):
-    # a long one keeps a slow start under a loaded machine from giving up first.
-    alone1 = machines.start(config, 1, port1, f"output.dir={dir1}",
-                            "launch.join_timeout_minutes=5")
-    logs = {RunFolder(dir0).log: f"waiting for 1 other machine to join at 127.0.0.1:{port0}",
-            RunFolder(dir1).machine(1).log: f"joining machine 0 at 127.0.0.1:{port1}"}
-    deadline = time.monotonic() + 50
-    while not all(log.exists() and line in log.read_text() for log, line in logs.items()):
-        assert time.monotonic() < deadline, "a waiting machine must say whom it waits for"
-        time.sleep(0.2)
-
-    alone1.send_signal(signal.SIGINT)
-    # app.py gives a Ctrl-C'd run up to FOLLOW_GRACE_S to end; a launcher blocked in the
-    # rendezvous may use it all (seen in full-suite runs: the stop then kills it, and the
-    # kill and the status write take their time), so wait well past that grace. Machine 0
-    # is not affected by it: its verdict below is its own join timeout.
-    assert machines.finish(alone1, timeout=FOLLOW_GRACE_S + 90) == [130]
-    assert read_status(RunFolder(dir1).machine(1).root).state == "stopped"
-
-    assert machines.finish(alone0, timeout=300) == [1]
-    assert time.monotonic() - started >= 60
-    status = read_status(dir0)
-    assert status.state == "failed"
-    assert status.reason.startswith("the other machines did not join within 1 minute "
-                                    "(launch.join_timeout_minutes): machine 0 waited for 1 "
-                                    f"more at 127.0.0.1:{port0}.")
-    printed = machines.output(alone0)  # the terminal shows the wait and the verdict
-    assert f"waiting for 1 other machine to join at 127.0.0.1:{port0}" in printed
-    assert "error: the other machines did not join" in printed
-    errors = [e for e in events(dir0) if e["type"] == "error"]
-    assert errors and "did not join" in errors[-1]["message"]
-
-
 def test_machines_that_disagree_stop_naming_the_machine(machines: Machines, config: Path):
     """Machine 1 writes elsewhere (it cannot see the run folder), or runs another config:
     every machine stops at start, each with a message naming machine 1 and the key."""
@@ -285,3 +295,20 @@ def test_machines_that_disagree_stop_naming_the_machine(machines: Machines, conf
     for reason in other_reasons:
         assert "rank 1 (machine 1): datasets.1.repeats is 3 there but 1 on rank 0" in reason
     assert not RunFolder(other_dir).checkpoints.exists(), "nothing trained"
+
+
+def test_a_machine_alone_gives_up_after_its_join_timeout(machines: Machines, lonely: Lonely):
+    """After launch.join_timeout_minutes machine 0 gives up, its run failed with a message
+    saying why (machine 1's message on giving up is tested in test_agreement.py)."""
+    assert machines.finish(lonely.alone0, timeout=300) == [1]
+    assert time.monotonic() - lonely.started >= 60
+    status = read_status(lonely.dir0)
+    assert status.state == "failed"
+    assert status.reason.startswith("the other machines did not join within 1 minute "
+                                    "(launch.join_timeout_minutes): machine 0 waited for 1 "
+                                    f"more at 127.0.0.1:{lonely.port0}.")
+    printed = machines.output(lonely.alone0)  # the terminal shows the wait and the verdict
+    assert f"waiting for 1 other machine to join at 127.0.0.1:{lonely.port0}" in printed
+    assert "error: the other machines did not join" in printed
+    errors = [e for e in events(lonely.dir0) if e["type"] == "error"]
+    assert errors and "did not join" in errors[-1]["message"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -78,14 +77,14 @@ def test_unreadable_subfolder_is_reported(tmp_path: Path):
         (tmp_path / "locked").chmod(0o755)
 
 
-def test_scanning_thousands_of_files_is_fast(tmp_path: Path):
+def test_scanning_thousands_of_files_lists_them_without_opening_them(tmp_path: Path):
+    """Every file is empty, so a scan that opened one (to read a header) would drop it:
+    listing is by name only, and its speed is bench/scan.py's to measure."""
     for d in range(20):
         folder = tmp_path / f"d{d:02d}"
         folder.mkdir()
         for i in range(250):
             (folder / f"{i:04d}.png").touch()
-    start = time.perf_counter()
     found = scan_images(tmp_path)
-    elapsed = time.perf_counter() - start
     assert len(found) == 5000
-    assert elapsed < 3.0, f"scanning 5000 files took {elapsed:.2f} s"
+    assert found[0] == tmp_path / "d00/0000.png" and found[-1] == tmp_path / "d19/0249.png"

@@ -104,10 +104,10 @@ def requests_per_second(page, seconds: float) -> tuple[float, list[str]]:
 def settle(page, deadline_s: float = 240) -> None:
     """Wait until the opening's events (fill, check, preview, memory line) are done: a
     10 s stretch with at most one request (an idle tick). A loaded machine takes longer
-    than a quiet one, so a fixed wait would count the opening as idle traffic. The
-    module's first page also waits for the server's first imports of diffusers (the
-    memory line), beside the suite's heaviest file (test_machines) on the other worker:
-    CI once saw it busy for over 120 s; its requests now say what kept it busy."""
+    than a quiet one, so a fixed wait would count the opening as idle traffic. CI once
+    saw the server's first opening (its first imports of diffusers, for the memory
+    line, beside test_machines on the other worker) busy for over 120 s; the idle page
+    is that first opening, measured last, and a failure lists what kept it busy."""
     end = time.monotonic() + deadline_s
     urls: list[str] = []
     while time.monotonic() < end:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -221,6 +222,26 @@ def app_in_process(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     finally:
         os.chdir(previous)
     return subprocess.CompletedProcess(["app.py", *args], code, out.getvalue(), err.getvalue())
+
+
+LOADED_MARK = "modules loaded at exit: "
+
+
+def app_and_loaded_modules(*args: str, modules: tuple[str, ...], timeout: float = 300
+                           ) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """`python app.py <args>` in a process of its own, as a terminal runs it, and which of
+    `modules` it had imported when it ended (one left out by core/libraries.py does not
+    count), in the order given."""
+    code = ("import json, runpy, sys\n"
+            f"sys.argv = ['app.py', *{list(args)!r}]\n"
+            "try:\n    runpy.run_path('app.py', run_name='__main__')\n"
+            f"finally:\n    print({LOADED_MARK!r} + json.dumps([m for m in {list(modules)!r}"
+            " if sys.modules.get(m) is not None]), file=sys.stderr)\n")
+    done = subprocess.run([PYTHON, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+    marks = [line for line in done.stderr.splitlines() if line.startswith(LOADED_MARK)]
+    assert marks, done.stdout[-3000:] + done.stderr[-3000:]
+    return done, json.loads(marks[-1][len(LOADED_MARK):])
 
 
 def check_in_process(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, REPO, check_in_process, write_shapes
+from conftest import PYTHON, REPO, app_and_loaded_modules, check_in_process, write_shapes
 
 from core.config import Config, DatasetConfig, save_config
 
@@ -35,13 +35,9 @@ def test_help_lists_every_flag_of_the_contract_without_heavy_imports():
     # Every family the registry knows, not a hand-kept subset of them.
     missing = set(list_families()) - set(re.findall(r"\w+", done.stdout))
     assert not missing, f"--help leaves out {sorted(missing)}"
-    probe = subprocess.run(
-        [PYTHON, "-c", "import sys, app\n"
-                       "try:\n    app.main(['--help'])\nexcept SystemExit:\n    pass\n"
-                       "heavy = [m for m in ('torch', 'gradio', 'diffusers', 'transformers')"
-                       " if m in sys.modules]\nprint('HEAVY', heavy)"],
-        cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert "HEAVY []" in probe.stdout, probe.stdout + probe.stderr
+    _, heavy = app_and_loaded_modules(
+        "--help", modules=("torch", "gradio", "diffusers", "transformers"), timeout=60)
+    assert heavy == [], heavy
 
 
 def layout(tmp: Path) -> Path:

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, REPO, small_config, train_in_process
+from conftest import PYTHON, REPO, app_and_loaded_modules, small_config, train_in_process
 
 from core.config import save_config
 from core.libraries import unused_optional_libraries
@@ -96,15 +96,12 @@ def test_the_headless_check_leaves_out_the_libraries_its_config_does_not_use(
 
     def loaded(*overrides: str) -> list[str]:
         """The libraries a real `python app.py --no-ui --stage check` process holds."""
-        argv = ["--no-ui", "--stage", "check", "--config", str(tmp_path / "run.toml"),
-                "--workspace", str(tiny_workspace), *overrides]
-        code = (f"import sys, app\ncode = app.main({argv!r}, own_process=True)\n"
-                "import json\nprint(json.dumps(sorted(n for n in ('bitsandbytes', "
-                "'torchao', 'peft') if sys.modules.get(n) is not None)))\nsys.exit(code)")
-        done = subprocess.run([PYTHON, "-c", code], cwd=REPO, capture_output=True,
-                              text=True, timeout=300)
+        done, modules = app_and_loaded_modules(
+            "--no-ui", "--stage", "check", "--config", str(tmp_path / "run.toml"),
+            "--workspace", str(tiny_workspace), *overrides,
+            modules=("bitsandbytes", "peft", "torchao"))
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        return json.loads(done.stdout.splitlines()[-1])
+        return modules
 
     assert loaded() == ["peft"], "peft counts the adapter; the optional ones stay out"
     assert loaded("--set", "train.optimizer=adamw8bit") == ["bitsandbytes", "peft"]

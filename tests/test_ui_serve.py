@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, REPO
+from conftest import PYTHON, REPO, app_and_loaded_modules
 from test_ui_support import free_port, running_app
 
 from ui.serve import AuthError, collect_auth, read_auth_file, refusal
@@ -22,24 +22,16 @@ def args(*argv: str) -> argparse.Namespace:
     return build_parser().parse_args(list(argv))
 
 
-# app.py as `python app.py` runs it, then whether it had imported gradio when it ended.
-RUN_APP_THEN_REPORT_GRADIO = (
-    "import runpy, sys\n"
-    "try:\n    runpy.run_path('app.py', run_name='__main__')\n"
-    "finally:\n    print('gradio imported:', 'gradio' in sys.modules, file=sys.stderr)\n")
-
-
 @pytest.mark.parametrize("flag", ["--share", "--listen"])
 def test_public_serving_without_a_login_refuses_and_says_how_to_add_one(tmp_path, flag):
-    done = subprocess.run([PYTHON, "-c", RUN_APP_THEN_REPORT_GRADIO, flag, "--workspace",
-                           str(tmp_path / "ws")],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    done, loaded = app_and_loaded_modules(flag, "--workspace", str(tmp_path / "ws"),
+                                          modules=("gradio",), timeout=60)
     assert done.returncode == 2
     assert "refusing to start" in done.stderr
     for hint in ("--auth user:pass", "--auth-file FILE", "--no-auth"):
         assert hint in done.stderr
     # The refusal comes at once: before the seconds gradio takes to import.
-    assert "gradio imported: False" in done.stderr, done.stderr[-2000:]
+    assert loaded == [], done.stderr[-2000:]
 
 
 def test_a_login_or_no_auth_lifts_the_refusal_and_localhost_needs_none(tmp_path):

@@ -137,7 +137,7 @@ def add_lora(c, rank: int = 4, alpha: int = 8) -> None:
 
 
 def generate(pipe, texts) -> torch.Tensor:
-    out = pipe(**texts.pipeline_inputs(0), num_inference_steps=2, height=64, width=64,
+    out = pipe(**texts.pipeline_inputs(0, "cpu"), num_inference_steps=2, height=64, width=64,
                guidance_scale=4.0, output_type="np", generator=torch.Generator().manual_seed(0))
     return torch.from_numpy(out.images[0])
 
@@ -161,7 +161,7 @@ def test_lora_backpropagates_saves_and_reloads_in_chroma_pipeline(folder, tmp_pa
     texts = encode_validation_prompts(CHROMA, trained,
                                       ValidationConfig(prompts=["a red circle"]))
     assert texts is not None
-    assert texts.pipeline_inputs(0)["prompt_attention_mask"].dtype == torch.bool
+    assert texts.pipeline_inputs(0, "cpu")["prompt_attention_mask"].dtype == torch.bool
     with torch.no_grad():
         want = generate(CHROMA.validation_pipeline(trained), texts)
     fresh = CHROMA.load(str(folder))

@@ -45,18 +45,26 @@ class ValidationTexts:
     # negative per prompt, used in place of `negative`.
     negatives: list[dict[str, Any]] | None = None
 
-    def pipeline_inputs(self, index: int) -> dict[str, Any]:
-        """Keyword arguments of a pipeline call for prompt `index` (a batch of one)."""
+    def pipeline_inputs(self, index: int, device: Any) -> dict[str, Any]:
+        """Keyword arguments of a pipeline call for prompt `index` (a batch of one), on
+        `device`: the pipelines that take embeddings (Flux's, SD3's, ...) use them where
+        they are given, so embeddings left on the CPU meet a denoiser on the GPU."""
         out = {}
         negative = self.negatives[index] if self.negatives else self.negative
+        if self.as_list:
+            def wrap(t: Any) -> Any:
+                return [t.to(device)]
+        else:
+            def wrap(t: Any) -> Any:
+                return t.unsqueeze(0).to(device)
         for key in _TEXT_KEYS:
             if key in self.prompts[index]:
-                wrap = (lambda t: [t]) if self.as_list else (lambda t: t.unsqueeze(0))
                 out[key] = wrap(self.prompts[index][key])
                 out[f"negative_{key}"] = wrap(negative[key])
         if self.mask_kwarg:
-            out[self.mask_kwarg] = self.prompts[index]["prompt_mask"].unsqueeze(0)
-            out[f"negative_{self.mask_kwarg}"] = negative["prompt_mask"].unsqueeze(0)
+            out[self.mask_kwarg] = self.prompts[index]["prompt_mask"].unsqueeze(0).to(device)
+            out[f"negative_{self.mask_kwarg}"] = (
+                negative["prompt_mask"].unsqueeze(0).to(device))
         return out
 
 
@@ -115,7 +123,8 @@ def generate_validation_images(family: ModelFamily, components: Components,
     controls = control_images(family, cfg)
     try:
         with plain_forward(unwrap(components.denoiser)):
-            return [_one_image(pipe, cfg, texts, index, folder, frames,
+            return [_one_image(pipe, cfg, texts.pipeline_inputs(index, device), index,
+                               folder, frames,
                                family.validation_image_kwargs(controls[index],
                                                             cfg.resolution)
                                if controls else {})
@@ -124,16 +133,17 @@ def generate_validation_images(family: ModelFamily, components: Components,
         vae.to(home)
 
 
-def _one_image(pipe: Any, cfg: ValidationConfig, texts: ValidationTexts, index: int,
+def _one_image(pipe: Any, cfg: ValidationConfig, text_inputs: dict[str, Any], index: int,
                folder: Path, frames: int = 0, image: dict[str, Any] | None = None) -> Path:
-    """Prompt `index`'s image (a video family's: `frames` frames, 0 for none; an edit
-    family's: an edit of the control images in `image`, the pipeline's kwargs)."""
+    """Prompt `index`'s image from its encoded prompt, `text_inputs` (a video family's:
+    `frames` frames, 0 for none; an edit family's: an edit of the control images in
+    `image`, the pipeline's kwargs)."""
     import torch
 
     generator = torch.Generator(device="cpu").manual_seed(cfg.seed + index)
     video = {"num_frames": frames} if frames else {}
     with torch.no_grad():
-        out = pipe(**texts.pipeline_inputs(index), num_inference_steps=cfg.steps,
+        out = pipe(**text_inputs, num_inference_steps=cfg.steps,
                    guidance_scale=cfg.guidance_scale, height=cfg.resolution,
                    width=cfg.resolution, generator=generator, **video, **(image or {}))
     image = out.images[0]

@@ -54,9 +54,10 @@ def load_for_caching(config: Path, workspace: Path
     from accelerate import PartialState
 
     from core.models.loading import resolve_dtype
-    from core.models.modules import move_encoders
+    from core.models.modules import avoid_cudnn_attention, move_encoders
     from core.startup import load_model, load_resolved_config, process_group
 
+    avoid_cudnn_attention()
     cfg = load_resolved_config(config, workspace)
     if cfg is None:
         return None

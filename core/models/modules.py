@@ -50,6 +50,21 @@ def release_device_memory(device: Any) -> None:
         torch.cuda.empty_cache()
 
 
+def avoid_cudnn_attention() -> None:
+    """Take cuDNN out of the kernels scaled_dot_product_attention picks from, for this
+    process: flash and memory-efficient attention (then the plain maths) take over.
+
+    Since torch 2.11 cuDNN is the first choice on Hopper and Blackwell (SM 9.0, 10.x), and
+    its masked attention fails in training: on an H200 (torch 2.11, cu130) Chroma's first
+    backward stopped with `mha_graph.execute(...).is_good()`, an illegal memory access
+    without CUDA_LAUNCH_BLOCKING. Upstream reports the same error (pytorch#122695), NaN
+    query gradients with a mask (#196678) and masks of another dtype misread (#191612).
+    Chroma, and Qwen-Image for batches of unequal captions, give their denoiser a mask."""
+    import torch
+
+    torch.backends.cuda.enable_cudnn_sdp(False)
+
+
 @contextlib.contextmanager
 def plain_forward(model: Any) -> Iterator[None]:
     """Run `model` without the forward accelerate patched into it for mixed precision

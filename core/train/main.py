@@ -135,6 +135,9 @@ def run(args: argparse.Namespace, own_process: bool = False) -> int:
         leave_out_unused_libraries(cfg.train.optimizer, cfg.model.quantize)
     clock.mark("interpreter")
     clock.import_libraries()
+    from core.models.modules import avoid_cudnn_attention
+
+    avoid_cudnn_attention()
 
     from accelerate.utils import set_seed
 

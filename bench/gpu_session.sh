@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# GPU checks in one command, for a machine whose own python3 holds a CUDA torch:
+#
+#   bash bench/gpu_session.sh env       versions, torchao int8/fp8 on the GPU, the demo
+#   bash bench/gpu_session.sh memory    bench/gpu_memory.py on FAMILIES (sd15,sdxl,flux)
+#   bash bench/gpu_session.sh env memory
+#
+# Settings (environment): PY (python3), FAMILIES, MEMORY_S (500: the whole memory
+# stage), CASE_S (200: one family's run), FP8_S (unset: also Flux with an fp8 base, in
+# that many seconds), OUT (/tmp/gpu-out: the log and the result files).
+#
+# A machine without a registry gets the packages its python lacks as wheels in .whl/:
+# `pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
+# manylinux_2_28_x86_64 -d .whl diffusers==... transformers==... peft==... torchao==...
+# pytorch_optimizer==... tomli_w==...` (the versions requirements.txt pins); they are
+# installed under /tmp/site and put first on PYTHONPATH. 2026-11-26 on an H200:
+# docs/memory.md.
+set -u
+OUT=${OUT:-/tmp/gpu-out}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/session.log") 2>&1
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+PY=${PY:-python3}
+
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+
+stage_env() {
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  timeout 120 "$PY" - <<'EOF'
+import time
+from importlib.metadata import version
+import torch
+print("python", __import__("sys").version.split()[0], "| torch", torch.__version__,
+      "| cuda", torch.cuda.is_available(), torch.cuda.get_device_name(0))
+for name in ("diffusers", "transformers", "accelerate", "peft", "torchao", "safetensors",
+             "tokenizers", "huggingface_hub", "pillow"):
+    try:
+        print(f"  {name} {version(name)}")
+    except Exception as exc:
+        print(f"  {name}: {exc}")
+import core.train.main, core.models.quantize  # noqa: F401  (import check)
+print('core imports ok')
+EOF
+  timeout 120 "$PY" - <<'EOF'
+import copy
+import torch
+from torch import nn
+from core.models.quantize import quantize_frozen, quantized_layers
+dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+for scheme in ("int8", "fp8"):
+    layer = nn.Sequential(nn.Linear(256, 256)).to(torch.bfloat16)
+    x = torch.randn(4, 256, device=dev, dtype=torch.bfloat16)
+    want = copy.deepcopy(layer).to(dev)(x)
+    try:
+        quantize_frozen(layer, scheme, dev)
+        got = layer(x)
+        err = ((got - want).abs().max() / want.abs().max()).item()
+        print(f"quantize {scheme} on {dev}: ok, relative error {err:.4f}, "
+              f"{quantized_layers(layer)}")
+    except Exception as exc:
+        print(f"quantize {scheme} on {dev}: FAILED {type(exc).__name__}: {exc}")
+EOF
+  local ws=/tmp/ws-demo start=$SECONDS
+  rm -rf "$ws"
+  timeout 240 "$PY" app.py --no-ui --preset demo --workspace "$ws"
+  echo "demo exit $? in $((SECONDS - start)) s"
+  cp "$ws/runs/demo/validation/grid.png" "$OUT/demo-grid.png" 2>/dev/null
+  cp "$ws/runs/demo/events.jsonl" "$OUT/demo-events.jsonl" 2>/dev/null
+  tail -n 30 "$ws/runs/demo/train.log" > "$OUT/demo-train-tail.log" 2>/dev/null
+}
+
+stage_memory() {
+  local ws=/tmp/ws-memory
+  timeout "${MEMORY_S:-500}" "$PY" bench/gpu_memory.py --families "${FAMILIES:-sd15,sdxl,flux}" \
+    --steps 10 --timeout "${CASE_S:-200}" --workspace "$ws" --out "$OUT/gpu_memory.json"
+  echo "gpu_memory exit $?"
+  if [ -n "${FP8_S:-}" ]; then
+    timeout "$FP8_S" "$PY" bench/gpu_memory.py --families flux --quantize fp8 --steps 10 \
+      --timeout "$FP8_S" --workspace "$ws" --out "$OUT/gpu_memory_fp8.json"
+    echo "gpu_memory fp8 exit $?"
+  fi
+}
+
+for stage in "$@"; do
+  echo "=== $stage $(date -u +%T)"
+  "stage_$stage"
+done
+echo "=== done $(date -u +%T)"

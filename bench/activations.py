@@ -1,7 +1,7 @@
 """Benchmark: activation memory of one LoRA training step, measured with fake tensors,
 against the formula `--stage check` prints (core/models/memory_activations.py).
 
-    python bench/activations.py [--families sd15,sdxl,sd3,flux] [--quick]
+    python bench/activations.py [--families sd15,sdxl,sd3,flux] [--quick] [--eval-batch N]
 
 No GPU and no real memory: each denoiser is built from its config on the meta device
 (the full-size configs of core/models/families/<family>/full_size/), given the trainer's LoRA
@@ -204,20 +204,29 @@ def step_inputs(family: str, config: dict[str, Any], latent: int, batch: int,
     return noisy, kwargs
 
 
-def train_step(family: str, model: Any, latent: int, batch: int) -> None:
-    """Forward under (emulated) CUDA autocast, the fp32 MSE loss, backward: what
-    core/train/loop.py micro_step does, less the optimizer."""
+def forward(family: str, model: Any, latent: int, batch: int) -> torch.Tensor:
+    """The denoiser's forward under (emulated) CUDA autocast, as `predict` calls it."""
     config = dict(model.config)
     noisy, kwargs = step_inputs(family, config, latent, batch, torch.bfloat16)
     with CudaAutocast():
         if family == "flux":
-            out = model(**kwargs, return_dict=False)[0]
-        else:
-            first = "sample" if "unet" in type(model).__name__.lower() else "hidden_states"
-            out = model(**{first: noisy}, **kwargs, return_dict=False)[0]
-    target = torch.randn(out.shape)
-    loss = F.mse_loss(out.float(), target)
+            return model(**kwargs, return_dict=False)[0]
+        first = "sample" if "unet" in type(model).__name__.lower() else "hidden_states"
+        return model(**{first: noisy}, **kwargs, return_dict=False)[0]
+
+
+def train_step(family: str, model: Any, latent: int, batch: int) -> None:
+    """Forward, the fp32 MSE loss, backward: what core/train/loop.py micro_step does,
+    less the optimizer."""
+    out = forward(family, model, latent, batch)
+    loss = F.mse_loss(out.float(), torch.randn(out.shape))
     loss.backward()
+
+
+def eval_step(family: str, model: Any, latent: int, batch: int) -> None:
+    """A forward without gradients: what core/train/evaluation.py scores a batch with."""
+    with torch.no_grad():
+        forward(family, model, latent, batch)
 
 
 def frozen_aware_tracker() -> Any:
@@ -259,8 +268,9 @@ class Measured:
 
 
 def measure(family: str, folder: Path, resolution: int, batch: int,
-            checkpointing: bool) -> Measured:
-    """Activation peak of one LoRA training step at `resolution` px, `batch` images."""
+            checkpointing: bool, step: Any = train_step) -> Measured:
+    """Activation peak of one LoRA training step (or `step`: eval_step) at `resolution`
+    px, `batch` images."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     start = time.perf_counter()
@@ -270,7 +280,7 @@ def measure(family: str, folder: Path, resolution: int, batch: int,
         tracker = frozen_aware_tracker()
         tracker.track_external(model)
         with tracker:
-            train_step(family, model, resolution // latent_scale(folder), batch)
+            step(family, model, resolution // latent_scale(folder), batch)
         snap = tracker.get_tracker_snapshot("peak")
     (device_snap,) = snap.values()
     apart = sum(device_snap.get(k, 0) for k in ("Parameter", "Buffer", "Gradient"))
@@ -318,11 +328,30 @@ def cases(family: str, quick: bool) -> list[tuple[int, int, bool]]:
     return out
 
 
+def compare_eval(families: list[str], eval_batch: int) -> None:
+    """The eval's forward without gradients against the training step it follows."""
+    print(f"{'family':6} {'res':>5} {'train b1 ckpt':>13} {f'eval b{eval_batch}':>9}")
+    for family in families:
+        folder = model_folder(family, None)
+        for resolution in (512, 1024):
+            train = measure(family, folder, resolution, 1, True).activations
+            evaluation = measure(family, folder, resolution, eval_batch, True,
+                                 eval_step).activations
+            print(f"{family:6} {resolution:5} {train / GIB:13.2f} {evaluation / GIB:9.2f}",
+                  flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--quick", action="store_true", help="batch 1 only")
+    parser.add_argument("--eval-batch", type=int, default=0, metavar="N",
+                        help="instead: an eval forward (no gradients) of N images beside "
+                             "the training step of 1, at 512 and 1024 px")
     args = parser.parse_args()
+    if args.eval_batch:
+        compare_eval(args.families.split(","), args.eval_batch)
+        return
     print(f"torch {torch.__version__}; fake CPU tensors, CUDA autocast rules, bf16 base, "
           f"LoRA rank {LORA_RANK} (attention)")
     print(f"{'family':6} {'res':>5} {'batch':>5} {'ckpt':>4} {'measured':>9} "

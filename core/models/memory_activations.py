@@ -74,8 +74,11 @@ BACKWARD_BLOCKS = 1.5
 # ---------------------------------------------------------------- caching phase (inference)
 
 # VAE encoder: full-resolution tensors at its first width alive at once (input, norm,
-# activation, convolution output).
-VAE_ENCODE_UNITS = 4.0
+# activation, convolution output), measured. Fake tensors (bench/activations.py's
+# machinery) hold 5.0 for the SD1.5, SDXL and Flux VAEs at 512 and 1024 px. On an H200
+# the cache build held 6.1 (SD1.5, 512 px, batch 4, fp32) and 6.1 (SDXL, 1024 px,
+# batch 4, bf16) beside its encoders: CUDA's convolution workspaces come on top.
+VAE_ENCODE_UNITS = 6.0
 # Text encoder layer: feed-forward tensors at the intermediate width alive at once.
 TEXT_FF_UNITS = 3.0
 # Attention scores and their softmax, for encoders that run eager attention (T5's bias).

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import warnings
 from collections.abc import Iterator
 
 # Loggers whose import-time notices (torchao's CUDA extensions, torch about torchao's
@@ -32,6 +33,12 @@ ADVISORIES = (
 )
 
 
+# Deprecations the libraries warn about in their own code, not in this tool's (by the
+# start of the message): diffusers' Chroma transformer builds the FluxPosEmbed that
+# diffusers itself has deprecated, on every Chroma load and check.
+LIBRARY_DEPRECATIONS = ("`FluxPosEmbed` is deprecated",)
+
+
 class _DropMessage(logging.Filter):
     def __init__(self, text: str) -> None:
         super().__init__()
@@ -42,8 +49,10 @@ class _DropMessage(logging.Filter):
 
 
 def drop_library_advisories() -> None:
-    """Filter the ADVISORIES out for the rest of the process (once per logger, however
-    often called)."""
+    """Filter the ADVISORIES and the LIBRARY_DEPRECATIONS out for the rest of the process
+    (once per logger, however often called)."""
+    for message in LIBRARY_DEPRECATIONS:
+        warnings.filterwarnings("ignore", message=message, category=FutureWarning)
     for name, text in ADVISORIES:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropMessage) and f.text == text for f in logger.filters):

@@ -80,21 +80,31 @@ def test_library_advisories_are_dropped_and_other_warnings_kept():
     assert len(logging.getLogger(names[0]).filters) == 1
 
 
-def test_bitsandbytes_import_notice_is_dropped():
+def test_library_notices_are_dropped_in_a_fresh_process():
     """bitsandbytes (requirements.txt) logs at import, on CPUs with AVX-512 BF16, that an
-    optional hub kernel is missing; the launched programs import it through diffusers."""
+    optional hub kernel is missing; the launched programs import it through diffusers.
+    diffusers' Chroma transformer builds a FluxPosEmbed that diffusers deprecates: every
+    Chroma check and run printed a FutureWarning about diffusers' own code."""
     import subprocess
     import sys
 
     code = ("from core.notices import quiet_library_notices\n"
             "quiet_library_notices()\n"
-            "import logging\n"
+            "import logging, warnings\n"
             "logging.getLogger('bitsandbytes.backends.cpu.ops').warning("
             "'Failed to load CPU gemm_4bit_forward from kernels-community: x')\n"
             "logging.getLogger('bitsandbytes.backends.cpu.ops').warning('kept')\n"
-            "import bitsandbytes\n")
+            "import bitsandbytes\n"
+            "from diffusers.models.transformers.transformer_chroma import "
+            "ChromaTransformer2DModel\n"
+            "ChromaTransformer2DModel(num_layers=1, num_single_layers=1, attention_head_dim=8,"
+            " num_attention_heads=2, axes_dims_rope=(2, 2, 4), joint_attention_dim=16,"
+            " approximator_num_channels=8, approximator_hidden_dim=16)\n"
+            "warnings.warn('another FutureWarning', FutureWarning)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0, done.stderr
     assert "Failed to load CPU gemm_4bit_forward" not in done.stderr
     assert "kept" in done.stderr
+    assert "FluxPosEmbed" not in done.stderr
+    assert "another FutureWarning" in done.stderr

@@ -51,12 +51,10 @@ class ValidationTexts:
         they are given, so embeddings left on the CPU meet a denoiser on the GPU."""
         out = {}
         negative = self.negatives[index] if self.negatives else self.negative
-        if self.as_list:
-            def wrap(t: Any) -> Any:
-                return [t.to(device)]
-        else:
-            def wrap(t: Any) -> Any:
-                return t.unsqueeze(0).to(device)
+
+        def wrap(t: Any) -> Any:
+            return [t.to(device)] if self.as_list else t.unsqueeze(0).to(device)
+
         for key in _TEXT_KEYS:
             if key in self.prompts[index]:
                 out[key] = wrap(self.prompts[index][key])

@@ -42,7 +42,7 @@ from common import REPO, workspace, write_images
 
 from core.runs.memory import GIB, memory_phases  # noqa: E402  (common put the repo on sys.path)
 
-PHASES = ("loaded", "cached", "first_step", "peak")
+PHASES = ("loaded", "cached", "first_step", "eval", "validation", "checkpoint", "peak")
 IMAGES = 8
 VALIDATION_STEPS = 4  # memory does not grow with steps; time does
 STOP_GRACE_S = 150  # after a timeout: Ctrl-C to the app, which stops its run and saves
@@ -207,7 +207,8 @@ def fmt(value: float | None, spec: str = ".1f") -> str:
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     head = (f"{'family':<6} {'settings':<30} {'loaded':>7} {'cached':>7} {'1st stp':>7} "
-            f"{'peak':>7} {'est.':>7} {'est.act':>7} {'s/step':>7}  goal")
+            f"{'eval':>7} {'valid.':>7} {'ckpt':>7} {'peak':>7} {'est.':>7} {'est.act':>7} "
+            f"{'s/step':>7}  goal")
     print("\n" + head + "\n" + "-" * (len(head) + 14))
     for row in rows:
         s, m, e = row["settings"], row.get("measured_gib", {}), row["estimate"]

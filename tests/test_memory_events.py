@@ -89,6 +89,41 @@ def test_cuda_tracker_on_faked_cuda_counters_splits_peaks_and_keeps_the_run_peak
     assert final["device_bytes"] == 9 * GIB and final["device_peak_bytes"] == 6 * GIB
     assert final["host_rss_bytes"] > 0 and fake.resets == 4
 
+    fake.hold(10 * GIB)  # the steps after the first: the run's peak, in no phase of its own
+    fake.hold(6 * GIB)
+    tracker.close_interval()  # an eval starts
+    fake.hold(7 * GIB)
+    evaluation = tracker.snapshot("eval")
+    assert (evaluation["device_bytes"], evaluation["device_peak_bytes"]) == (7 * GIB, 7 * GIB)
+    assert tracker.snapshot("peak")["device_bytes"] == 10 * GIB
+
+
+def test_a_launch_measures_its_first_eval_validation_and_checkpoint_apart(tmp_path: Path):
+    """Each launch: the four phases, and its first eval, validation round and checkpoint
+    once each, though the run has several of each (a resume measures its own)."""
+    from core.config import save_config
+    from tests.conftest import small_config, train_in_process
+
+    cfg = small_config(tmp_path, images=2)
+    cfg.launch.cpu = True
+    cfg.train.max_steps, cfg.train.eval_every, cfg.train.checkpoint_every = 2, 1, 1
+    cfg.train.eval_before_training = cfg.validation.before_training = True
+    cfg.validation.every, cfg.validation.steps, cfg.validation.prompts = 1, 1, ["a"]
+    save_config(cfg, tmp_path / "config.toml")
+    assert train_in_process(tmp_path / "config.toml", tmp_path) == 0
+    cfg.train.max_steps = 3
+    save_config(cfg, tmp_path / "config.toml")
+    assert train_in_process(tmp_path / "config.toml", tmp_path, "--resume", "latest") == 0
+
+    events = [json.loads(line) for line in
+              (Path(cfg.output.dir) / "events.jsonl").read_text().splitlines()]
+    phases = [e["phase"] for e in events if e["type"] == "memory"]
+    assert phases == ["loaded", "cached", "eval", "validation", "first_step", "checkpoint",
+                      "peak", "loaded", "cached", "first_step", "eval", "validation",
+                      "checkpoint", "peak"]
+    assert all(e["host_rss_bytes"] > 0 for e in events if e["type"] == "memory")
+    assert [e["step"] for e in events if e["type"] == "eval"] == [0, 1, 2, 3]
+
 
 # ---------------------------------------------------------------- the summary line
 

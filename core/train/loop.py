@@ -141,6 +141,7 @@ class Loop:
         self.eval_set: EvalSet | None = None
         self.last_saved_step = -1
         self.last_lora_step = -1
+        self.measured_rounds: set[str] = set()
 
     @property
     def acc(self) -> Any:
@@ -156,7 +157,23 @@ class Loop:
         """Whether this process runs eval and validation (only the main one reports)."""
         return self.acc.is_main_process or self.sharded
 
+    @contextlib.contextmanager
+    def memory_of(self, phase: str, runs: bool = True) -> Iterator[None]:
+        """The launch's first eval, validation round or checkpoint that `runs` gets a
+        `memory` event of its own (ROUND_PHASES), measured apart from the steps before."""
+        if not runs or phase in self.measured_rounds:
+            yield
+            return
+        self.measured_rounds.add(phase)
+        self.s.memory.close_interval()
+        yield
+        self.reporter.memory(self.s.memory.snapshot(phase))
+
     def eval(self, step: int) -> None:
+        with self.memory_of("eval", self.eval_set is not None):
+            self._eval(step)
+
+    def _eval(self, step: int) -> None:
         started = time.monotonic()
         if self.computes and self.eval_set is not None:
             unwrapped = _unwrapped(self.s.components)
@@ -172,6 +189,10 @@ class Loop:
             self.reporter.took("eval", time.monotonic() - started)
 
     def validate(self, step: int) -> None:
+        with self.memory_of("validation", bool(self.cfg.validation.prompts)):
+            self._validate(step)
+
+    def _validate(self, step: int) -> None:
         started = time.monotonic()
         if self.computes and self.cfg.validation.prompts:
             # The pipeline runs in the denoiser's dtype, from the prompts encoded up front,
@@ -197,8 +218,11 @@ class Loop:
             self.reporter.took("validation", time.monotonic() - started)
 
     def checkpoint(self, step: int) -> None:
-        if step == self.last_saved_step:
-            return
+        if step != self.last_saved_step:
+            with self.memory_of("checkpoint"):
+                self._checkpoint(step)
+
+    def _checkpoint(self, step: int) -> None:
         started = time.monotonic()
         state = TrainState(step=step, epoch=self.s.sampler.epoch,
                            sampler=self.s.sampler.state_dict())

@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 MEMORY_PHASES = ("loaded", "cached", "first_step", "peak")
+# Measured apart from the steps around them, the first of each in a launch: what each
+# holds beside the model, so the log says which part of a run needs the most memory.
+ROUND_PHASES = ("eval", "validation", "checkpoint")
 PROC_STATUS = Path("/proc/self/status")
 
 
@@ -79,6 +82,12 @@ class MemoryTracker:
         return {"phase": phase, "device_bytes": device_bytes,
                 "device_peak_bytes": device_peak_bytes,
                 "host_rss_bytes": host_rss_bytes(peak=final)}
+
+    def close_interval(self) -> None:
+        """Start a new interval without an event: what was held since the previous
+        snapshot counts only towards the run's peak."""
+        if self.cuda:
+            self._cuda_figures()
 
     def _cuda_figures(self) -> tuple[int, int]:
         """(allocated now, most allocated since the previous snapshot)."""

@@ -137,9 +137,21 @@ def test_gpu_line_names_the_peak_the_first_step_and_the_host():
         "memory: peak 14.2 GiB on the GPU (first step 13.9 GiB) · host 6.1 GiB")
 
 
+def test_gpu_line_names_the_part_of_the_run_that_held_the_peak():
+    events = [mem("loaded", 3 * GIB, 4 * GIB), mem("cached", 3 * GIB, 5 * GIB),
+              mem("eval", 12 * GIB, 13 * GIB), mem("first_step", 12 * GIB, 13 * GIB),
+              mem("validation", 12 * GIB, 15 * GIB), mem("checkpoint", 12 * GIB, 12 * GIB)]
+    assert format_memory([*events, mem("peak", 15 * GIB)]) == (
+        "memory: peak 15.0 GiB on the GPU, in validation (first step 13.0 GiB)")
+    # A peak in the steps after the first belongs to no measured part: no name.
+    assert format_memory([*events, mem("peak", 16 * GIB)]) == (
+        "memory: peak 16.0 GiB on the GPU (first step 13.0 GiB)")
+
+
 def test_a_live_run_shows_the_most_seen_so_far():
     events = [mem("loaded", 3 * GIB, 4 * GIB, GIB), mem("cached", 2 * GIB, 5 * GIB, GIB)]
-    assert format_memory(events) == "memory: peak 5.0 GiB on the GPU · host 1.0 GiB"
+    assert format_memory(events) == (
+        "memory: peak 5.0 GiB on the GPU, while building the caches · host 1.0 GiB")
 
 
 def test_cpu_line_is_host_memory_only():

@@ -52,6 +52,21 @@ def _device_peak(phases: dict[str, dict[str, Any]]) -> int | None:
     return max(seen) if seen else None
 
 
+# The phases whose own peak can be the run's, as the line names them (the first step
+# needs no name: the line gives its figure).
+PEAK_DURING = {"loaded": "while loading", "cached": "while building the caches",
+               "eval": "in the eval", "validation": "in validation",
+               "checkpoint": "while saving a checkpoint"}
+
+
+def _peak_during(phases: dict[str, dict[str, Any]], peak: int) -> str:
+    """", in validation" when a measured phase held the run's peak, else ""."""
+    for phase, words in PEAK_DURING.items():
+        if _number(phases.get(phase, {}), "device_peak_bytes") == peak:
+            return f", {words}"
+    return ""
+
+
 def format_memory(events: Iterable[dict[str, Any]]) -> str | None:
     """One line from the latest memory events; None when there are none. GPU figures
     when the events carry device bytes, otherwise the host's resident memory only."""
@@ -64,7 +79,7 @@ def format_memory(events: Iterable[dict[str, Any]]) -> str | None:
     device = _device_peak(phases)
     if device is not None:
         first_dev = _number(first, "device_peak_bytes") or _number(first, "device_bytes")
-        text = f"memory: peak {fmt_bytes(device)} on the GPU"
+        text = f"memory: peak {fmt_bytes(device)} on the GPU{_peak_during(phases, device)}"
         if first_dev is not None:
             text += f" (first step {fmt_bytes(first_dev)})"
         return text + (f" · host {fmt_bytes(host)}" if host is not None else "")

@@ -31,11 +31,11 @@ fi
 stage_env() {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   timeout 120 "$PY" - <<'EOF'
-import time
+import sys
 from importlib.metadata import version
 import torch
-print("python", __import__("sys").version.split()[0], "| torch", torch.__version__,
-      "| cuda", torch.cuda.is_available(), torch.cuda.get_device_name(0))
+gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA GPU"
+print("python", sys.version.split()[0], "| torch", torch.__version__, "|", gpu)
 for name in ("diffusers", "transformers", "accelerate", "peft", "torchao", "safetensors",
              "tokenizers", "huggingface_hub", "pillow"):
     try:

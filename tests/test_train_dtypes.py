@@ -111,4 +111,6 @@ def test_half_precision_checkpoint_trains_and_validates(
     assert [p.parent.name for p in images] == ["step_000002", "step_000004"]
     assert all(_not_blank(p) for p in images), images
     phases = [e["phase"] for e in events if e["type"] == "memory"]
-    assert phases == ["loaded", "cached", "first_step", "peak"]
+    # validation at step 2; the final step's eval and checkpoint at 4
+    assert phases == ["loaded", "cached", "first_step", "validation", "eval", "checkpoint",
+                      "peak"]

@@ -1,8 +1,9 @@
-"""The trainer and the cache builder take cuDNN out of PyTorch's attention kernels.
+"""The trainer, the cache builder and the captioner take cuDNN out of PyTorch's attention
+kernels.
 
 On an H200 (torch 2.11, cu130) Chroma's first backward stopped with cuDNN's
 `mha_graph.execute(...).is_good()` (core/models/modules.py: avoid_cudnn_attention says why).
-That failure needs a Hopper GPU; what this CPU machine can check is that both programs
+That failure needs a Hopper GPU; what this CPU machine can check is that the programs
 that run models on the GPU turn the kernel off before their first attention. The switch
 is process-wide, so each test turns it back on first and leaves it as it found it.
 """
@@ -42,4 +43,14 @@ def test_the_cache_builder_turns_cudnn_attention_off(tmp_path: Path, cudnn_atten
     save_config(cfg, tmp_path / "config.toml")
 
     assert load_for_caching(tmp_path / "config.toml", tmp_path) is not None
+    assert not torch.backends.cuda.cudnn_sdp_enabled()
+
+
+def test_the_captioner_turns_cudnn_attention_off(tmp_path: Path, cudnn_attention_on: None):
+    from core.caption.model import load_captioner
+    from core.caption.tiny import build_tiny_blip
+
+    captioner = load_captioner(str(build_tiny_blip(tmp_path / "blip")), cpu=True)
+
+    assert captioner is not None
     assert not torch.backends.cuda.cudnn_sdp_enabled()

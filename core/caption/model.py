@@ -55,7 +55,9 @@ def load_captioner(source: str, cpu: bool = False) -> Captioner:
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
     from core.models.loading import hub_reachable
+    from core.models.modules import avoid_cudnn_attention
 
+    avoid_cudnn_attention()  # its text decoder attends with masks too (see there)
     local = Path(source).is_absolute()
     # Offline, never let huggingface_hub retry the network for half a minute.
     only_local = local or not hub_reachable()

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.config.memory_advice import lower_memory_settings
 from core.memory_step import FP32, shape_text, step_frames, step_pixels, step_shape
 from core.models.gpu_probe import cuda_available, detect_gpu
 from core.notices import quiet_libraries
@@ -212,7 +213,7 @@ def assemble(cfg: Config, sizes: ModelSizes, gpu: tuple[int, str] | None,
                 MemoryPart("VAE", _weights([sizes.vae] if sizes.vae else [],
                                            _vae_bytes(cfg, sizes.vae, wbytes)))]
     estimate = MemoryEstimate(shape=shape_text(pixels, shape, step_frames(cfg)),
-                              cpu=cfg.launch.cpu, advice=_advice(cfg))
+                              cpu=cfg.launch.cpu, advice=lower_memory_settings(cfg))
     if cfg.launch.cpu:
         estimate.parts = training + encoders
         return estimate
@@ -340,25 +341,3 @@ def caching_activation_bytes(cfg: Config, sizes: ModelSizes,
         peaks.append(act.text_encode_bytes({**encoder.config, **text_config}, tokens,
                                            CACHE_TEXT_BATCH, wbytes, eager_scores=t5))
     return max(peaks)
-
-
-# ---------------------------------------------------------------- advice
-
-
-def _advice(cfg: Config) -> list[str]:
-    """Settings of this config that would lower the figure."""
-    t = cfg.train
-    out = []
-    if t.method == "full":
-        out.append('train.method = "lora"')
-    elif cfg.model.quantize == "none" and t.lora_kind == "lora":  # others: not quantized
-        out.append('model.quantize = "int8"')
-    if not t.gradient_checkpointing:
-        out.append("train.gradient_checkpointing = true")
-    if t.batch_size > 1:
-        out.append("a smaller train.batch_size (with train.grad_accum)")
-    if t.method == "full" and t.optimizer == "adamw":
-        out.append('train.optimizer = "adamw8bit"')
-    if t.mixed_precision == "no":
-        out.append('train.mixed_precision = "bf16"')
-    return out

@@ -22,6 +22,7 @@ from core.train.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from core.train.errors import is_out_of_memory, out_of_memory
 from core.train.evaluation import EvalSet, build_eval_set, evaluate
 from core.train.grid import write_validation_grid
 from core.train.optimizers import averaged_weights
@@ -158,6 +159,17 @@ class Loop:
         return self.acc.is_main_process or self.sharded
 
     @contextlib.contextmanager
+    def out_of_memory_in(self, part: str, step: int) -> Iterator[None]:
+        """torch's out-of-memory error in `part` of the run becomes a refusal that says
+        where and which settings would need less (errors.out_of_memory)."""
+        try:
+            yield
+        except Exception as exc:
+            if is_out_of_memory(exc):
+                raise out_of_memory(self.cfg, part, step, exc) from None
+            raise
+
+    @contextlib.contextmanager
     def memory_of(self, phase: str, runs: bool = True) -> Iterator[None]:
         """The launch's first eval, validation round or checkpoint that `runs` gets a
         `memory` event of its own (ROUND_PHASES), measured apart from the steps before."""
@@ -170,7 +182,8 @@ class Loop:
         self.reporter.memory(self.s.memory.snapshot(phase))
 
     def eval(self, step: int) -> None:
-        with self.memory_of("eval", self.eval_set is not None):
+        with self.memory_of("eval", self.eval_set is not None), \
+                self.out_of_memory_in("eval", step):
             self._eval(step)
 
     def _eval(self, step: int) -> None:
@@ -189,7 +202,8 @@ class Loop:
             self.reporter.took("eval", time.monotonic() - started)
 
     def validate(self, step: int) -> None:
-        with self.memory_of("validation", bool(self.cfg.validation.prompts)):
+        with self.memory_of("validation", bool(self.cfg.validation.prompts)), \
+                self.out_of_memory_in("validation", step):
             self._validate(step)
 
     def _validate(self, step: int) -> None:
@@ -219,7 +233,7 @@ class Loop:
 
     def checkpoint(self, step: int) -> None:
         if step != self.last_saved_step:
-            with self.memory_of("checkpoint"):
+            with self.memory_of("checkpoint"), self.out_of_memory_in("checkpoint", step):
                 self._checkpoint(step)
 
     def _checkpoint(self, step: int) -> None:
@@ -350,7 +364,9 @@ class Loop:
         batches = iter(s.sampler)
         step = start_step
         while step < cfg.train.max_steps:
-            losses = [micro_step(s, cfg, next(batches)) for _ in range(cfg.train.grad_accum)]
+            with self.out_of_memory_in("step", step + 1):
+                losses = [micro_step(s, cfg, next(batches))
+                          for _ in range(cfg.train.grad_accum)]
             s.lr_scheduler.step()
             if s.ema is not None:
                 s.ema.step(s.params)

@@ -142,6 +142,7 @@ def run(args: argparse.Namespace, own_process: bool = False) -> int:
     from accelerate.utils import set_seed
 
     from core.train.agreement import RanksDisagree, check_same_start, ranks_of
+    from core.train.errors import is_out_of_memory, out_of_memory
     from core.train.loop import Loop, restore
     from core.train.setup import TrainingError, build_setup
     from core.train.trackers import Tracking, make_trackers
@@ -181,6 +182,8 @@ def run(args: argparse.Namespace, own_process: bool = False) -> int:
         reporter.status("stopped")
         return EXIT_STOPPED
     except Exception as exc:  # every failure is recorded for the UI, then reported
+        if is_out_of_memory(exc):  # the loop names its own part; this is the setup's
+            exc = out_of_memory(cfg, "setup", 0, exc)
         if isinstance(exc, TrainingError):  # the user's to fix: the message, no traceback
             message = str(exc)
             if reporter.is_main or not isinstance(exc, RanksDisagree):  # said on every rank

@@ -3,7 +3,8 @@ change, not torch's traceback.
 
 This CPU machine has no GPU to fill, so the real code raises torch's own
 `torch.OutOfMemoryError`, with the text CUDA gives it, from the part of the run under test:
-a training step, a validation round, or the setup (loading and building the caches).
+a training step, a validation round, the setup (loading and building the caches), and
+the cache job's encoders and encoding.
 """
 
 from __future__ import annotations
@@ -77,3 +78,26 @@ def test_running_out_of_gpu_memory_says_where_and_what_to_change(
                             f"{first_advice}, "), error
     assert "train.gradient_checkpointing = true" in error
     assert f"error: {error}" in out and "Traceback" not in out
+
+
+@pytest.mark.parametrize("patched", ["core.models.modules.move_encoders",
+                                     "core.cache.stage.build_caches"])
+def test_the_cache_job_says_so_too(tmp_path, monkeypatch, capsys, patched):
+    """The UI's "Build caches" job: its encoders arriving on the GPU, then encoding."""
+    from core.cache.main import main
+    from core.config import save_config
+
+    def raise_it(*args: object, **kwargs: object) -> None:
+        raise torch.OutOfMemoryError(CUDA_SAYS)
+
+    cfg = small_config(tmp_path, images=2)
+    cfg.launch.cpu = True
+    save_config(cfg, tmp_path / "config.toml")
+    monkeypatch.setattr(patched, raise_it)
+
+    code = main(["--config", str(tmp_path / "config.toml"), "--workspace", str(tmp_path)])
+
+    out = capsys.readouterr().out
+    assert code == EXIT_FAILED
+    assert f"error: the GPU ran out of memory while building the caches {FIGURES}" in out
+    assert "a lower resolution for the datasets" in out and "Traceback" not in out

@@ -49,12 +49,17 @@ def _progress_sink(events: Path | None, show_bar: bool, process: int):
     return report, bars
 
 
+class CachingOutOfMemory(Exception):
+    """The GPU ran out of memory before the first cache entry; the message says what to do."""
+
+
 def load_for_caching(config: Path, workspace: Path
                      ) -> tuple[Config, ModelFamily, Components, ProcessGroup] | None:
     from accelerate import PartialState
 
+    from core.config.memory_advice import out_of_memory_text
     from core.models.loading import resolve_dtype
-    from core.models.modules import avoid_cudnn_attention, move_encoders
+    from core.models.modules import avoid_cudnn_attention, is_out_of_memory, move_encoders
     from core.startup import load_model, load_resolved_config, process_group
 
     avoid_cudnn_attention()
@@ -66,7 +71,12 @@ def load_for_caching(config: Path, workspace: Path
     # the caches, go to the GPU (the denoiser is not needed here).
     family, components = load_model(cfg, workspace.absolute(), state, device="cpu",
                                     dtype=resolve_dtype(cfg.train.mixed_precision))
-    move_encoders(components, state.device)
+    try:
+        move_encoders(components, state.device)
+    except Exception as exc:
+        if is_out_of_memory(exc):
+            raise CachingOutOfMemory(out_of_memory_text(cfg, "caches", 0, str(exc))) from None
+        raise
     return cfg, family, components, process_group(state)
 
 
@@ -82,13 +92,18 @@ def main(argv: list[str] | None = None) -> int:
 
     quiet_library_notices()  # cache.log shows what the user needs
     from core.cache.store import CacheWriteError
+    from core.config.memory_advice import out_of_memory_text
     from core.models.loading import ModelLoadError
+    from core.models.modules import is_out_of_memory
 
     try:
         setup = load_for_caching(Path(args.config), Path(args.workspace))
     except ModelLoadError as exc:
         print(exc, flush=True)
         return EXIT_INVALID
+    except CachingOutOfMemory as exc:
+        print(f"error: {exc}", flush=True)
+        return EXIT_FAILED
     if setup is None:
         return EXIT_INVALID
     cfg, family, components, group = setup
@@ -98,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         report = build_caches(cfg, family, components, group, progress=report_progress)
     except CacheWriteError as exc:
         print(f"error: {exc}", flush=True)
+        return EXIT_FAILED
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+        print(f"error: {out_of_memory_text(cfg, 'caches', 0, str(exc))}", flush=True)
         return EXIT_FAILED
     for bar in bars.values():
         bar.close()

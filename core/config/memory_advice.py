@@ -1,6 +1,6 @@
 """Settings of a config that would make its run need less GPU memory: the check's memory
-line offers them when the estimate does not fit, and the trainer when the GPU ran out.
-It reads the config alone, so both can use it."""
+line offers them when the estimate does not fit, and the trainer and the cache builder
+when the GPU ran out. It reads the config alone, so all of them can use it."""
 
 from __future__ import annotations
 
@@ -27,3 +27,32 @@ def lower_memory_settings(cfg: Config) -> list[str]:
     if t.mixed_precision == "no":
         out.append('train.mixed_precision = "bf16"')
     return out
+
+
+# Where a run can run out of GPU memory, as the refusal says it.
+OUT_OF_MEMORY_DURING = {"setup": "while loading the model or building the caches",
+                        "caches": "while building the caches",
+                        "step": "in training step {step}", "eval": "in the eval at step {step}",
+                        "validation": "in validation at step {step}",
+                        "checkpoint": "while saving the checkpoint of step {step}"}
+
+
+def out_of_memory_text(cfg: Config, part: str, step: int, said: str) -> str:
+    """What to say when the GPU ran out of memory in `part` of the run (a key of
+    OUT_OF_MEMORY_DURING) at `step`: torch's figures from what it `said`, and the
+    settings that would need less."""
+    figures = [piece.strip() for piece in said.replace("\n", " ").split(". ")
+               if "Tried to allocate" in piece or "total capacity" in piece]
+    detail = f" ({'; '.join(figures)})" if figures else ""
+    if part == "caches":  # the encoders and the VAE: their dtype and the image sizes
+        settings = [s for s in lower_memory_settings(cfg) if "mixed_precision" in s]
+    else:
+        settings = lower_memory_settings(cfg)
+    if part == "validation":
+        settings.insert(0, "a lower validation.resolution")
+    elif part in ("step", "eval", "caches"):
+        settings.append("a lower resolution for the datasets")
+    advice = f"; to need less: {', '.join(settings)}" if settings else ""
+    during = OUT_OF_MEMORY_DURING[part].format(step=step)
+    return (f"the GPU ran out of memory {during}{detail}{advice}. "
+            "`--stage check` estimates what a config needs.")

@@ -65,6 +65,13 @@ def avoid_cudnn_attention() -> None:
     torch.backends.cuda.enable_cudnn_sdp(False)
 
 
+def is_out_of_memory(exc: BaseException) -> bool:
+    """torch's CUDA out-of-memory error (torch.OutOfMemoryError)."""
+    import torch
+
+    return isinstance(exc, torch.OutOfMemoryError)
+
+
 @contextlib.contextmanager
 def plain_forward(model: Any) -> Iterator[None]:
     """Run `model` without the forward accelerate patched into it for mixed precision

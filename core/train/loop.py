@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from core.config import Config
 from core.data.collate import collate
 from core.models.adapters import LYCORIS_ONLY_NOTE
-from core.models.modules import unwrap
+from core.models.modules import is_out_of_memory, unwrap
 from core.runs.folder import RunFolder
 from core.train.batches import to_device
 from core.train.checkpoint import (
@@ -22,7 +22,7 @@ from core.train.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from core.train.errors import is_out_of_memory, out_of_memory
+from core.train.errors import out_of_memory
 from core.train.evaluation import EvalSet, build_eval_set, evaluate
 from core.train.grid import write_validation_grid
 from core.train.optimizers import averaged_weights

@@ -141,8 +141,9 @@ def run(args: argparse.Namespace, own_process: bool = False) -> int:
 
     from accelerate.utils import set_seed
 
+    from core.models.modules import is_out_of_memory
     from core.train.agreement import RanksDisagree, check_same_start, ranks_of
-    from core.train.errors import is_out_of_memory, out_of_memory
+    from core.train.errors import out_of_memory
     from core.train.loop import Loop, restore
     from core.train.setup import TrainingError, build_setup
     from core.train.trackers import Tracking, make_trackers

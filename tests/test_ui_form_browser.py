@@ -89,7 +89,9 @@ def test_the_dataset_advanced_section_edits_masks_and_names_a_conflict(tmp_path:
             page.wait_for_selector("#check-panel .dt-ok")
             (tmp_path / "ws/demo/shapes/masks").mkdir(parents=True, exist_ok=True)
             page.locator("#ds-advanced").get_by_text("Advanced").first.click()
-            assert page.locator("#ds-regularization").is_visible()
+            # The accordion opens on the next render: waited for, not read at once (a
+            # clean-clone run read it hidden).
+            page.wait_for_selector("#ds-regularization", state="visible")
             set_field(page, "ds-masks", "demo/shapes/masks")
             page.wait_for_function("document.querySelector('#check-panel')?.innerText"
                                    ".includes('Loss masks folder')")

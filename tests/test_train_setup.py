@@ -56,7 +56,7 @@ def test_eval_set_takes_every_image_of_a_dataset_smaller_than_eval_images():
 
 
 def test_resume_without_a_checkpoint_is_a_user_error_that_says_what_to_do(tmp_path):
-    from core.train.loop import restore
+    from core.train.resume import restore
 
     with pytest.raises(TrainingError, match="no checkpoint in .*checkpoints.*another output.dir"):
         restore(None, tmp_path, "latest", print)  # fails before the setup is touched

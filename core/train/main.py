@@ -144,7 +144,8 @@ def run(args: argparse.Namespace, own_process: bool = False) -> int:
     from core.models.modules import is_out_of_memory
     from core.train.agreement import RanksDisagree, check_same_start, ranks_of
     from core.train.errors import out_of_memory
-    from core.train.loop import Loop, restore
+    from core.train.loop import Loop
+    from core.train.resume import restore
     from core.train.setup import TrainingError, build_setup
     from core.train.trackers import Tracking, make_trackers
 

@@ -26,14 +26,16 @@ FIGURES = "(Tried to allocate 2.00 GiB; GPU 0 has a total capacity of 23.55 GiB 
           "1.02 GiB is free)"
 
 
+def raise_it(*args: object, **kwargs: object) -> None:
+    """What torch raises when CUDA has no room left."""
+    raise torch.OutOfMemoryError(CUDA_SAYS)
+
+
 def run_out_of_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, part: str,
                       capsys: pytest.CaptureFixture[str]) -> tuple[int, str, dict, str]:
     """Train 3 steps with `part` raising torch's error; (exit, error event, status, stdout)."""
     from core.config import save_config
     from core.models.registry import get_family
-
-    def raise_it(*args: object, **kwargs: object) -> None:
-        raise torch.OutOfMemoryError(CUDA_SAYS)
 
     cfg = small_config(tmp_path, images=2)
     cfg.launch.cpu = True
@@ -86,9 +88,6 @@ def test_the_cache_job_says_so_too(tmp_path, monkeypatch, capsys, patched):
     """The UI's "Build caches" job: its encoders arriving on the GPU, then encoding."""
     from core.cache.main import main
     from core.config import save_config
-
-    def raise_it(*args: object, **kwargs: object) -> None:
-        raise torch.OutOfMemoryError(CUDA_SAYS)
 
     cfg = small_config(tmp_path, images=2)
     cfg.launch.cpu = True

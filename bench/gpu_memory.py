@@ -100,6 +100,7 @@ def estimate(cfg: Any, ws: Path) -> dict[str, Any]:
     act = sum(p.bytes for p in est.parts if p.name == "activations")
     return {"total_gib": est.total_bytes / GIB, "activations_gib": act / GIB,
             "caching_gib": est.caching_bytes / GIB if est.caching else None,
+            "validation_gib": est.validation_bytes / GIB if est.validation else None,
             "parts": {p.name: p.bytes for p in est.parts},
             "caching_parts": {p.name: p.bytes for p in est.caching}}
 
@@ -210,7 +211,7 @@ def fmt(value: float | None, spec: str = ".1f") -> str:
 def print_table(rows: list[dict[str, Any]]) -> None:
     head = (f"{'family':<6} {'settings':<30} {'loaded':>7} {'cached':>7} {'1st stp':>7} "
             f"{'eval':>7} {'valid.':>7} {'ckpt':>7} {'peak':>7} {'est.':>7} {'est.act':>7} "
-            f"{'est.cch':>7} {'s/step':>7}  goal")
+            f"{'est.cch':>7} {'est.val':>7} {'s/step':>7}  goal")
     print("\n" + head + "\n" + "-" * (len(head) + 14))
     for row in rows:
         s, m, e = row["settings"], row.get("measured_gib", {}), row["estimate"]
@@ -219,11 +220,13 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         cells = [fmt(m.get(p)) for p in PHASES]
         print(f"{row['family']:<6} {text:<30} " + " ".join(f"{c:>7}" for c in cells)
               + f" {fmt(e.get('total_gib')):>7} {fmt(e.get('activations_gib')):>7} "
-              f"{fmt(e.get('caching_gib')):>7} {fmt(row.get('s_per_step'), '.3f'):>7}  "
+              f"{fmt(e.get('caching_gib')):>7} {fmt(e.get('validation_gib')):>7} "
+              f"{fmt(row.get('s_per_step'), '.3f'):>7}  "
               f"{row['goal']}")
     print("GiB of allocated tensors (torch.cuda.memory_allocated); per phase the most held "
           "during it, peak over the whole run; est. = the check's estimate, est.act its "
-          "activation part, est.cch its caching phase (the CUDA context included in both)")
+          "activation part, est.cch and est.val its caching and validation phases (the "
+          "CUDA context included in each)")
     for row in rows:
         for why in filter(None, [row.get("error"), row["estimate"].get("error")]):
             print(f"  {row['family']}: {why}")

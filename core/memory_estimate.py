@@ -2,10 +2,11 @@
 (no weights loaded): frozen weights, trainable parameters, gradients and optimizer states
 exactly, activations as an estimate. `--stage check` and the Training tab print it.
 
-Two phases, as the trainer runs them (core/train/setup.py): first the caches are built
+Three phases, as the trainer runs them (core/train/setup.py): first the caches are built
 with the text encoders and the VAE on the GPU; they go back to the CPU, and only then
-does the denoiser come to the GPU, with what trains it. The per-GPU figure is the larger
-phase. A CPU run (launch.cpu) holds every part in RAM at once.
+does the denoiser come to the GPU, with what trains it; between steps a validation round
+brings the VAE back to decode. The per-GPU figure is the largest phase. A CPU run
+(launch.cpu) holds every part in RAM at once.
 
 core/models/memory_model.py reads the sizes (meta-device components from their configs);
 core/models/memory_activations.py holds the activation formulas and their coefficients.
@@ -66,7 +67,9 @@ class MemoryEstimate:
     parts: list[MemoryPart] = field(default_factory=list)  # training, on one GPU
     device_total_bytes: int | None = None  # the detected GPU's memory, when there is one
     caching: list[MemoryPart] = field(default_factory=list)  # building caches, before
+    validation: list[MemoryPart] = field(default_factory=list)  # a validation round
     shape: str = ""  # what the activations were estimated from
+    validation_shape: str = ""  # the validation images' size
     device_name: str = ""
     cpu: bool = False  # a CPU run: every part in RAM at once, no caching phase apart
     ram: list[MemoryPart] | None = None  # a GPU run on a machine without one: its CPU run
@@ -82,39 +85,54 @@ class MemoryEstimate:
         return sum(p.bytes for p in self.caching)
 
     @property
-    def caching_dominates(self) -> bool:
-        return self.caching_bytes > self.training_bytes
+    def validation_bytes(self) -> int:
+        return sum(p.bytes for p in self.validation)
+
+    @property
+    def dominant(self) -> str:
+        """The phase that needs the most: "training", "caching" or "validation"."""
+        phases = {"training": self.training_bytes, "caching": self.caching_bytes,
+                  "validation": self.validation_bytes}
+        return max(phases, key=lambda name: (phases[name], name == "training"))
 
     @property
     def total_bytes(self) -> int:
-        """The per-GPU figure: the larger of the two phases."""
-        return max(self.training_bytes, self.caching_bytes)
+        """The per-GPU figure: the largest of the phases."""
+        return max(self.training_bytes, self.caching_bytes, self.validation_bytes)
+
+    def _phase_texts(self) -> dict[str, tuple[str, str, str]]:
+        """Per phase present: (its note on the first line, its label on a line of its
+        own, its parts)."""
+        out = {"training": ("", "training", f"{_sum_text(self.parts)} (activations "
+                                            f"estimated from {self.shape})")}
+        if self.caching:
+            out["caching"] = ("; building the caches dominates", "building caches first",
+                              f"{_sum_text(self.caching)} (text encoders and VAE on the "
+                              "GPU; the denoiser comes after)")
+        if self.validation:
+            out["validation"] = ("; validation dominates", "validation",
+                                 f"{_sum_text(self.validation)} ({self.validation_shape})")
+        return out
 
     def lines(self) -> list[str]:
         """The first starts with `memory:` and gives the per-GPU figure in GiB."""
         if self.unknown is not None:
             return [f"memory: unknown ({self.unknown})"]
-        where = "per process (CPU run)" if self.cpu else "per GPU"
-        training = f"{_sum_text(self.parts)} (activations estimated from {self.shape})"
+        texts, dominant = self._phase_texts(), self.dominant
+        sizes = {"training": self.training_bytes, "caching": self.caching_bytes,
+                 "validation": self.validation_bytes}
         if self.ram is not None:  # what this machine will do comes first
             ram = sum(p.bytes for p in self.ram)
-            gpu = f"{_sum_text(self.caching)} (building the caches)" \
-                if self.caching_dominates else training
             return [f"memory: {_total(ram)} GiB of RAM (estimate; this machine has no GPU, "
                     f"so the run goes on its CPU) = {_sum_text(self.ram)} (activations "
                     f"estimated from {self.shape})",
-                    f"  on a GPU: {_total(self.total_bytes)} GiB per GPU = {gpu}"]
-        caching = (f"{_sum_text(self.caching)} (text encoders and VAE on the GPU; the "
-                   "denoiser comes after)")
-        if self.caching_dominates:
-            out = [f"memory: {_total(self.total_bytes)} GiB {where} (estimate; building "
-                   f"the caches dominates) = {caching}",
-                   f"  training: {_total(self.training_bytes)} GiB = {training}"]
-        else:
-            out = [f"memory: {_total(self.total_bytes)} GiB {where} (estimate) = {training}"]
-            if self.caching:
-                out.append(f"  building caches first: {_total(self.caching_bytes)} GiB = "
-                           f"{caching}")
+                    f"  on a GPU: {_total(self.total_bytes)} GiB per GPU = "
+                    f"{texts[dominant][2]}"]
+        where = "per process (CPU run)" if self.cpu else "per GPU"
+        note, _, text = texts[dominant]
+        out = [f"memory: {_total(self.total_bytes)} GiB {where} (estimate{note}) = {text}"]
+        out += [f"  {label}: {_total(sizes[name])} GiB = {text}"
+                for name, (_, label, text) in texts.items() if name != dominant]
         if self.device_total_bytes is not None and self.total_bytes > self.device_total_bytes:
             gpu = f"{_total(self.device_total_bytes)} GiB" + (
                 f", {self.device_name}" if self.device_name else "")
@@ -222,9 +240,37 @@ def assemble(cfg: Config, sizes: ModelSizes, gpu: tuple[int, str] | None,
     encoding = MemoryPart("encoding", caching_activation_bytes(cfg, sizes, pixels),
                           exact=False)
     estimate.caching = [*encoders, encoding, context]
+    if cfg.validation.prompts:
+        estimate.validation = [*validation_parts(cfg, sizes, training, encoders[1]), context]
+        estimate.validation_shape = (f"validation images {cfg.validation.resolution}"
+                                     f"x{cfg.validation.resolution}")
+        if estimate.dominant == "validation":
+            estimate.advice.insert(0, "a lower validation.resolution")
     if gpu is not None:
         estimate.device_total_bytes, estimate.device_name = gpu
     return estimate
+
+
+def validation_parts(cfg: Config, sizes: ModelSizes, training: list[MemoryPart],
+                     vae: MemoryPart) -> list[MemoryPart]:
+    """A validation round between steps: the weights and optimizer states stay, the
+    gradients are gone (set to None after each step) but for DDP's buckets with more
+    than one process, the VAE comes to decode, and the sampling and decode at
+    validation.resolution take their own share."""
+    from core.models import memory_activations as act
+    from core.models.registry import family_or_defaults
+
+    processes = cfg.launch.num_processes * cfg.launch.num_machines
+    kept = [p if p.name != "gradients" else MemoryPart(p.name, p.bytes // 2)
+            for p in training if p.name != "activations"
+            and (p.name != "gradients" or processes > 1)]
+    video = family_or_defaults(cfg.model.family).video
+    frames = min(cfg.validation.frames, 4) if video else 1  # a video decodes in chunks
+    side = cfg.validation.resolution
+    config = sizes.vae.config if sizes.vae else {}
+    decode = act.validation_bytes(config, side, side, frames,
+                                  weight_bytes(cfg.train.mixed_precision))
+    return [*kept, vae, MemoryPart("sampling and decode", decode, exact=False)]
 
 
 def weight_bytes(mixed_precision: str) -> int:

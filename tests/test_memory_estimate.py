@@ -252,6 +252,20 @@ def test_lines_name_the_dominant_phase_and_warn_above_the_gpu() -> None:
     assert 'model.quantize = "int8"' in warning
 
 
+def test_a_validation_phase_that_dominates_leads_and_asks_for_a_lower_resolution() -> None:
+    estimate = MemoryEstimate(parts=[MemoryPart("frozen weights", 3 * GIB)],
+                              caching=[MemoryPart("text encoders", 2 * GIB)],
+                              validation=[MemoryPart("frozen weights", 3 * GIB),
+                                          MemoryPart("sampling and decode", GIB, exact=False)],
+                              shape="512x512, batch 1, gradient checkpointing on",
+                              validation_shape="validation images 1024x1024")
+    lines = estimate.lines()
+    assert lines[0].startswith("memory: 4.0 GiB per GPU (estimate; validation dominates)")
+    assert "sampling and decode ~1.0 GiB" in lines[0] and "1024x1024" in lines[0]
+    assert lines[1].startswith("  training: 3.0 GiB") and "512x512" in lines[1]
+    assert lines[2].startswith("  building caches first: 2.0 GiB")
+
+
 def test_checkpointing_and_resolution_move_the_activation_estimate() -> None:
     unet = {"block_out_channels": [320, 640, 1280, 1280],
             "down_block_types": ["CrossAttnDownBlock2D"] * 3 + ["DownBlock2D"],
@@ -321,6 +335,51 @@ def test_qwen_image_edit_preset_fits_24gb_at_its_resolution_and_says_what_does_n
         return estimate.total_bytes / GIB
 
     assert 22.0 < gib(640) < 23.0 < gib(768) < 24.0 < gib(1024)
+
+
+# Validation rounds measured on an H200 (docs/memory.md, bench/gpu_memory.py): preset,
+# family, the run's and the validation's resolution, model.quantize, GiB of allocated
+# tensors during the round. The estimate less its CUDA context must cover each, by little.
+H200_VALIDATION = [("sdxl-lora", "sdxl", 1024, "none", 7.73),
+                   ("flux-lora", "flux", 512, "int8", 12.43),
+                   ("chroma-lora", "chroma", 1024, "none", 19.69),
+                   ("z-image-lora", "z_image", 1024, "none", 14.36)]
+
+
+@pytest.mark.parametrize(("preset", "family", "side", "quantize", "measured"), H200_VALIDATION,
+                         ids=[case[1] for case in H200_VALIDATION])
+def test_the_validation_phase_covers_the_validation_rounds_measured_on_an_h200(
+        preset: str, family: str, side: int, quantize: str, measured: float) -> None:
+    cfg = apply_overrides(load_config(preset_path(preset)), [
+        f"model.path=random:{family}", f"model.quantize={quantize}",
+        f"datasets.0.resolution={side}", f"validation.resolution={side}"])
+    estimate = estimate_memory(resolved(cfg, REPO), REPO, caches_built=True)
+    assert estimate is not None and estimate.unknown is None, estimate
+    names = [p.name for p in estimate.validation]
+    assert "activations" not in names and "gradients" not in names  # between steps
+    assert "VAE" in names  # it comes to the GPU to decode
+    tensors = (estimate.validation_bytes - part(estimate.validation, "CUDA context")) / GIB
+    assert measured <= tensors <= measured + 0.5, estimate.lines()
+    assert estimate.total_bytes >= estimate.validation_bytes
+
+
+def test_the_validation_phase_grows_with_its_resolution_and_goes_without_prompts() -> None:
+    def validation(*overrides: str) -> MemoryEstimate:
+        cfg = apply_overrides(load_config(preset_path("chroma-lora")),
+                              ["model.path=random:chroma", *overrides])
+        estimate = estimate_memory(resolved(cfg, REPO), REPO, caches_built=True)
+        assert estimate is not None
+        return estimate
+
+    small, large = validation("validation.resolution=512"), validation(
+        "validation.resolution=1024")
+    decode = [part(e.validation, "sampling and decode") for e in (small, large)]
+    assert decode[1] == 4 * decode[0]
+    assert large.dominant == "validation" and "a lower validation.resolution" in large.advice
+    assert small.dominant == "training"
+    assert "a lower validation.resolution" not in small.advice
+    silent = validation("validation.prompts=[]")
+    assert silent.validation == [] and silent.total_bytes == silent.training_bytes
 
 
 # ---------------------------------------------------------------- activation calibration

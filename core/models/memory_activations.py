@@ -79,6 +79,12 @@ BACKWARD_BLOCKS = 1.5
 # the cache build held 6.1 (SD1.5, 512 px, batch 4, fp32) and 6.1 (SDXL, 1024 px,
 # batch 4, bf16) beside its encoders: CUDA's convolution workspaces come on top.
 VAE_ENCODE_UNITS = 6.0
+# A validation round (sampling, then the VAE decode) over the frozen weights: on an H200
+# it held 9.8 to 10.2 such full-resolution tensors at 1024 px (sdxl, sd3, flux2, chroma,
+# z_image; bf16), 10.8 (Flux) and 8.4 (SD1.5) at 512 px, where the sampler's own share is
+# larger; measured as the round's peak less the weights, the LoRA, its optimizer states
+# and the VAE (docs/memory.md). In the compute dtype's bytes, whatever the VAE's.
+VAE_DECODE_UNITS = 11.0
 # Text encoder layer: feed-forward tensors at the intermediate width alive at once.
 TEXT_FF_UNITS = 3.0
 # Attention scores and their softmax, for encoders that run eager attention (T5's bias).
@@ -185,9 +191,19 @@ def mmdit_activation_bytes(config: dict[str, Any], shape: StepShape, text_tokens
 def vae_encode_bytes(config: dict[str, Any], height: int, width: int, batch: int,
                      dtype_bytes: int) -> int:
     """Peak of a VAE encode of `batch` images at height x width pixels (no gradients)."""
-    # AutoencoderKLQwenImage names its first width base_dim.
-    first = int(list(config.get("block_out_channels", (config.get("base_dim", 128),)))[0])
-    return int(VAE_ENCODE_UNITS * batch * height * width * first * dtype_bytes)
+    return int(VAE_ENCODE_UNITS * batch * height * width * _vae_width(config) * dtype_bytes)
+
+
+def _vae_width(config: dict[str, Any]) -> int:
+    """The VAE's full-resolution width (AutoencoderKLQwenImage names it base_dim)."""
+    return int(list(config.get("block_out_channels", (config.get("base_dim", 128),)))[0])
+
+
+def validation_bytes(config: dict[str, Any], height: int, width: int, frames: int,
+                     dtype_bytes: int) -> int:
+    """What one validation image (or a video's decoded frames, `frames` at a time) holds
+    beyond the weights: the sampling and the VAE decode at height x width pixels."""
+    return int(VAE_DECODE_UNITS * frames * height * width * _vae_width(config) * dtype_bytes)
 
 
 def text_encode_bytes(config: dict[str, Any], tokens: int, batch: int, dtype_bytes: int,

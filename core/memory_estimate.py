@@ -17,26 +17,23 @@ the check, not in core/models.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.config.memory_advice import lower_memory_settings
+from core.memory_report import CUDA_CONTEXT, GIB, MemoryEstimate, MemoryPart
 from core.memory_step import FP32, shape_text, step_frames, step_pixels, step_shape
 from core.models.gpu_probe import cuda_available, detect_gpu
 from core.notices import quiet_libraries
-from core.problems import warning
 
 if TYPE_CHECKING:
     from core.config import Config
     from core.models.memory_activations import StepShape
     from core.models.memory_model import ComponentSize, DenoiserSize, ModelSizes
 
-GIB = 1024 ** 3
 # CUDA context, cuBLAS/cuDNN workspaces and allocator slack, per process. Calibrated on:
 # nothing yet (a typical figure); recalibrate from measured H100 runs.
 CUDA_CONTEXT_BYTES = GIB // 2
-CUDA_CONTEXT = "CUDA context"
 # The caches are built this many images / captions at a time (core/cache/stage.py's
 # vae_batch, core/cache/build.py's text batch_size).
 CACHE_VAE_BATCH = 4
@@ -53,107 +50,6 @@ LLM_ENCODERS = ("qwen3", "mistral3")
 OPTIMIZER_BYTES_PER_PARAM = {"adamw": 8, "adamw8bit": 2, "adamw_schedulefree": 8,
                              "prodigy": 16, "lion": 4, "came": 5, "adafactor": 1}
 SCALE_BYTES = {"int8": 2, "fp8": 2, "nf4": 4}  # bf16 per output row; fp32 per 64 weights
-
-
-@dataclass
-class MemoryPart:
-    name: str  # "frozen weights", "trainable", "gradients", "optimizer", "activations"
-    bytes: int
-    exact: bool = True
-
-
-@dataclass
-class MemoryEstimate:
-    parts: list[MemoryPart] = field(default_factory=list)  # training, on one GPU
-    device_total_bytes: int | None = None  # the detected GPU's memory, when there is one
-    caching: list[MemoryPart] = field(default_factory=list)  # building caches, before
-    validation: list[MemoryPart] = field(default_factory=list)  # a validation round
-    shape: str = ""  # what the activations were estimated from
-    validation_shape: str = ""  # the validation images' size
-    device_name: str = ""
-    cpu: bool = False  # a CPU run: every part in RAM at once, no caching phase apart
-    ram: list[MemoryPart] | None = None  # a GPU run on a machine without one: its CPU run
-    unknown: str | None = None  # why there is no figure (then there are no parts)
-    advice: list[str] = field(default_factory=list)  # settings that would lower it
-
-    @property
-    def training_bytes(self) -> int:
-        return sum(p.bytes for p in self.parts)
-
-    @property
-    def caching_bytes(self) -> int:
-        return sum(p.bytes for p in self.caching)
-
-    @property
-    def validation_bytes(self) -> int:
-        return sum(p.bytes for p in self.validation)
-
-    @property
-    def dominant(self) -> str:
-        """The phase that needs the most: "training", "caching" or "validation"."""
-        phases = {"training": self.training_bytes, "caching": self.caching_bytes,
-                  "validation": self.validation_bytes}
-        return max(phases, key=lambda name: (phases[name], name == "training"))
-
-    @property
-    def total_bytes(self) -> int:
-        """The per-GPU figure: the largest of the phases."""
-        return max(self.training_bytes, self.caching_bytes, self.validation_bytes)
-
-    def _phase_texts(self) -> dict[str, tuple[str, str, str]]:
-        """Per phase present: (its note on the first line, its label on a line of its
-        own, its parts)."""
-        out = {"training": ("", "training", f"{_sum_text(self.parts)} (activations "
-                                            f"estimated from {self.shape})")}
-        if self.caching:
-            out["caching"] = ("; building the caches dominates", "building caches first",
-                              f"{_sum_text(self.caching)} (text encoders and VAE on the "
-                              "GPU; the denoiser comes after)")
-        if self.validation:
-            out["validation"] = ("; validation dominates", "validation",
-                                 f"{_sum_text(self.validation)} ({self.validation_shape})")
-        return out
-
-    def lines(self) -> list[str]:
-        """The first starts with `memory:` and gives the per-GPU figure in GiB."""
-        if self.unknown is not None:
-            return [f"memory: unknown ({self.unknown})"]
-        texts, dominant = self._phase_texts(), self.dominant
-        sizes = {"training": self.training_bytes, "caching": self.caching_bytes,
-                 "validation": self.validation_bytes}
-        if self.ram is not None:  # what this machine will do comes first
-            ram = sum(p.bytes for p in self.ram)
-            return [f"memory: {_total(ram)} GiB of RAM (estimate; this machine has no GPU, "
-                    f"so the run goes on its CPU) = {_sum_text(self.ram)} (activations "
-                    f"estimated from {self.shape})",
-                    f"  on a GPU: {_total(self.total_bytes)} GiB per GPU = "
-                    f"{texts[dominant][2]}"]
-        where = "per process (CPU run)" if self.cpu else "per GPU"
-        note, _, text = texts[dominant]
-        out = [f"memory: {_total(self.total_bytes)} GiB {where} (estimate{note}) = {text}"]
-        out += [f"  {label}: {_total(sizes[name])} GiB = {text}"
-                for name, (_, label, text) in texts.items() if name != dominant]
-        if self.device_total_bytes is not None and self.total_bytes > self.device_total_bytes:
-            gpu = f"{_total(self.device_total_bytes)} GiB" + (
-                f", {self.device_name}" if self.device_name else "")
-            hint = f"; try {', '.join(self.advice)}" if self.advice else ""
-            out.append(str(warning("memory", f"the estimate ({_total(self.total_bytes)} GiB)"
-                                   f" is more than this machine's GPU has ({gpu}){hint}")))
-        return out
-
-
-def _total(n: int) -> str:
-    return f"{n / GIB:.1f}" if n >= GIB else f"{n / GIB:.2f}"
-
-
-def _part_text(p: MemoryPart) -> str:
-    v = p.bytes / GIB
-    number = f"{v:.1f}" if v >= 1 else f"{v:.2f}" if v >= 0.005 else "<0.01"
-    return f"{p.name} {'' if p.exact else '~'}{number} GiB"
-
-
-def _sum_text(parts: list[MemoryPart]) -> str:
-    return " + ".join(_part_text(p) for p in parts if p.bytes > 0)
 
 
 # ---------------------------------------------------------------- the estimate
@@ -227,6 +123,9 @@ def assemble(cfg: Config, sizes: ModelSizes, gpu: tuple[int, str] | None,
     shape = step_shape(cfg, sizes, pixels)
     training = training_parts(cfg, sizes.denoiser, wbytes, sizes.second_expert)
     training.append(MemoryPart("activations", activation_bytes(sizes, shape), exact=False))
+    copies = dequantized_copy_bytes(cfg, sizes.denoiser, wbytes)
+    if copies:
+        training.append(MemoryPart("dequantized weights", copies))
     encoders = [MemoryPart("text encoders", _weights(sizes.text_encoders, wbytes)),
                 MemoryPart("VAE", _weights([sizes.vae] if sizes.vae else [],
                                            _vae_bytes(cfg, sizes.vae, wbytes)))]
@@ -262,7 +161,7 @@ def validation_parts(cfg: Config, sizes: ModelSizes, training: list[MemoryPart],
 
     processes = cfg.launch.num_processes * cfg.launch.num_machines
     kept = [p if p.name != "gradients" else MemoryPart(p.name, p.bytes // 2)
-            for p in training if p.name != "activations"
+            for p in training if p.name not in ("activations", "dequantized weights")
             and (p.name != "gradients" or processes > 1)]
     video = family_or_defaults(cfg.model.family).video
     frames = min(cfg.validation.frames, 4) if video else 1  # a video decodes in chunks
@@ -299,6 +198,18 @@ def frozen_denoiser_bytes(d: DenoiserSize, scheme: str, wbytes: int) -> int:
     blocks = d.quantizable_blocks if scheme == "nf4" else d.quantizable_rows
     return ((d.floats - d.quantizable) * wbytes + math.ceil(d.quantizable * per_weight)
             + blocks * SCALE_BYTES[scheme] + d.other_bytes)
+
+
+def dequantized_copy_bytes(cfg: Config, d: DenoiserSize, wbytes: int) -> int:
+    """What a LoRA step on a torchao-quantized base keeps of dequantized weights for
+    its backward (DEQUANTIZED_FOR_BACKWARD): one block's, or all of them without
+    gradient checkpointing."""
+    from core.models.quantize import DEQUANTIZED_FOR_BACKWARD
+
+    if cfg.train.method != "lora" or cfg.model.quantize not in DEQUANTIZED_FOR_BACKWARD:
+        return 0
+    checkpointing = cfg.train.gradient_checkpointing
+    return (d.quantizable_in_a_block if checkpointing else d.quantizable) * wbytes
 
 
 def training_parts(cfg: Config, d: DenoiserSize, wbytes: int,

@@ -13,6 +13,7 @@ from core.config.distributed import distributed_problems
 from core.config.optimizers import OPTIMIZERS, OPTION_DEFAULTS
 from core.config.schema import CONFIG_VERSION, FAMILIES, SECTION_TYPES, Config
 from core.models.objectives import MODE_SCALE
+from core.models.quantize import DEQUANTIZED_FOR_BACKWARD
 from core.models.registry import families, family_or_defaults, get_family, list_families
 from core.models.source import RANDOM_PREFIX, TINY_PREFIX, model_source
 from core.models.tiny import tiny_family, tiny_names
@@ -163,6 +164,11 @@ def _check_cross(cfg: Config) -> list[Problem]:
         out.append(error("model.quantize", f"{cfg.model.quantize} with train.method = \"full\": "
                                            "a quantized base cannot be fully fine-tuned; use "
                                            "train.method = \"lora\" or model.quantize = \"none\""))
+    if cfg.model.quantize in DEQUANTIZED_FOR_BACKWARD and not cfg.train.gradient_checkpointing:
+        out.append(Problem("warning", "train.gradient_checkpointing", (
+            f"is off with model.quantize = \"{cfg.model.quantize}\": the backward then keeps "
+            "a dequantized copy of every quantized weight, more than the unquantized base "
+            "needs; set train.gradient_checkpointing = true")))
     return out
 
 

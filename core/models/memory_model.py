@@ -54,6 +54,9 @@ class DenoiserSize(ComponentSize):
     quantizable: int = 0  # weights of the modules `quantizable` says yes to
     quantizable_rows: int = 0  # their output rows: one int8/fp8 scale each
     quantizable_blocks: int = 0  # their 64-weight blocks: one nf4 absmax each
+    # The most quantizable weights in one block (the stack's unit: transformer_blocks.3,
+    # a UNet's down_blocks.1): torchao dequantizes a whole block's for its backward.
+    quantizable_in_a_block: int = 0
     lora: int = 0  # adapter parameters peft adds for the run's kind, rank and targets
 
     @property
@@ -236,6 +239,7 @@ def _denoiser_size(source: ConfigSource, name: str, entry: list[str], lora_rank:
     module = _meta_module(source.folder, name, entry)
     size = _size_of(module, DenoiserSize(name, _full_config(module), 0))
     assert isinstance(size, DenoiserSize)
+    per_block: dict[str, int] = {}
     for module_name, sub in module.named_modules():
         weight = getattr(sub, "weight", None)
         if weight is None or not quantizable(module_name, sub):
@@ -243,9 +247,20 @@ def _denoiser_size(source: ConfigSource, name: str, entry: list[str], lora_rank:
         size.quantizable += weight.numel()
         size.quantizable_rows += weight.shape[0]
         size.quantizable_blocks += math.ceil(weight.numel() / NF4_BLOCK)
+        block = _block_of(module_name)
+        per_block[block] = per_block.get(block, 0) + weight.numel()
+    size.quantizable_in_a_block = max(per_block.values(), default=0)
     if lora_kind is not None:
         size.lora = lora_parameters(module, source.family, lora_rank, lora_scope, lora_kind)
     return size
+
+
+def _block_of(module_name: str) -> str:
+    """The block a layer is in: its name up to the first index (`transformer_blocks.3`,
+    `down_blocks.1`); a layer outside the stacks is a block of its own."""
+    parts = module_name.split(".")
+    index = next((i for i, part in enumerate(parts) if part.isdigit()), len(parts) - 1)
+    return ".".join(parts[:index + 1])
 
 
 def lora_parameters(denoiser: Any, family: str, rank: int, scope: str,
@@ -295,6 +310,7 @@ def _sizes_from_header(sizes: ModelSizes, path: Path) -> None:
         d.quantizable = min(int(d.quantizable * scale), groups["denoiser"][0])
         d.quantizable_rows = int(d.quantizable_rows * scale)
         d.quantizable_blocks = int(d.quantizable_blocks * scale)
+        d.quantizable_in_a_block = int(d.quantizable_in_a_block * scale)
     d.floats, d.other_bytes = groups["denoiser"]
     if sizes.vae is not None and groups["vae"][0]:
         sizes.vae.floats, sizes.vae.other_bytes = groups["vae"]

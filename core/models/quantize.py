@@ -21,6 +21,15 @@ from core.problems import Problem, error
 
 QUANTIZED_BYTES_PER_WEIGHT = {"none": None, "int8": 1.0, "fp8": 1.0, "nf4": 0.5}
 FP8_MIN_CAPABILITY = (8, 9)  # Ada (RTX 40xx, L4, L40S) and Hopper (H100) have fp8 units
+# torchao's weight-only layers (0.18's Int8Tensor, Float8Tensor) multiply by a dequantized
+# copy of their weight, which autograd keeps for the backward wherever the layer's input
+# needs a gradient: past the first LoRA layer, every layer. With gradient checkpointing
+# only the block being recomputed holds them (an H200's Flux int8 step held 0.73 GiB over
+# its estimate without them, and a double block's are 0.63 GiB); without it, every
+# quantized weight has a copy in the compute dtype. bitsandbytes' nf4 dequantizes again
+# in the backward. The memory estimate counts them, and the check warns without
+# checkpointing.
+DEQUANTIZED_FOR_BACKWARD = ("int8", "fp8")
 
 
 def quantizable(name: str, module: Any) -> bool:

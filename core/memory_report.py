@@ -1,0 +1,113 @@
+"""The memory estimate as `--stage check` and the Training tab print it: its parts per
+phase (training, building the caches, a validation round) and the `memory:` lines. The
+figures come from core/memory_estimate.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from core.problems import warning
+
+GIB = 1024 ** 3
+CUDA_CONTEXT = "CUDA context"
+
+
+@dataclass
+class MemoryPart:
+    name: str  # "frozen weights", "trainable", "gradients", "optimizer", "activations"
+    bytes: int
+    exact: bool = True
+
+
+@dataclass
+class MemoryEstimate:
+    parts: list[MemoryPart] = field(default_factory=list)  # training, on one GPU
+    device_total_bytes: int | None = None  # the detected GPU's memory, when there is one
+    caching: list[MemoryPart] = field(default_factory=list)  # building caches, before
+    validation: list[MemoryPart] = field(default_factory=list)  # a validation round
+    shape: str = ""  # what the activations were estimated from
+    validation_shape: str = ""  # the validation images' size
+    device_name: str = ""
+    cpu: bool = False  # a CPU run: every part in RAM at once, no caching phase apart
+    ram: list[MemoryPart] | None = None  # a GPU run on a machine without one: its CPU run
+    unknown: str | None = None  # why there is no figure (then there are no parts)
+    advice: list[str] = field(default_factory=list)  # settings that would lower it
+
+    @property
+    def training_bytes(self) -> int:
+        return sum(p.bytes for p in self.parts)
+
+    @property
+    def caching_bytes(self) -> int:
+        return sum(p.bytes for p in self.caching)
+
+    @property
+    def validation_bytes(self) -> int:
+        return sum(p.bytes for p in self.validation)
+
+    @property
+    def dominant(self) -> str:
+        """The phase that needs the most: "training", "caching" or "validation"."""
+        phases = {"training": self.training_bytes, "caching": self.caching_bytes,
+                  "validation": self.validation_bytes}
+        return max(phases, key=lambda name: (phases[name], name == "training"))
+
+    @property
+    def total_bytes(self) -> int:
+        """The per-GPU figure: the largest of the phases."""
+        return max(self.training_bytes, self.caching_bytes, self.validation_bytes)
+
+    def _phase_texts(self) -> dict[str, tuple[str, str, str]]:
+        """Per phase present: (its note on the first line, its label on a line of its
+        own, its parts)."""
+        out = {"training": ("", "training", f"{_sum_text(self.parts)} (activations "
+                                            f"estimated from {self.shape})")}
+        if self.caching:
+            out["caching"] = ("; building the caches dominates", "building caches first",
+                              f"{_sum_text(self.caching)} (text encoders and VAE on the "
+                              "GPU; the denoiser comes after)")
+        if self.validation:
+            out["validation"] = ("; validation dominates", "validation",
+                                 f"{_sum_text(self.validation)} ({self.validation_shape})")
+        return out
+
+    def lines(self) -> list[str]:
+        """The first starts with `memory:` and gives the per-GPU figure in GiB."""
+        if self.unknown is not None:
+            return [f"memory: unknown ({self.unknown})"]
+        texts, dominant = self._phase_texts(), self.dominant
+        sizes = {"training": self.training_bytes, "caching": self.caching_bytes,
+                 "validation": self.validation_bytes}
+        if self.ram is not None:  # what this machine will do comes first
+            ram = sum(p.bytes for p in self.ram)
+            return [f"memory: {_total(ram)} GiB of RAM (estimate; this machine has no GPU, "
+                    f"so the run goes on its CPU) = {_sum_text(self.ram)} (activations "
+                    f"estimated from {self.shape})",
+                    f"  on a GPU: {_total(self.total_bytes)} GiB per GPU = "
+                    f"{texts[dominant][2]}"]
+        where = "per process (CPU run)" if self.cpu else "per GPU"
+        note, _, text = texts[dominant]
+        out = [f"memory: {_total(self.total_bytes)} GiB {where} (estimate{note}) = {text}"]
+        out += [f"  {label}: {_total(sizes[name])} GiB = {text}"
+                for name, (_, label, text) in texts.items() if name != dominant]
+        if self.device_total_bytes is not None and self.total_bytes > self.device_total_bytes:
+            gpu = f"{_total(self.device_total_bytes)} GiB" + (
+                f", {self.device_name}" if self.device_name else "")
+            hint = f"; try {', '.join(self.advice)}" if self.advice else ""
+            out.append(str(warning("memory", f"the estimate ({_total(self.total_bytes)} GiB)"
+                                   f" is more than this machine's GPU has ({gpu}){hint}")))
+        return out
+
+
+def _total(n: int) -> str:
+    return f"{n / GIB:.1f}" if n >= GIB else f"{n / GIB:.2f}"
+
+
+def _part_text(p: MemoryPart) -> str:
+    v = p.bytes / GIB
+    number = f"{v:.1f}" if v >= 1 else f"{v:.2f}" if v >= 0.005 else "<0.01"
+    return f"{p.name} {'' if p.exact else '~'}{number} GiB"
+
+
+def _sum_text(parts: list[MemoryPart]) -> str:
+    return " + ".join(_part_text(p) for p in parts if p.bytes > 0)

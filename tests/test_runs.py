@@ -367,6 +367,34 @@ def test_follow_run_echoes_the_log_and_turns_sigterm_into_a_graceful_stop(tmp_pa
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handler restored
 
 
+def test_a_run_being_started_is_never_read_as_failed(tmp_path, monkeypatch):
+    """A reader (the UI's status poll, its reconcile) that comes while a run starts again
+    in its folder, between the manager's first write and the launcher's pid, sees the
+    folder as it was, not a live state without a live process: that read called a queued
+    run that was starting failed, and a reconcile would have written it down."""
+    import subprocess
+
+    from core.runs import manager, registry
+
+    run_dir = tmp_path / "runs" / "again"
+    first = start_run(direct_spec(run_dir, tmp_path, "--steps", "2", "--step-time", "0"),
+                      run_dir)
+    assert first.wait(timeout=30) == "done"
+    seen = []
+    real_popen = subprocess.Popen
+
+    def popen_after_a_read(*args, **kwargs):
+        seen.append(registry.reconcile_run(registry.run_info(run_dir)).state)
+        return real_popen(*args, **kwargs)
+
+    monkeypatch.setattr(manager.subprocess, "Popen", popen_after_a_read)
+    again = start_run(direct_spec(run_dir, tmp_path, "--steps", "2", "--step-time", "0"),
+                      run_dir)
+    assert seen == ["done"]  # the last launch's outcome, until the new launcher is known
+    assert again.wait(timeout=30) == "done"
+    assert not [e for e in events_of(run_dir) if e["type"] == "error"]
+
+
 def test_a_program_that_cannot_start_is_reported(tmp_path):
     run_dir = tmp_path / "run"
     spec = LaunchSpec(argv=[str(tmp_path / "no-such-python"), "-m", "x"], workspace=tmp_path)

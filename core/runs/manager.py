@@ -30,6 +30,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from core.runs import pids
 from core.runs.command import Join, LaunchSpec, format_command
@@ -190,12 +191,12 @@ def _open_log(folder: RunFolder, command: str, notes: tuple[str, ...] = ()
     return fd, offset
 
 
-def _reset_status(folder: RunFolder) -> None:
-    """State "starting", keeping step/max_steps of a resumed run, dropping old results."""
+def _reset_status(folder: RunFolder, **fields: Any) -> None:
+    """`fields` (the new launch's state and launcher), keeping step/max_steps of a resumed
+    run, dropping old results."""
     old = (read_status(folder.root) or RunStatus()).to_dict()
     kept = {k: v for k, v in old.items() if k not in _STALE_FIELDS}
-    kept["state"] = "starting"
-    write_status(folder.root, replace=True, **kept)
+    write_status(folder.root, replace=True, **{**kept, **fields})
 
 
 def start_run(spec: LaunchSpec, where: RunFolder | str | Path) -> RunHandle:
@@ -214,7 +215,6 @@ def start_run(spec: LaunchSpec, where: RunFolder | str | Path) -> RunHandle:
     folder.stop_file.unlink(missing_ok=True)
     command = format_command(spec)
     folder.command.write_text(command + "\n", encoding="utf-8")
-    _reset_status(folder)
     token = uuid.uuid4().hex
     env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1", pids.RUN_TOKEN_ENV: token,
            pids.LAUNCHED_AT_ENV: repr(time.time())}
@@ -228,16 +228,18 @@ def start_run(spec: LaunchSpec, where: RunFolder | str | Path) -> RunHandle:
     except OSError as exc:
         reason = f"could not start {spec.argv[0]!r}: {exc}"
         os.write(log_fd, f"{reason}\n".encode())
-        write_status(run_dir, state="failed", reason=reason, finalized_by="manager")
+        _reset_status(folder, state="failed", reason=reason, finalized_by="manager")
         append_event(run_dir, {"type": "error", "message": reason})
         raise RunStartError(reason) from None
     finally:
         os.close(log_fd)  # the child holds its own copy
     ticks = pids.start_ticks(popen.pid)
+    # "starting" and the new launcher in one write: a reader in between would find a live
+    # state with no live process (the last launch's, or none) and call the run failed.
     # The trainer's first status write comes seconds later (after its imports), so this
     # read-modify-write does not race it in practice.
-    write_status(run_dir, pid=popen.pid, launcher_pid=popen.pid, launcher_start=ticks,
-                 run_token=token, started_at=round(time.time(), 3))
+    _reset_status(folder, state="starting", pid=popen.pid, launcher_pid=popen.pid,
+                  launcher_start=ticks, run_token=token, started_at=round(time.time(), 3))
     if spec.workspace is not None:
         register_run(spec.workspace, new_record(run_dir, popen.pid, ticks, token, command))
     return RunHandle(folder=folder, pid=popen.pid, start_ticks=ticks, token=token,

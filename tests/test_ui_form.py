@@ -195,3 +195,5 @@ def test_the_memory_line_is_made_once_for_pages_asking_at_the_same_time(ctx, mon
     assert len(set(texts)) == 1 and "GiB of RAM" in texts[0], texts
     cfg.train.lora_rank = 32
     assert memory_view(ctx, cfg, lines) != texts[0] and len(made) == 2
+    cfg.validation.resolution = 2048  # the validation round becomes the GPU's peak
+    assert "validation images 2048x2048" in memory_view(ctx, cfg, lines) and len(made) == 3

@@ -108,12 +108,11 @@ def memory_view(ctx: AppContext, cfg: Config, lines: MemoryLines) -> str:
     """The estimate's lines as Markdown; whether the caches are built is looked up each
     time (cheap: file headers)."""
     from core.config import resolved
-    from core.ops import caches_complete, estimate_memory
+    from core.ops import caches_complete, estimate_inputs, estimate_memory
 
     full = resolved(cfg, ctx.workspace)
     built = caches_complete(full, ctx.workspace)  # built since: no caching phase any more
-    key = repr((full.model, full.train, full.launch, [d.resolution for d in full.datasets],
-                built))
+    key = f"{estimate_inputs(full)} {built}"
     with lines.lock:
         if lines.key != key:
             estimate = estimate_memory(full, ctx.workspace, caches_built=built)

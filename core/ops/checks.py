@@ -94,3 +94,12 @@ def estimate_memory(cfg: Config, workspace: Path,
     from core.memory_estimate import estimate_memory as estimate
 
     return estimate(cfg, workspace, buckets, caches_built)
+
+
+def estimate_inputs(cfg: Config) -> str:
+    """What of `cfg` the memory estimate reads, to compare: an edit that leaves it the
+    same (a caption setting, a path) needs no new estimate."""
+    from core.data.controls import control_folders
+
+    return repr((cfg.model, cfg.train, cfg.launch, cfg.validation,
+                 [(d.resolution, d.frames, len(control_folders(d))) for d in cfg.datasets]))

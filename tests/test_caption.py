@@ -70,6 +70,19 @@ def run_stage(ws: Path, cfg: Path, *sets: str) -> subprocess.CompletedProcess:
     return app_in_process(*args)
 
 
+def caption_in_process(ws: Path, cfg: Path, capsys: pytest.CaptureFixture[str]
+                       ) -> subprocess.CompletedProcess:
+    """The captioning program (core/caption/main.py) run in this process: what it writes
+    and prints, for the tests about its outcome; run_stage and the UI action's test run
+    it as the subprocess the stage starts."""
+    from core.caption.main import main
+
+    capsys.readouterr()
+    code = main(["--config", str(cfg), "--workspace", str(ws)])
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess([], code, out.out, out.err)
+
+
 def test_caption_stage_fills_missing_captions_and_touches_no_existing_one(
         tmp_path: Path, captioner_dir: Path) -> None:
     ws, paths = workspace_with(tmp_path, captioner_dir)
@@ -96,13 +109,14 @@ def test_caption_stage_fills_missing_captions_and_touches_no_existing_one(
     assert "kept 2 existing caption(s)" in result.stdout
 
 
-def test_overwrite_keeps_each_old_caption_as_bak(tmp_path: Path, captioner_dir: Path) -> None:
+def test_overwrite_keeps_each_old_caption_as_bak(tmp_path: Path, captioner_dir: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
     ws, paths = workspace_with(tmp_path, captioner_dir, images=2)
     old = {p: p.with_suffix(".txt").read_text(encoding="utf-8") for p in paths}
     earlier_bak = paths[1].with_suffix(".txt.bak")
     earlier_bak.write_text("an older backup", encoding="utf-8")
 
-    result = run_stage(ws, config(ws, overwrite=True))
+    result = caption_in_process(ws, config(ws, overwrite=True), capsys)
 
     assert result.returncode == 0, result.stdout + result.stderr
     first, second = (p.with_suffix(".txt") for p in paths)
@@ -116,14 +130,14 @@ def test_overwrite_keeps_each_old_caption_as_bak(tmp_path: Path, captioner_dir: 
 
 
 def test_a_corrupt_image_is_skipped_and_named_the_others_captioned(
-        tmp_path: Path, captioner_dir: Path) -> None:
+        tmp_path: Path, captioner_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ws, paths = workspace_with(tmp_path, captioner_dir, images=3)
     for path in paths:
         path.with_suffix(".txt").unlink()
     broken = paths[1]
     broken.write_bytes(broken.read_bytes()[:60])  # a truncated PNG
 
-    result = run_stage(ws, config(ws))
+    result = caption_in_process(ws, config(ws), capsys)
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert paths[0].with_suffix(".txt").read_text(encoding="utf-8").strip()

@@ -364,6 +364,38 @@ def test_the_validation_phase_covers_the_validation_rounds_measured_on_an_h200(
     assert estimate.total_bytes >= estimate.validation_bytes
 
 
+def test_the_configs_are_read_once_until_they_change(tmp_path: Path, monkeypatch) -> None:
+    """A form edit of the resolution estimates again without building the model on the
+    meta device again; an edited config.json is read afresh."""
+    import shutil
+
+    from core.models import memory_model
+
+    built = []
+    real = memory_model._meta_module
+    monkeypatch.setattr(memory_model, "_meta_module",
+                        lambda *args: built.append(args[1]) or real(*args))
+    folder = tmp_path / "flux2"
+    shutil.copytree(full_size_dir("flux2"), folder)
+    cfg = apply_overrides(load_config(preset_path("flux2-lora")), [f"model.path={folder}"])
+
+    def estimate(resolution: int) -> int:
+        cfg.datasets[0].resolution = resolution
+        found = estimate_memory(resolved(cfg, tmp_path), tmp_path, caches_built=True)
+        assert found is not None and found.unknown is None, found
+        return part(found.parts, "activations")
+
+    small = estimate(512)
+    reads = len(built)
+    assert reads >= 3  # the transformer, the VAE and the text encoder
+    assert estimate(1024) > small and len(built) == reads
+    config = folder / "transformer/config.json"
+    config.write_text(config.read_text(encoding="utf-8").replace(
+        '"num_layers": 5', '"num_layers": 6'), encoding="utf-8")
+    estimate(1024)
+    assert len(built) == 2 * reads
+
+
 def test_the_validation_phase_grows_with_its_resolution_and_goes_without_prompts() -> None:
     def validation(*overrides: str) -> MemoryEstimate:
         cfg = apply_overrides(load_config(preset_path("chroma-lora")),

@@ -18,6 +18,8 @@ weights `core.models.quantize.quantizable` picks.
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import importlib
 import json
 import math
@@ -159,7 +161,28 @@ def _tiny_folder(name: str, workspace: Path) -> Iterator[Path]:
 def read_sizes(source: ConfigSource, lora_rank: int, lora_scope: str,
                with_lora: bool, lora_kind: str = "lora") -> ModelSizes:
     """Every loaded component's size; the denoiser's quantizable weights and adapter
-    (train.lora_kind)."""
+    (train.lora_kind). Read once per state of the configs (and the single file): a form
+    edit that changes only the resolution or the batch asks again, and building a
+    20 B model on the meta device takes a second."""
+    sizes = _read_sizes(source.family, source.folder, source.file, _stamp(source),
+                        lora_rank, lora_scope, with_lora, lora_kind)
+    return copy.deepcopy(sizes)  # the caller's to change
+
+
+def _stamp(source: ConfigSource) -> tuple[tuple[str, int, int], ...]:
+    """The configs' (and the single file's) paths, sizes and modification times."""
+    paths = [source.folder / "model_index.json", *sorted(source.folder.glob("*/config.json"))]
+    if source.file is not None:
+        paths.append(source.file)
+    stats = [(str(path), path.stat()) for path in paths if path.is_file()]
+    return tuple((name, stat.st_size, stat.st_mtime_ns) for name, stat in stats)
+
+
+@functools.lru_cache(maxsize=16)
+def _read_sizes(family: str, folder: Path, file: Path | None, stamp: tuple[Any, ...],
+                lora_rank: int, lora_scope: str, with_lora: bool,
+                lora_kind: str) -> ModelSizes:
+    source = ConfigSource(family, folder, file)
     index = json.loads((source.folder / "model_index.json").read_text(encoding="utf-8"))
     denoiser: DenoiserSize | None = None
     second: DenoiserSize | None = None

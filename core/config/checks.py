@@ -164,7 +164,8 @@ def _check_cross(cfg: Config) -> list[Problem]:
         out.append(error("model.quantize", f"{cfg.model.quantize} with train.method = \"full\": "
                                            "a quantized base cannot be fully fine-tuned; use "
                                            "train.method = \"lora\" or model.quantize = \"none\""))
-    if cfg.model.quantize in DEQUANTIZED_FOR_BACKWARD and not cfg.train.gradient_checkpointing:
+    if (cfg.model.quantize in DEQUANTIZED_FOR_BACKWARD and cfg.train.method == "lora"
+            and not cfg.train.gradient_checkpointing):
         out.append(Problem("warning", "train.gradient_checkpointing", (
             f"is off with model.quantize = \"{cfg.model.quantize}\": the backward then keeps "
             "a dequantized copy of every quantized weight, more than the unquantized base "

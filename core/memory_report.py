@@ -45,17 +45,20 @@ class MemoryEstimate:
     def validation_bytes(self) -> int:
         return sum(p.bytes for p in self.validation)
 
+    def _phase_bytes(self) -> dict[str, int]:
+        return {"training": self.training_bytes, "caching": self.caching_bytes,
+                "validation": self.validation_bytes}
+
     @property
     def dominant(self) -> str:
         """The phase that needs the most: "training", "caching" or "validation"."""
-        phases = {"training": self.training_bytes, "caching": self.caching_bytes,
-                  "validation": self.validation_bytes}
+        phases = self._phase_bytes()
         return max(phases, key=lambda name: (phases[name], name == "training"))
 
     @property
     def total_bytes(self) -> int:
         """The per-GPU figure: the largest of the phases."""
-        return max(self.training_bytes, self.caching_bytes, self.validation_bytes)
+        return max(self._phase_bytes().values())
 
     def _phase_texts(self) -> dict[str, tuple[str, str, str]]:
         """Per phase present: (its note on the first line, its label on a line of its
@@ -75,9 +78,7 @@ class MemoryEstimate:
         """The first starts with `memory:` and gives the per-GPU figure in GiB."""
         if self.unknown is not None:
             return [f"memory: unknown ({self.unknown})"]
-        texts, dominant = self._phase_texts(), self.dominant
-        sizes = {"training": self.training_bytes, "caching": self.caching_bytes,
-                 "validation": self.validation_bytes}
+        texts, dominant, sizes = self._phase_texts(), self.dominant, self._phase_bytes()
         if self.ram is not None:  # what this machine will do comes first
             ram = sum(p.bytes for p in self.ram)
             return [f"memory: {_total(ram)} GiB of RAM (estimate; this machine has no GPU, "

@@ -50,16 +50,17 @@ def _progress_sink(events: Path | None, show_bar: bool, process: int):
 
 
 class CachingOutOfMemory(Exception):
-    """The GPU ran out of memory before the first cache entry; the message says what to do."""
+    """The GPU ran out of memory while the encoders arrived or while encoding; the message
+    says what to do."""
 
 
 def load_for_caching(config: Path, workspace: Path
                      ) -> tuple[Config, ModelFamily, Components, ProcessGroup] | None:
     from accelerate import PartialState
 
-    from core.config.memory_advice import out_of_memory_text
+    from core.config.memory_advice import out_of_memory_becomes
     from core.models.loading import resolve_dtype
-    from core.models.modules import avoid_cudnn_attention, is_out_of_memory, move_encoders
+    from core.models.modules import avoid_cudnn_attention, move_encoders
     from core.startup import load_model, load_resolved_config, process_group
 
     avoid_cudnn_attention()
@@ -71,12 +72,8 @@ def load_for_caching(config: Path, workspace: Path
     # the caches, go to the GPU (the denoiser is not needed here).
     family, components = load_model(cfg, workspace.absolute(), state, device="cpu",
                                     dtype=resolve_dtype(cfg.train.mixed_precision))
-    try:
+    with out_of_memory_becomes(CachingOutOfMemory, cfg, "caches"):
         move_encoders(components, state.device)
-    except Exception as exc:
-        if is_out_of_memory(exc):
-            raise CachingOutOfMemory(out_of_memory_text(cfg, "caches", 0, str(exc))) from None
-        raise
     return cfg, family, components, process_group(state)
 
 
@@ -92,9 +89,8 @@ def main(argv: list[str] | None = None) -> int:
 
     quiet_library_notices()  # cache.log shows what the user needs
     from core.cache.store import CacheWriteError
-    from core.config.memory_advice import out_of_memory_text
+    from core.config.memory_advice import out_of_memory_becomes
     from core.models.loading import ModelLoadError
-    from core.models.modules import is_out_of_memory
 
     try:
         setup = load_for_caching(Path(args.config), Path(args.workspace))
@@ -110,14 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     report_progress, bars = _progress_sink(Path(args.events) if args.events else None,
                                            show_bar=group.is_main, process=group.index)
     try:
-        report = build_caches(cfg, family, components, group, progress=report_progress)
-    except CacheWriteError as exc:
+        with out_of_memory_becomes(CachingOutOfMemory, cfg, "caches"):
+            report = build_caches(cfg, family, components, group, progress=report_progress)
+    except (CacheWriteError, CachingOutOfMemory) as exc:
         print(f"error: {exc}", flush=True)
-        return EXIT_FAILED
-    except Exception as exc:
-        if not is_out_of_memory(exc):
-            raise
-        print(f"error: {out_of_memory_text(cfg, 'caches', 0, str(exc))}", flush=True)
         return EXIT_FAILED
     for bar in bars.values():
         bar.close()

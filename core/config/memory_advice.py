@@ -4,6 +4,8 @@ when the GPU ran out. It reads the config alone, so all of them can use it."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -56,3 +58,19 @@ def out_of_memory_text(cfg: Config, part: str, step: int, said: str) -> str:
     during = OUT_OF_MEMORY_DURING[part].format(step=step)
     return (f"the GPU ran out of memory {during}{detail}{advice}. "
             "`--stage check` estimates what a config needs.")
+
+
+@contextlib.contextmanager
+def out_of_memory_becomes(error: type[Exception], cfg: Config, part: str,
+                          step: int = 0) -> Iterator[None]:
+    """torch's out-of-memory error inside becomes `error` with out_of_memory_text (the
+    caller's refusal: the trainer's TrainingError, the cache job's own); any other
+    error goes through as it is."""
+    from core.models.modules import is_out_of_memory
+
+    try:
+        yield
+    except Exception as exc:
+        if is_out_of_memory(exc):
+            raise error(out_of_memory_text(cfg, part, step, str(exc))) from None
+        raise

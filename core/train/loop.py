@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.config import Config
+from core.config.memory_advice import out_of_memory_becomes
 from core.data.collate import collate
 from core.models.adapters import LYCORIS_ONLY_NOTE
-from core.models.modules import is_out_of_memory, unwrap
+from core.models.modules import unwrap
 from core.runs.folder import RunFolder
 from core.train.batches import to_device
 from core.train.checkpoint import TrainState, save_checkpoint
-from core.train.errors import out_of_memory
 from core.train.evaluation import EvalSet, build_eval_set, evaluate
 from core.train.grid import write_validation_grid
 from core.train.optimizers import averaged_weights
@@ -89,16 +89,10 @@ class Loop:
         """Whether this process runs eval and validation (only the main one reports)."""
         return self.acc.is_main_process or self.sharded
 
-    @contextlib.contextmanager
-    def out_of_memory_in(self, part: str, step: int) -> Iterator[None]:
+    def out_of_memory_in(self, part: str, step: int) -> Any:
         """torch's out-of-memory error in `part` of the run becomes a refusal that says
-        where and which settings would need less (errors.out_of_memory)."""
-        try:
-            yield
-        except Exception as exc:
-            if is_out_of_memory(exc):
-                raise out_of_memory(self.cfg, part, step, exc) from None
-            raise
+        where and which settings would need less."""
+        return out_of_memory_becomes(TrainingError, self.cfg, part, step)
 
     @contextlib.contextmanager
     def memory_of(self, phase: str, runs: bool = True) -> Iterator[None]:

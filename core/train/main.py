@@ -141,9 +141,9 @@ def run(args: argparse.Namespace, own_process: bool = False) -> int:
 
     from accelerate.utils import set_seed
 
+    from core.config.memory_advice import out_of_memory_text
     from core.models.modules import is_out_of_memory
     from core.train.agreement import RanksDisagree, check_same_start, ranks_of
-    from core.train.errors import out_of_memory
     from core.train.loop import Loop
     from core.train.resume import restore
     from core.train.setup import TrainingError, build_setup
@@ -185,7 +185,7 @@ def run(args: argparse.Namespace, own_process: bool = False) -> int:
         return EXIT_STOPPED
     except Exception as exc:  # every failure is recorded for the UI, then reported
         if is_out_of_memory(exc):  # the loop names its own part; this is the setup's
-            exc = out_of_memory(cfg, "setup", 0, exc)
+            exc = TrainingError(out_of_memory_text(cfg, "setup", 0, str(exc)))
         if isinstance(exc, TrainingError):  # the user's to fix: the message, no traceback
             message = str(exc)
             if reporter.is_main or not isinstance(exc, RanksDisagree):  # said on every rank

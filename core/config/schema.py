@@ -56,6 +56,12 @@ class ModelConfig:
                            "noise level; high_noise or low_noise trains that expert alone, "
                            "its noise levels drawn only from its range (the usual draw, "
                            "renormalised inside it). One-transformer models take only both.")
+    blocks_to_swap: int = _f(0, label="Blocks to swap", min=0, max=1000,
+                             help="Keep this many of the denoiser's transformer blocks in "
+                                  "host memory and copy each to the GPU just before it runs "
+                                  "(0: off), so a base larger than the card trains; needs "
+                                  "gradient checkpointing and a LoRA. The check names the "
+                                  "smallest count that fits the card (docs/memory.md).")
 
 
 @dataclass
@@ -290,6 +296,11 @@ class LaunchConfig:
                                    advanced=True,
                                    help="Multi-machine runs: how long a machine waits for "
                                         "the others to join before it gives up.")
+    gpu_memory_gib: float = _f(0.0, label="Plan for a GPU of (GiB)", min=0.0, max=4096.0,
+                               advanced=True,
+                               help="The memory estimate compares with a card of this size "
+                                    "instead of this machine's GPU (0: the GPU found here), "
+                                    "to plan a run for another machine.")
     distributed: str = _f("ddp", label="Distributed strategy", choices=DISTRIBUTED_CHOICES,
                           advanced=True,
                           help="Several processes: ddp keeps a whole copy of the model on "

@@ -136,6 +136,22 @@ class FamilyDefaults:
     control_images: int = 0
     text_reads_controls: bool = False
 
+    # The denoiser's repeated blocks, as the names of its nn.ModuleLists in the order the
+    # forward runs them (Flux: double then single blocks): what model.blocks_to_swap
+    # streams from host memory (core/models/block_swap.py) and the memory estimate sizes.
+    # Empty: the family has none to swap (the UNets), and the check refuses the key.
+    block_lists: tuple[str, ...] = ()
+
+    def denoiser_stacks(self, denoiser: Any) -> list[list[Any]]:
+        """The loaded denoiser's block stacks, one list of blocks (forward order) per
+        transformer: `block_lists` of the unwrapped denoiser; a two-expert model one per
+        expert. Empty when the family declares none."""
+        from core.models.modules import unwrap
+
+        model = unwrap(denoiser)
+        stack = [block for name in self.block_lists for block in getattr(model, name)]
+        return [stack] if stack else []
+
     def single_file_problems(self, config: str, prediction_type: str) -> list[Any]:
         """--stage check of a usable single-file model.path of this family: warnings
         about what diffusers' default configs for it mean (Problems)."""
@@ -216,6 +232,10 @@ class ModelFamily(Protocol):
     trained_tiny: tuple[tuple[str, str], ...]
     control_images: int
     text_reads_controls: bool
+    block_lists: tuple[str, ...]
+
+    def denoiser_stacks(self, denoiser: Any) -> list[list[Any]]:
+        """The denoiser's swappable block stacks (FamilyDefaults')."""
 
     def single_file_problems(self, config: str, prediction_type: str) -> list[Any]: ...
 

@@ -20,6 +20,7 @@ from core.models.quantize import quantize_frozen, quantized_layers
 from core.startup import load_model, process_group
 from core.train.errors import TrainingError
 from core.train.memory import MemoryTracker
+from core.train.swapping import place_with_swap, start_swapping
 from core.train.texts import TrainTexts, make_train_texts
 from core.train.validation import ValidationTexts, encode_validation_prompts
 
@@ -277,10 +278,10 @@ def load_and_place(cfg: Config, workspace: Path, accelerator: Any, reporter: Any
     else:
         move_encoders(c, "cpu")
     release_device_memory(accelerator.device)
-    quantize_frozen(c.denoiser, cfg.model.quantize, accelerator.device)
+    if not place_with_swap(family, c.denoiser, cfg, accelerator.device):
+        quantize_frozen(c.denoiser, cfg.model.quantize, accelerator.device)
     if cfg.model.quantize != "none":
         _report_quantized(cfg.model.quantize, c.denoiser, reporter)
-    c.denoiser.to(accelerator.device)
     reporter.memory(memory.snapshot("cached"))
     return family, c, datasets, sampler, texts, train_texts
 
@@ -303,6 +304,7 @@ def build_setup(cfg: Config, workspace: Path, accelerator: Any, reporter: Any) -
     configure_run(family, components, cfg)
     base = components.denoiser
     params = add_trainable(family, base, cfg)
+    swappers = start_swapping(family, base, cfg, accelerator.device, reporter)
     start_from_lora(base, cfg, reporter)
     text_params = add_text_encoder_lora(family, components, cfg)
     trained = list(components.text_encoders) if text_params else []
@@ -318,7 +320,10 @@ def build_setup(cfg: Config, workspace: Path, accelerator: Any, reporter: Any) -
     # Trained text encoders are prepared beside the denoiser (DDP keeps their LoRA in
     # step across processes); the components then call the prepared modules.
     model_class = type(base)
-    model, *encoders, optimizer = accelerator.prepare(base, *trained, optimizer)
+    # The swapped blocks stay where the swappers keep them: no device placement for them.
+    placement = [False if swappers else None, *[None] * len(trained), None]
+    model, *encoders, optimizer = accelerator.prepare(base, *trained, optimizer,
+                                                      device_placement=placement)
     sharded = _sharded(accelerator)
     if sharded:  # fully_shard put new (DTensor) parameters in place of the old ones
         params = [p for p in model.parameters() if p.requires_grad]

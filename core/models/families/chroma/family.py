@@ -66,6 +66,7 @@ LORA_TARGETS = FLUX_LORA_TARGETS
 
 class ChromaFamily(FlowFamily):
     name = "chroma"
+    block_lists = ("transformer_blocks", "single_transformer_blocks")
     # Original-format single files and diffusers folders (core/models/loading.py).
     # Flux's block names plus its approximator (diffusers' own "chroma" detection key)
     single_file_markers = ("distilled_guidance_layer.",)

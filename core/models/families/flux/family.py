@@ -56,6 +56,7 @@ class FluxFamily(FlowFamily):
     pipeline_class_name = "FluxPipeline"
     max_sequence_length = 512
     latent_packing = 2  # 2x2 latent patches packed before the transformer
+    block_lists = ("transformer_blocks", "single_transformer_blocks")
     train_guidance = 1.0
 
     # ------------------------------------------------------------ loading

@@ -71,6 +71,7 @@ LORA_EXTRA = ["attn.add_k_proj", "attn.add_q_proj", "attn.add_v_proj", "attn.to_
 
 class Flux2Family(FlowFamily):
     name = "flux2"
+    block_lists = ("transformer_blocks", "single_transformer_blocks")
     # Original-format single files and diffusers folders (core/models/loading.py).
     # before flux: FLUX.2 has double_blocks too
     single_file_markers = ("single_stream_modulation.",)

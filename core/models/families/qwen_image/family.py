@@ -97,6 +97,7 @@ def validation_call_kwargs(transformer: Any, guidance_scale: float | None,
 
 class QwenImageFamily(FlowFamily):
     name = "qwen_image"
+    block_lists = ("transformer_blocks",)
     # Original-format single files and diffusers folders (core/models/loading.py).
     # its text RMSNorm (diffusers and ComfyUI names)
     single_file_markers = ("txt_norm.",)

@@ -30,6 +30,7 @@ LORA_TARGETS = [
 
 class SD3Family(FlowFamily):
     name = "sd3"
+    block_lists = ("transformer_blocks",)
     # Original-format single files and diffusers folders (core/models/loading.py).
     single_file_markers = ("joint_blocks.",)
     single_file_rank = 40

@@ -130,6 +130,7 @@ def save_comfy(module: Any, peft_sd: dict[str, Any], config: Any, path: Path) ->
 
 class WanFamily(FlowFamily):
     name = "wan"
+    block_lists = ("blocks",)
     video = True
     # Original-format single files (the diffusion model alone) and diffusers folders.
     single_file_markers = ("head.modulation",)
@@ -204,6 +205,15 @@ class WanFamily(FlowFamily):
             raise ValueError(": ".join(refused))
         if experts is not None:
             experts.trained_expert = cfg.model.experts
+
+    def denoiser_stacks(self, denoiser: Any) -> list[list[Any]]:
+        """One stack per expert of a two-expert model (each swaps its own blocks)."""
+        from core.models.families.wan.experts import WanExperts
+
+        model = unwrap(denoiser)
+        if isinstance(model, WanExperts):
+            return [list(expert.blocks) for expert in model.experts().values()]
+        return super().denoiser_stacks(denoiser)
 
     def train_shift(self, c: Components) -> float:
         """The scheduler's flow_shift (UniPC's name for it; 1 when absent)."""

@@ -1,0 +1,59 @@
+"""model.blocks_to_swap in the trainer: placing the denoiser with its swapped blocks on the
+host, and the swappers once the adapter is on (core/models/block_swap.py does the work)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from core.config import Config
+from core.train.errors import TrainingError
+
+if TYPE_CHECKING:
+    from core.models.base import ModelFamily
+
+
+def swapped_stacks(family: ModelFamily, denoiser: Any, cfg: Config) -> list[list[Any]]:
+    """The block stacks model.blocks_to_swap streams from host memory (none when 0)."""
+    if not cfg.model.blocks_to_swap:
+        return []
+    stacks = family.denoiser_stacks(denoiser)
+    if not stacks:  # the check refuses this first; a clear error all the same
+        raise TrainingError(f"model.blocks_to_swap: {family.name} declares no blocks to "
+                            "swap; set model.blocks_to_swap = 0")
+    return stacks
+
+
+def place_with_swap(family: ModelFamily, denoiser: Any, cfg: Config, device: Any) -> bool:
+    """The denoiser onto `device` (quantized as asked) but for its swapped blocks, which
+    stay on the CPU; False when nothing swaps (the caller places it as usual)."""
+    from core.models.block_swap import place_denoiser
+
+    stacks = swapped_stacks(family, denoiser, cfg)
+    if stacks:
+        place_denoiser(denoiser, stacks, cfg.model.blocks_to_swap, cfg.model.quantize, device)
+    return bool(stacks)
+
+
+def start_swapping(family: ModelFamily, denoiser: Any, cfg: Config, device: Any,
+                   reporter: Any) -> list[Any]:
+    """The swappers over the placed denoiser, once its adapter is added (the adapter's
+    weights in the swapped blocks go to the device with the rest of what trains); DDP
+    is told to leave the host-held tensors alone."""
+    stacks = swapped_stacks(family, denoiser, cfg)
+    if not stacks:
+        return []
+    from core.models.block_swap import install, swapped_parameter_names
+
+    try:
+        swappers = install(stacks, cfg.model.blocks_to_swap, device)
+    except ValueError as exc:
+        raise TrainingError(str(exc)) from None
+    held = sum(t.host.numel() * t.host.element_size() for s in swappers
+               for frozen in s.frozen.values() for t in frozen)
+    denoiser._ddp_params_and_buffers_to_ignore = swapped_parameter_names(denoiser, swappers)
+    reporter.event("block_swap", swapped=[s.count for s in swappers],
+                   blocks=[len(s.blocks) for s in swappers], host_bytes=held)
+    blocks = ", ".join(f"{s.count} of {len(s.blocks)}" for s in swappers)
+    reporter.say(f"model.blocks_to_swap: {blocks} blocks stream from host memory "
+                 f"({held / 1024 ** 3:.2f} GiB held there)")
+    return swappers

@@ -1,0 +1,227 @@
+"""model.blocks_to_swap: transformer blocks kept in host memory and copied to the device
+one block ahead of use (core/models/block_swap.py). On this CPU machine host and device
+are the same, so the copies go through a recording test double that also poisons the
+host copies: a block that ever ran on its host weights would give NaN."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import check_in_process, small_config, train_in_process
+from safetensors.torch import load_file
+
+from core.config import Config, save_config, validate_config
+from core.models.block_swap import install, place_denoiser
+from core.models.registry import get_family
+from core.models.tiny import resolve_model_path
+from core.train.setup import add_trainable
+
+
+class PoisonedHostMover:
+    """The device copy, recorded: which block each copy was for, and how many swapped
+    blocks were on the 'device' when it started. The host tensors hold NaN; the copies
+    hold the true values."""
+
+    def __init__(self) -> None:
+        self.true: dict[int, torch.Tensor] = {}
+        self.block_of: dict[int, int] = {}
+        self.copies: list[int] = []
+        self.on_device: list[int] = []
+        self.swapper = None
+
+    def poison(self, swapper) -> None:
+        self.swapper = swapper
+        for index, frozen in swapper.frozen.items():
+            for held in frozen:
+                self.true[id(held.host)] = held.host.detach().clone()
+                self.block_of[id(held.host)] = index
+                if held.host.is_floating_point():
+                    held.host.data.fill_(float("nan"))
+
+    def start(self, tensors: list) -> list:
+        self.copies.append(self.block_of[id(tensors[0])])
+        s = self.swapper
+        self.on_device.append(len(s.resident) + len(s.pending) + 1)
+        return [self.true[id(t)].clone() for t in tensors]
+
+    def finish(self, handle: list) -> list:
+        return handle
+
+
+@pytest.fixture(scope="module")
+def flux_folder(tiny_workspace: Path) -> Path:
+    return resolve_model_path("tiny:flux", tiny_workspace)
+
+
+def lora_flux(folder: Path):
+    family = get_family("flux")
+    c = family.load(str(folder), dtype=torch.float32, device="cpu")
+    cfg = Config()
+    cfg.model.family = "flux"
+    cfg.train.lora_rank, cfg.train.gradient_checkpointing = 4, True
+    torch.manual_seed(0)
+    params = add_trainable(family, c.denoiser, cfg)
+    for p in params:  # lora_B starts at zero: give every adapter a gradient path
+        torch.nn.init.normal_(p, std=0.02)
+    return family, c
+
+
+def forward_backward(family, c) -> tuple[float, dict[str, torch.Tensor]]:
+    texts = family.encode_prompts(c, ["a red circle", "a blue square"])
+    batch = {k: torch.stack([t[k] for t in texts]) for k in texts[0]}
+    pixels = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    latents = family.encode_images(c, pixels)
+    sample = family.noise_and_target(c, latents, generator=torch.Generator().manual_seed(0))
+    loss = family.loss(c, family.predict(c, sample, batch), sample)
+    loss.backward()
+    loss = loss.detach()
+    grads = {n: p.grad.clone() for n, p in c.denoiser.named_parameters() if p.requires_grad}
+    return loss.item(), grads
+
+
+def test_swapped_blocks_run_on_their_device_copies_copied_once_each_way(flux_folder):
+    """Every swapped block's forward uses the copy (never the NaN host weights), each is
+    copied in once in the forward and once more for its recomputed backward, and at most
+    two swapped blocks are on the device at once; loss and gradients are the unswapped
+    model's."""
+    family, reference = lora_flux(flux_folder)
+    expected_loss, expected_grads = forward_backward(family, reference)
+
+    family, c = lora_flux(flux_folder)
+    [blocks] = family.denoiser_stacks(c.denoiser)
+    count = len(blocks)  # every block (the tiny Flux has one double and one single)
+    mover = PoisonedHostMover()
+    [swapper] = install([blocks], count, "cpu", mover)
+    mover.poison(swapper)
+    loss, grads = forward_backward(family, c)
+
+    assert loss == pytest.approx(expected_loss, rel=1e-6)
+    assert grads.keys() == expected_grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, expected_grads[name], rtol=1e-5, atol=1e-7)
+    forward = list(range(count))
+    assert mover.copies == forward + forward[::-1]
+    assert max(mover.on_device) <= 2
+    # Back on the host after the step but for the backward's last block, whose forward
+    # checkpointing stopped early (it goes when the next pass starts).
+    assert swapper.resident <= {0}
+    for index, frozen in swapper.frozen.items():
+        if index not in swapper.resident:
+            assert all(f.module._parameters.get(f.name, f.module._buffers.get(f.name))
+                       is f.host for f in frozen)
+    # What trains stayed where the optimizer sees it: no LoRA weight was swapped.
+    assert not any(f.name.startswith("lora_") for fs in swapper.frozen.values() for f in fs)
+
+
+def test_no_grad_passes_copy_each_block_once(flux_folder):
+    """The eval and validation run the blocks forward only: one copy per swapped block."""
+    family, c = lora_flux(flux_folder)
+    [blocks] = family.denoiser_stacks(c.denoiser)
+    mover = PoisonedHostMover()
+    [swapper] = install([blocks], len(blocks), "cpu", mover)
+    mover.poison(swapper)
+    with torch.no_grad():
+        for _ in range(2):
+            texts = family.encode_prompts(c, ["a red circle"])
+            batch = {k: torch.stack([t[k] for t in texts]) for k in texts[0]}
+            latents = family.encode_images(c, torch.rand(1, 3, 64, 64) * 2 - 1)
+            sample = family.noise_and_target(c, latents, generator=torch.Generator())
+            assert torch.isfinite(family.predict(c, sample, batch)).all()
+    assert mover.copies == [0, 1, 0, 1]
+    assert swapper.resident == set()
+
+
+def test_placement_keeps_the_swapped_blocks_on_the_host_and_quantizes_them(flux_folder):
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    family = get_family("flux")
+    c = family.load(str(flux_folder), dtype=torch.bfloat16, device="cpu")
+    stacks = family.denoiser_stacks(c.denoiser)
+    place_denoiser(c.denoiser, stacks, 1, "none", "meta")  # "meta": a device not the CPU
+    blocks = stacks[0]
+    assert {p.device.type for p in blocks[0].parameters()} == {"cpu"}
+    assert {p.device.type for b in blocks[1:] for p in b.parameters()} == {"meta"}
+    assert c.denoiser.x_embedder.weight.device.type == "meta"
+    assert family.denoiser_stacks(c.denoiser) == stacks  # every block back in its place
+
+    c = family.load(str(flux_folder), dtype=torch.bfloat16, device="cpu")
+    stacks = family.denoiser_stacks(c.denoiser)
+    place_denoiser(c.denoiser, stacks, 1, "int8", "cpu")
+    for block in stacks[0]:  # quantized, the swapped one as the others
+        assert is_traceable_wrapper_subclass(block.attn.to_q.weight)
+
+
+def swap_run(tmp: Path, workspace: Path, family: str, swap: int, **model: object):
+    cfg = small_config(tmp, images=4, family=family)
+    cfg.model.blocks_to_swap = swap
+    for key, value in model.items():
+        setattr(cfg.model, key, value)
+    cfg.train.gradient_checkpointing = True
+    cfg.train.max_steps, cfg.train.eval_every, cfg.validation.every = 3, 3, 3
+    cfg.validation.prompts = ["a red circle"]
+    cfg.launch.cpu = True
+    save_config(cfg, tmp / "run.toml")
+    assert train_in_process(tmp / "run.toml", workspace) == 0
+    run = Path(cfg.output.dir)
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    losses = [e["loss"] for e in events if e["type"] in ("step", "eval")]
+    swaps = [e for e in events if e["type"] == "block_swap"]
+    return losses, load_file(run / "lora/pytorch_lora_weights.safetensors"), run, swaps
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,quantize", [("flux", "none"), ("wan", "int8")])
+def test_a_swapped_run_trains_as_the_unswapped_one(tmp_path: Path, tiny_workspace: Path,
+                                                   family: str, quantize: str):
+    """The trainer with blocks_to_swap N: the same step and eval losses and the same LoRA
+    as with 0, through the eval and a validation round (Wan 2.1 with an int8 base: the
+    swapped block quantized, then kept on the host); its events say what swapped."""
+    plain, plain_lora, _, none = swap_run(tmp_path / "a", tiny_workspace, family, 0,
+                                    quantize=quantize)
+    swapped, swapped_lora, run, [swap] = swap_run(tmp_path / "b", tiny_workspace, family, 1,
+                                          quantize=quantize)
+    assert swapped == plain and len(plain) == 4
+    assert swapped_lora.keys() == plain_lora.keys()
+    for key, tensor in plain_lora.items():
+        assert torch.equal(swapped_lora[key], tensor), key
+    assert none == [] and swap["swapped"] == [1] * len(swap["blocks"])
+    assert swap["host_bytes"] > 0
+    assert (run / "validation/step_000003/00.png").is_file() or \
+        (run / "validation/step_000003/00.mp4").is_file()
+
+
+def problems_of(family: str, **changes: object) -> list:
+    cfg = Config()
+    cfg.model.family, cfg.model.path = family, f"tiny:{family}"
+    cfg.model.blocks_to_swap = 2
+    cfg.train.gradient_checkpointing = True
+    for key, value in changes.items():
+        section, name = key.split("__")
+        setattr(getattr(cfg, section), name, value)
+    return [p for p in validate_config(cfg) if p.level == "error" and p.where != "datasets"]
+
+
+def test_what_swapping_cannot_combine_with_is_refused_naming_the_key():
+    [unet] = problems_of("sdxl")
+    assert unet.where == "model.blocks_to_swap" and "no transformer blocks" in unet.message
+    [full] = problems_of("flux", train__method="full")
+    assert full.where == "model.blocks_to_swap" and "full fine-tune" in full.message
+    [plain] = problems_of("flux", train__gradient_checkpointing=False)
+    assert plain.where == "train.gradient_checkpointing"
+    assert problems_of("flux") == []
+
+
+def test_more_blocks_than_the_model_has_exits_2_naming_the_maximum(tmp_path: Path,
+                                                                   tiny_workspace: Path):
+    cfg = small_config(tmp_path, images=2, family="flux")
+    cfg.train.gradient_checkpointing = True
+    cfg.model.blocks_to_swap = 99
+    save_config(cfg, tmp_path / "run.toml")
+    done = check_in_process("--no-ui", "--config", str(tmp_path / "run.toml"),
+                            "--workspace", str(tiny_workspace), "--stage", "check")
+    assert done.returncode == 2, done.stdout + done.stderr
+    [line] = [ln for ln in done.stdout.splitlines() if "model.blocks_to_swap" in ln]
+    assert "99" in line and "at most 2" in line, line

@@ -208,6 +208,7 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
     model's configs, a second or more: views that re-check on each edit leave it out)."""
     workspace = Path(workspace).expanduser().absolute()
     from core.memory_estimate import estimate_memory
+    from core.memory_swap import swap_problems
     from core.models.loading import check_model_config, check_model_source
     from core.models.quantize import quantize_problems
 
@@ -231,6 +232,7 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
     if estimate and not any(p.where.startswith("model.") for p in errors(problems)):
         memory = estimate_memory(full, workspace,
                                  [b for ds in datasets for b in ds.buckets])
+        problems += swap_problems(cfg, memory)
     return CheckReport(problems, datasets, steps, memory, text_notes(cfg))
 
 

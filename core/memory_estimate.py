@@ -16,14 +16,15 @@ the check, not in core/models.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.config.memory_advice import lower_memory_settings
 from core.memory_report import CUDA_CONTEXT, GIB, MemoryEstimate, MemoryPart
 from core.memory_step import FP32, shape_text, step_frames, step_pixels, step_shape
+from core.memory_swap import host_parts, smallest_fitting_swap, swapped_bytes
 from core.models.gpu_probe import cuda_available, detect_gpu
+from core.models.quantize import frozen_bytes
 from core.notices import quiet_libraries
 
 if TYPE_CHECKING:
@@ -49,7 +50,6 @@ LLM_ENCODERS = ("qwen3", "mistral3")
 # with pytorch-optimizer 4.1.0 and transformers 5.23 on 16 x 3072), rounded up here.
 OPTIMIZER_BYTES_PER_PARAM = {"adamw": 8, "adamw8bit": 2, "adamw_schedulefree": 8,
                              "prodigy": 16, "lion": 4, "came": 5, "adafactor": 1}
-SCALE_BYTES = {"int8": 2, "fp8": 2, "nf4": 4}  # bf16 per output row; fp32 per 64 weights
 
 
 # ---------------------------------------------------------------- the estimate
@@ -84,9 +84,10 @@ def estimate_memory(cfg: Config, workspace: Path,
         first = str(exc).splitlines()[0][:200] if str(exc) else ""
         return MemoryEstimate(unknown=f"cannot read the model's configs: "
                                       f"{type(exc).__name__}: {first}")
-    estimate = assemble(cfg, sizes, None if cfg.launch.cpu else detect_gpu(),
-                        step_pixels(cfg, buckets))
-    if not cfg.launch.cpu and not cuda_available():
+    estimate = assemble(cfg, sizes, planned_gpu(cfg) or (
+        None if cfg.launch.cpu else detect_gpu()), step_pixels(cfg, buckets))
+    estimate.planned = bool(cfg.launch.gpu_memory_gib)
+    if not cfg.launch.cpu and not cuda_available() and not estimate.planned:
         estimate.ram = [p for p in estimate.parts if p.name != CUDA_CONTEXT] + [
             p for p in estimate.caching if p.name in ("text encoders", "VAE")]
     if caches_built is None:
@@ -96,6 +97,12 @@ def estimate_memory(cfg: Config, workspace: Path,
     if caches_built:
         estimate.caching = []
     return estimate
+
+
+def planned_gpu(cfg: Config) -> tuple[int, str] | None:
+    """launch.gpu_memory_gib's card: (bytes, how the lines name it), or None for 0."""
+    gib = cfg.launch.gpu_memory_gib
+    return (int(gib * GIB), "launch.gpu_memory_gib") if gib else None
 
 
 # Keys the estimate reads: an error on one of them (train.lora_rank = 0) skips it.
@@ -115,9 +122,10 @@ def _invalid_for_estimate(cfg: Config) -> bool:
 
 
 def assemble(cfg: Config, sizes: ModelSizes, gpu: tuple[int, str] | None,
-             pixels: tuple[int, int] | None = None) -> MemoryEstimate:
+             pixels: tuple[int, int] | None = None, plan_swap: bool = True) -> MemoryEstimate:
     """The estimate from the sizes; `gpu` is (total bytes, name) of the GPU it runs on;
-    `pixels` (width, height) of the largest step (step_pixels(cfg) when None)."""
+    `pixels` (width, height) of the largest step (step_pixels(cfg) when None);
+    `plan_swap`: look for the smallest model.blocks_to_swap that fits `gpu`."""
     pixels = pixels or step_pixels(cfg)
     wbytes = weight_bytes(cfg.train.mixed_precision)
     shape = step_shape(cfg, sizes, pixels)
@@ -147,7 +155,23 @@ def assemble(cfg: Config, sizes: ModelSizes, gpu: tuple[int, str] | None,
             estimate.advice.insert(0, "a lower validation.resolution")
     if gpu is not None:
         estimate.device_total_bytes, estimate.device_name = gpu
+    _plan_swap(cfg, sizes, estimate, wbytes,
+               (lambda c, s: assemble(c, s, gpu, pixels, plan_swap=False)) if plan_swap
+               else None)
     return estimate
+
+
+def _plan_swap(cfg: Config, sizes: ModelSizes, estimate: MemoryEstimate, wbytes: int,
+               replan: object) -> None:
+    """model.blocks_to_swap's share: the pinned host memory, the block count, and the
+    smallest count that fits the card as the first advice (core/memory_swap.py)."""
+    experts = [sizes.denoiser] + ([sizes.second_expert] if sizes.second_expert else [])
+    estimate.host = host_parts(cfg, swapped_bytes(cfg, experts, wbytes)[0])
+    estimate.max_blocks = len(sizes.denoiser.blocks) or None
+    fit = smallest_fitting_swap(cfg, sizes, estimate, replan) if replan else None
+    if fit is not None:
+        estimate.swap_fit = fit[0]
+        estimate.advice.insert(0, fit[1])
 
 
 def validation_parts(cfg: Config, sizes: ModelSizes, training: list[MemoryPart],
@@ -187,19 +211,6 @@ def _vae_bytes(cfg: Config, vae: ComponentSize | None, wbytes: int) -> int:
     return FP32 if cfg.train.mixed_precision == "fp16" and upcast else wbytes
 
 
-def frozen_denoiser_bytes(d: DenoiserSize, scheme: str, wbytes: int) -> int:
-    """The frozen denoiser: the weights `quantizable` picks in 8 or 4 bits plus their
-    scales when `scheme` quantizes, everything else in the mixed-precision dtype."""
-    from core.models.quantize import QUANTIZED_BYTES_PER_WEIGHT
-
-    per_weight = QUANTIZED_BYTES_PER_WEIGHT.get(scheme)
-    if per_weight is None:
-        return d.floats * wbytes + d.other_bytes
-    blocks = d.quantizable_blocks if scheme == "nf4" else d.quantizable_rows
-    return ((d.floats - d.quantizable) * wbytes + math.ceil(d.quantizable * per_weight)
-            + blocks * SCALE_BYTES[scheme] + d.other_bytes)
-
-
 def dequantized_copy_bytes(cfg: Config, d: DenoiserSize, wbytes: int) -> int:
     """What a LoRA step on a torchao-quantized base keeps of dequantized weights for
     its backward (DEQUANTIZED_FOR_BACKWARD): one block's, or all of them without
@@ -221,20 +232,23 @@ def training_parts(cfg: Config, d: DenoiserSize, wbytes: int,
     experts = [d] if second is None else [d, second]
     trained = experts if cfg.model.experts == "both" else experts[:1]  # same shapes
     if cfg.train.method == "lora":
-        frozen = sum(frozen_denoiser_bytes(e, cfg.model.quantize, wbytes) for e in experts)
+        frozen = sum(frozen_bytes(e, cfg.model.quantize, wbytes) for e in experts)
         params = sum(e.lora for e in trained)
     else:
         frozen = sum(e.other_bytes for e in trained) + sum(
-            frozen_denoiser_bytes(e, "none", wbytes) for e in experts[len(trained):])
+            frozen_bytes(e, "none", wbytes) for e in experts[len(trained):])
         params = sum(e.floats for e in trained)
+    held, buffers = swapped_bytes(cfg, experts, wbytes)
     processes = cfg.launch.num_processes * cfg.launch.num_machines
-    parts = [MemoryPart("frozen weights", frozen),
+    parts = [MemoryPart("frozen weights", frozen - held),
              MemoryPart("trainable", params * FP32),
              MemoryPart("gradients", params * FP32 * (2 if processes > 1 else 1)),
              MemoryPart("optimizer", params * OPTIMIZER_BYTES_PER_PARAM.get(
                  cfg.train.optimizer, 8))]
     if cfg.train.ema:
         parts.append(MemoryPart("EMA", params * FP32))
+    if buffers:
+        parts.append(MemoryPart("swap buffers", buffers))
     return parts
 
 

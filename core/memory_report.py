@@ -32,6 +32,13 @@ class MemoryEstimate:
     ram: list[MemoryPart] | None = None  # a GPU run on a machine without one: its CPU run
     unknown: str | None = None  # why there is no figure (then there are no parts)
     advice: list[str] = field(default_factory=list)  # settings that would lower it
+    # model.blocks_to_swap: what the swapped blocks hold in pinned host memory (per
+    # machine), the most blocks a stack has (None: the family has none), and the
+    # smallest count with which the estimate fits its card (None: fits, or none does).
+    host: list[MemoryPart] = field(default_factory=list)
+    max_blocks: int | None = None
+    swap_fit: int | None = None
+    planned: bool = False  # device_total_bytes is launch.gpu_memory_gib's, not found here
 
     @property
     def training_bytes(self) -> int:
@@ -85,19 +92,28 @@ class MemoryEstimate:
                     f"so the run goes on its CPU) = {_sum_text(self.ram)} (activations "
                     f"estimated from {self.shape})",
                     f"  on a GPU: {_total(self.total_bytes)} GiB per GPU = "
-                    f"{texts[dominant][2]}"]
+                    f"{texts[dominant][2]}", *self._host_lines()]
         where = "per process (CPU run)" if self.cpu else "per GPU"
         note, _, text = texts[dominant]
         out = [f"memory: {_total(self.total_bytes)} GiB {where} (estimate{note}) = {text}"]
         out += [f"  {label}: {_total(sizes[name])} GiB = {text}"
                 for name, (_, label, text) in texts.items() if name != dominant]
+        out += self._host_lines()
         if self.device_total_bytes is not None and self.total_bytes > self.device_total_bytes:
             gpu = f"{_total(self.device_total_bytes)} GiB" + (
                 f", {self.device_name}" if self.device_name else "")
+            whose = "the planned GPU" if self.planned else "this machine's GPU"
             hint = f"; try {', '.join(self.advice)}" if self.advice else ""
             out.append(str(warning("memory", f"the estimate ({_total(self.total_bytes)} GiB)"
-                                   f" is more than this machine's GPU has ({gpu}){hint}")))
+                                   f" is more than {whose} has ({gpu}){hint}")))
         return out
+
+
+    def _host_lines(self) -> list[str]:
+        if not self.host:
+            return []
+        return [f"  host memory: {_total(sum(p.bytes for p in self.host))} GiB pinned = "
+                f"{_sum_text(self.host)} (model.blocks_to_swap)"]
 
 
 def _total(n: int) -> str:

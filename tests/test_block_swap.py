@@ -223,5 +223,85 @@ def test_more_blocks_than_the_model_has_exits_2_naming_the_maximum(tmp_path: Pat
     done = check_in_process("--no-ui", "--config", str(tmp_path / "run.toml"),
                             "--workspace", str(tiny_workspace), "--stage", "check")
     assert done.returncode == 2, done.stdout + done.stderr
-    [line] = [ln for ln in done.stdout.splitlines() if "model.blocks_to_swap" in ln]
-    assert "99" in line and "at most 2" in line, line
+    [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("error:")]
+    assert "model.blocks_to_swap: 99" in line and "at most 2" in line, line
+
+
+# Hand-computed frozen floats of one block (weights and biases; LayerNorms without affine
+# hold none), dim 3072 = 24 heads x 128:
+D = 3072
+ATTN = 8 * (D * D + D) + 4 * 128  # q, k, v, out for image and text; four RMSNorm(128)
+MOD = D * 6 * D + 6 * D  # AdaLayerNormZero's Linear(D, 6D)
+MLP = (D * 4 * D + 4 * D) + (4 * D * D + D)  # gelu-approximate FeedForward
+DOUBLE = 2 * MOD + ATTN + 2 * MLP  # Flux's double block and Qwen-Image's block alike
+SINGLE = (D * 3 * D + 3 * D) + (D * 4 * D + 4 * D) + (5 * D * D + D) + 3 * (D * D + D) + 256
+
+
+def estimate_with(family: str, workspace: Path, **model: object):
+    from core.config import DatasetConfig, resolved
+    from core.memory_estimate import estimate_memory
+
+    cfg = Config()
+    cfg.model.family, cfg.model.path = family, f"random:{family}"
+    cfg.datasets.append(DatasetConfig(id="d", images="data", vae_cache="cache", resolution=512))
+    cfg.train.mixed_precision, cfg.train.gradient_checkpointing = "bf16", True
+    for key, value in model.items():
+        setattr(cfg.model, key, value)
+    estimate = estimate_memory(resolved(cfg, workspace), workspace, caches_built=True)
+    return {p.name: p.bytes for p in estimate.parts}, estimate
+
+
+def test_the_estimate_moves_the_swapped_blocks_to_host_memory(tiny_workspace: Path):
+    """Flux (19 double blocks, then 38 single) and Qwen-Image (60 blocks) against block
+    sizes computed by hand: the swapped blocks leave the frozen weights for pinned host
+    memory and two of the largest stay in flight."""
+    assert DOUBLE == 339_831_296 and SINGLE == 141_591_808
+    plain, estimate = estimate_with("flux", tiny_workspace)
+    assert estimate.max_blocks == 57 and estimate.host == []
+    for count, held in ((10, 10 * DOUBLE), (25, 19 * DOUBLE + 6 * SINGLE)):
+        parts, estimate = estimate_with("flux", tiny_workspace, blocks_to_swap=count)
+        assert plain["frozen weights"] - parts["frozen weights"] == held * 2  # bf16
+        assert parts["swap buffers"] == 2 * DOUBLE * 2
+        assert [p.bytes for p in estimate.host] == [held * 2]
+        assert any("host memory: " in line for line in estimate.lines())
+
+    # int8: weights 1 byte, a bf16 scale per output row, biases and norms in bf16.
+    weights = DOUBLE - (8 * D + 2 * 6 * D + 2 * 5 * D) - 4 * 128
+    rows = 8 * D + 2 * 6 * D + 2 * 5 * D
+    int8_block = weights + 2 * rows + 2 * (DOUBLE - weights)
+    plain, estimate = estimate_with("qwen_image", tiny_workspace, quantize="int8")
+    assert estimate.max_blocks == 60
+    parts, estimate = estimate_with("qwen_image", tiny_workspace, quantize="int8",
+                                    blocks_to_swap=45)
+    assert plain["frozen weights"] - parts["frozen weights"] == 45 * int8_block
+    assert parts["swap buffers"] == 2 * int8_block
+
+
+def test_a_config_over_its_card_is_told_the_smallest_swap_that_fits(tiny_workspace: Path):
+    """launch.gpu_memory_gib plans for a card this machine lacks; the advice names the
+    smallest blocks_to_swap whose estimate fits it, and that count does fit."""
+    parts, estimate = estimate_with("qwen_image", tiny_workspace)
+    assert estimate.device_total_bytes is None or not estimate.planned
+    from core.config import DatasetConfig, resolved
+    from core.memory_estimate import estimate_memory
+
+    cfg = Config()
+    cfg.model.family, cfg.model.path = "qwen_image", "random:qwen_image"
+    cfg.datasets.append(DatasetConfig(id="d", images="data", vae_cache="cache",
+                                      resolution=1024))
+    cfg.train.mixed_precision, cfg.train.gradient_checkpointing = "bf16", True
+    cfg.launch.gpu_memory_gib = 24
+    cfg.validation.prompts = []
+    estimate = estimate_memory(resolved(cfg, tiny_workspace), tiny_workspace,
+                               caches_built=True)
+    count = estimate.swap_fit
+    assert count is not None and 0 < count < 60
+    [warned] = [line for line in estimate.lines() if "planned GPU" in line]
+    assert f"model.blocks_to_swap = {count} fits 24 GiB" in warned
+    gib = 1024 ** 3
+    cfg.model.blocks_to_swap = count
+    fits = estimate_memory(resolved(cfg, tiny_workspace), tiny_workspace, caches_built=True)
+    assert fits.total_bytes <= 24 * gib and fits.swap_fit is None
+    cfg.model.blocks_to_swap = count - 1
+    short = estimate_memory(resolved(cfg, tiny_workspace), tiny_workspace, caches_built=True)
+    assert short.total_bytes > 24 * gib and short.swap_fit == count

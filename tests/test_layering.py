@@ -114,7 +114,8 @@ LAYERS = (
     ("core.startup",),
     ("core.cache", "core.caption", "core.merge"),
     ("core.train",),
-    ("core.check", "core.memory_estimate", "core.memory_report", "core.memory_step"),
+    ("core.check", "core.memory_estimate", "core.memory_report", "core.memory_step",
+     "core.memory_swap"),
     ("core.ops", "core.headless", "core"),
 )
 

@@ -39,13 +39,15 @@ def page():
 
 
 def form_data(form, datasets, selected: int = 0, extra: dict | None = None) -> dict:
-    from ui.state import DatasetList, dataset_values
+    from core.config import Config
+    from ui.state import DatasetList, config_values, dataset_values
 
     lst = DatasetList(list(datasets), selected)
     values = dataset_values(lst.current())
     data = {form.datasets: lst, form.selector: selected}
     data.update({c: values[name] for name, c in form.editor.items()})
-    data.update({c: None for c in form.fields.values()})
+    defaults = config_values(Config())  # the other fields as a new form shows them
+    data.update({c: defaults[key] for key, c in form.fields.items()})
     data.update(extra or {})
     return data
 

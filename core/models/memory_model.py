@@ -52,6 +52,17 @@ class ComponentSize:
 
 
 @dataclass
+class BlockSize:
+    """One repeated block's frozen sizes (the fields quantize.frozen_bytes reads)."""
+
+    floats: int = 0
+    other_bytes: int = 0
+    quantizable: int = 0
+    quantizable_rows: int = 0
+    quantizable_blocks: int = 0
+
+
+@dataclass
 class DenoiserSize(ComponentSize):
     quantizable: int = 0  # weights of the modules `quantizable` says yes to
     quantizable_rows: int = 0  # their output rows: one int8/fp8 scale each
@@ -60,6 +71,9 @@ class DenoiserSize(ComponentSize):
     # a UNet's down_blocks.1): torchao dequantizes a whole block's for its backward.
     quantizable_in_a_block: int = 0
     lora: int = 0  # adapter parameters peft adds for the run's kind, rank and targets
+    # Its repeated blocks (ModelFamily.block_lists), in forward order: model.blocks_to_swap
+    # holds the first ones in host memory.
+    blocks: list[BlockSize] = field(default_factory=list)
 
     @property
     def kind(self) -> str:
@@ -273,8 +287,34 @@ def _denoiser_size(source: ConfigSource, name: str, entry: list[str], lora_rank:
         block = _block_of(module_name)
         per_block[block] = per_block.get(block, 0) + weight.numel()
     size.quantizable_in_a_block = max(per_block.values(), default=0)
+    size.blocks = [_block_size(block) for block in _repeated_blocks(module, source.family)]
     if lora_kind is not None:
         size.lora = lora_parameters(module, source.family, lora_rank, lora_scope, lora_kind)
+    return size
+
+
+def _repeated_blocks(module: Any, family: str) -> list[Any]:
+    from core.models.registry import family_or_defaults
+
+    names = family_or_defaults(family).block_lists
+    return [block for name in names for block in getattr(module, name, [])]
+
+
+def _block_size(block: Any) -> BlockSize:
+    from core.models.quantize import quantizable
+
+    size = BlockSize()
+    for tensor in (*block.parameters(), *block.buffers()):
+        if tensor.is_floating_point():
+            size.floats += tensor.numel()
+        else:
+            size.other_bytes += tensor.numel() * tensor.element_size()
+    for name, sub in block.named_modules():
+        weight = getattr(sub, "weight", None)
+        if weight is not None and quantizable(name, sub):
+            size.quantizable += weight.numel()
+            size.quantizable_rows += weight.shape[0]
+            size.quantizable_blocks += math.ceil(weight.numel() / NF4_BLOCK)
     return size
 
 

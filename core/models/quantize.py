@@ -20,6 +20,7 @@ from typing import Any
 from core.problems import Problem, error
 
 QUANTIZED_BYTES_PER_WEIGHT = {"none": None, "int8": 1.0, "fp8": 1.0, "nf4": 0.5}
+SCALE_BYTES = {"int8": 2, "fp8": 2, "nf4": 4}  # bf16 per output row; fp32 per 64 weights
 FP8_MIN_CAPABILITY = (8, 9)  # Ada (RTX 40xx, L4, L40S) and Hopper (H100) have fp8 units
 # torchao's weight-only layers (0.18's Int8Tensor, Float8Tensor) multiply by a dequantized
 # copy of their weight, which autograd keeps for the backward wherever the layer's input
@@ -40,6 +41,20 @@ def quantizable(name: str, module: Any) -> bool:
     import torch
 
     return isinstance(module, torch.nn.Linear)
+
+
+def frozen_bytes(size: Any, scheme: str, wbytes: int) -> int:
+    """What frozen weights hold as stored (the memory estimate's sizes: a whole denoiser,
+    or one of its blocks): the weights `quantizable` picks in 8 or 4 bits plus their
+    scales when `scheme` quantizes, everything else at `wbytes` a weight."""
+    import math
+
+    per_weight = QUANTIZED_BYTES_PER_WEIGHT.get(scheme)
+    if per_weight is None:
+        return size.floats * wbytes + size.other_bytes
+    blocks = size.quantizable_blocks if scheme == "nf4" else size.quantizable_rows
+    return ((size.floats - size.quantizable) * wbytes + math.ceil(size.quantizable * per_weight)
+            + blocks * SCALE_BYTES[scheme] + size.other_bytes)
 
 
 def _installed(package: str) -> bool:

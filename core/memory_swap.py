@@ -1,0 +1,111 @@
+"""model.blocks_to_swap in the memory estimate: the swapped blocks leave the per-GPU figure
+for pinned host memory, two blocks' worth of buffers stay in flight on the GPU, and when a
+config does not fit its card the smallest count that does is named (core/check.py and the
+Training tab show it; core/memory_estimate.py calls these).
+
+What swaps is what core/models/block_swap.py swaps: the frozen tensors of the first N
+blocks of each block stack (one stack per transformer: a two-expert Wan 2.2 swaps N of
+each). On the GPU stay the block running and the one being copied, and after a backward
+one block per stack (the last recomputed one) until the next pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import TYPE_CHECKING, Any
+
+from core.memory_report import GIB, MemoryPart
+from core.models.quantize import frozen_bytes
+from core.problems import Problem, error, warning
+
+if TYPE_CHECKING:
+    from core.config import Config
+    from core.memory_report import MemoryEstimate
+    from core.models.memory_model import DenoiserSize, ModelSizes
+
+KEY = "model.blocks_to_swap"
+
+
+def swapped_bytes(cfg: Config, experts: list[DenoiserSize], wbytes: int) -> tuple[int, int]:
+    """(frozen bytes the swapped blocks move to the host, per process; the GPU buffers
+    they need in flight) for model.blocks_to_swap; (0, 0) when it is 0."""
+    count = cfg.model.blocks_to_swap
+    if not count or cfg.train.method != "lora":
+        return 0, 0
+    held, largest = 0, 0
+    for expert in experts:
+        sizes = [frozen_bytes(block, cfg.model.quantize, wbytes) for block in expert.blocks[:count]]
+        held += sum(sizes)
+        largest = max([largest, *sizes])
+    return held, largest * (1 + len(experts))
+
+
+def block_count(sizes: ModelSizes) -> int:
+    """The most blocks model.blocks_to_swap can name: the blocks of one stack."""
+    return len(sizes.denoiser.blocks)
+
+
+def host_parts(cfg: Config, held: int) -> list[MemoryPart]:
+    """Pinned host memory per machine: each process holds its own copy."""
+    if not held:
+        return []
+    return [MemoryPart(f"swapped blocks x {cfg.launch.num_processes} process(es)"
+                       if cfg.launch.num_processes > 1 else "swapped blocks",
+                       held * cfg.launch.num_processes)]
+
+
+def machine_ram_bytes() -> int | None:
+    """This machine's physical memory, or None where it cannot be read."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def smallest_fitting_swap(cfg: Config, sizes: ModelSizes, estimate: MemoryEstimate,
+                          assemble: Any) -> tuple[int, str] | None:
+    """(count, the advice line) naming the smallest model.blocks_to_swap above the configured one
+    with which the estimate fits its card, or None (it fits, no card to fit, the family
+    has no blocks, a full fine-tune, or no count is enough)."""
+    from core.config.block_swap import block_swap_problems
+
+    total = estimate.device_total_bytes
+    if total is None or estimate.total_bytes <= total or cfg.train.method != "lora":
+        return None
+    trial = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model),
+                                train=dataclasses.replace(cfg.train,
+                                                          gradient_checkpointing=True))
+    for count in range(cfg.model.blocks_to_swap + 1, block_count(sizes) + 1):
+        trial.model.blocks_to_swap = count
+        if any(p.level == "error" for p in block_swap_problems(trial)):
+            return None
+        planned = assemble(trial, sizes)
+        if planned.total_bytes <= total:
+            host = sum(p.bytes for p in planned.host)
+            checkpointing = "" if cfg.train.gradient_checkpointing else \
+                " (with train.gradient_checkpointing = true)"
+            return count, (f"{KEY} = {count}{checkpointing} fits {total / GIB:.0f} GiB: "
+                    f"{planned.total_bytes / GIB:.1f} GiB per GPU, {host / GIB:.0f} GiB "
+                    "host RAM")
+    return None
+
+
+def swap_problems(cfg: Config, estimate: MemoryEstimate | None) -> list[Problem]:
+    """At --stage check, with the model's sizes: more blocks than a stack has, and host
+    RAM too small for the pinned copies (a warning when planning for another machine
+    with launch.gpu_memory_gib)."""
+    count = cfg.model.blocks_to_swap
+    if not count or estimate is None or estimate.max_blocks is None:
+        return []
+    if count > estimate.max_blocks:
+        return [error(KEY, f"{count}: {cfg.model.path} has {estimate.max_blocks} blocks to "
+                           f"swap (per transformer); set at most {estimate.max_blocks}")]
+    held = sum(p.bytes for p in estimate.host)
+    ram = machine_ram_bytes()
+    if ram is None or held <= ram:
+        return []
+    text = (f"{count}: the swapped blocks need {held / GIB:.1f} GiB of pinned host RAM and "
+            f"this machine has {ram / GIB:.1f} GiB; swap fewer blocks or quantize the base "
+            "(model.quantize)")
+    return [warning(KEY, text) if cfg.launch.gpu_memory_gib else error(KEY, text)]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from core.config.memory_advice import lower_memory_settings
 from core.memory_report import CUDA_CONTEXT, GIB, MemoryEstimate, MemoryPart
 from core.memory_step import FP32, shape_text, step_frames, step_pixels, step_shape
-from core.memory_swap import host_parts, smallest_fitting_swap, swapped_bytes
+from core.memory_swap import host_parts, smallest_fitting_swap, stream_advice, swapped_bytes
 from core.models.gpu_probe import cuda_available, detect_gpu
 from core.models.quantize import frozen_bytes
 from core.notices import quiet_libraries
@@ -134,7 +134,7 @@ def assemble(cfg: Config, sizes: ModelSizes, gpu: tuple[int, str] | None,
     copies = dequantized_copy_bytes(cfg, sizes.denoiser, wbytes)
     if copies:
         training.append(MemoryPart("dequantized weights", copies))
-    encoders = [MemoryPart("text encoders", _weights(sizes.text_encoders, wbytes)),
+    encoders = [MemoryPart("text encoders", _text_encoder_bytes(cfg, sizes, wbytes)),
                 MemoryPart("VAE", _weights([sizes.vae] if sizes.vae else [],
                                            _vae_bytes(cfg, sizes.vae, wbytes)))]
     estimate = MemoryEstimate(shape=shape_text(pixels, shape, step_frames(cfg)),
@@ -172,6 +172,9 @@ def _plan_swap(cfg: Config, sizes: ModelSizes, estimate: MemoryEstimate, wbytes:
     if fit is not None:
         estimate.swap_fit = fit[0]
         estimate.advice.insert(0, fit[1])
+    stream = stream_advice(cfg, estimate)
+    if stream is not None:
+        estimate.advice.insert(0, stream)
 
 
 def validation_parts(cfg: Config, sizes: ModelSizes, training: list[MemoryPart],
@@ -203,6 +206,17 @@ def weight_bytes(mixed_precision: str) -> int:
 
 def _weights(components: list[ComponentSize], per_weight: int) -> int:
     return sum(c.floats * per_weight + c.other_bytes for c in components)
+
+
+def _text_encoder_bytes(cfg: Config, sizes: ModelSizes, wbytes: int) -> int:
+    """The text encoders on the GPU; model.stream_text_encoders leaves their repeated
+    layers in host memory but for two (the one running, the one being copied)."""
+    whole = _weights(sizes.text_encoders, wbytes)
+    if not cfg.model.stream_text_encoders:
+        return whole
+    layers = sum(e.layer_floats for e in sizes.text_encoders)
+    largest = max((e.largest_layer for e in sizes.text_encoders), default=0)
+    return whole - (layers - 2 * largest) * wbytes
 
 
 def _vae_bytes(cfg: Config, vae: ComponentSize | None, wbytes: int) -> int:

@@ -71,7 +71,7 @@ def smallest_fitting_swap(cfg: Config, sizes: ModelSizes, estimate: MemoryEstima
     from core.config.block_swap import block_swap_problems
 
     total = estimate.device_total_bytes
-    if total is None or estimate.total_bytes <= total or cfg.train.method != "lora":
+    if total is None or _swapped_phases(estimate) <= total or cfg.train.method != "lora":
         return None
     trial = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model),
                                 train=dataclasses.replace(cfg.train,
@@ -81,14 +81,30 @@ def smallest_fitting_swap(cfg: Config, sizes: ModelSizes, estimate: MemoryEstima
         if any(p.level == "error" for p in block_swap_problems(trial)):
             return None
         planned = assemble(trial, sizes)
-        if planned.total_bytes <= total:
+        if _swapped_phases(planned) <= total:
             host = sum(p.bytes for p in planned.host)
             checkpointing = "" if cfg.train.gradient_checkpointing else \
                 " (with train.gradient_checkpointing = true)"
             return count, (f"{KEY} = {count}{checkpointing} fits {total / GIB:.0f} GiB: "
-                    f"{planned.total_bytes / GIB:.1f} GiB per GPU, {host / GIB:.0f} GiB "
-                    "host RAM")
+                    f"{_swapped_phases(planned) / GIB:.1f} GiB per GPU, {host / GIB:.0f} "
+                    "GiB host RAM")
     return None
+
+
+def _swapped_phases(estimate: MemoryEstimate) -> int:
+    """The phases the swapped blocks change: training and a validation round (building
+    the caches, before the denoiser comes, is model.stream_text_encoders' to lower)."""
+    return max(estimate.training_bytes, estimate.validation_bytes)
+
+
+def stream_advice(cfg: Config, estimate: MemoryEstimate) -> str | None:
+    """model.stream_text_encoders when building the caches is what does not fit."""
+    total = estimate.device_total_bytes
+    if (total is None or cfg.model.stream_text_encoders or not estimate.caching
+            or estimate.caching_bytes <= total):
+        return None
+    return ("model.stream_text_encoders = true (building the caches needs "
+            f"{estimate.caching_bytes / GIB:.1f} GiB, most of it the text encoders)")
 
 
 def swap_problems(cfg: Config, estimate: MemoryEstimate | None) -> list[Problem]:

@@ -14,7 +14,7 @@ from conftest import check_in_process, small_config, train_in_process
 from safetensors.torch import load_file
 
 from core.config import Config, save_config, validate_config
-from core.models.block_swap import install, place_denoiser
+from core.models.block_swap import install, place_denoiser, stream_layers
 from core.models.registry import get_family
 from core.models.tiny import resolve_model_path
 from core.train.setup import add_trainable
@@ -134,6 +134,28 @@ def test_no_grad_passes_copy_each_block_once(flux_folder):
     assert swapper.resident == set()
 
 
+def test_streamed_text_encoders_encode_as_the_whole_ones(flux_folder):
+    """model.stream_text_encoders: each encoder's repeated layers (CLIP's and T5's) run on
+    their device copies, copied once each per encode, and the embeddings are the same."""
+    family = get_family("flux")
+    c = family.load(str(flux_folder), dtype=torch.float32, device="cpu")
+    prompts = ["a red circle", "a blue square"]
+    expected = family.encode_prompts(c, prompts)
+    streamed = []
+    for encoder in c.text_encoders:
+        mover = PoisonedHostMover()
+        [swapper] = stream_layers(encoder, "cpu", mover)
+        mover.poison(swapper)
+        streamed.append((mover, swapper))
+    got = family.encode_prompts(c, prompts)
+    for mine, theirs in zip(got, expected, strict=True):
+        for key, tensor in theirs.items():
+            assert torch.equal(mine[key], tensor), key
+    for mover, swapper in streamed:
+        assert len(swapper.blocks) > 1 and mover.copies == list(range(len(swapper.blocks)))
+        assert max(mover.on_device) <= 2
+
+
 def test_placement_keeps_the_swapped_blocks_on_the_host_and_quantizes_them(flux_folder):
     from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
@@ -173,16 +195,19 @@ def swap_run(tmp: Path, workspace: Path, family: str, swap: int, **model: object
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family,quantize", [("flux", "none"), ("wan", "int8")])
+@pytest.mark.parametrize("family,quantize,stream", [("flux", "none", True),
+                                                    ("wan", "int8", False)])
 def test_a_swapped_run_trains_as_the_unswapped_one(tmp_path: Path, tiny_workspace: Path,
-                                                   family: str, quantize: str):
+                                                   family: str, quantize: str, stream: bool):
     """The trainer with blocks_to_swap N: the same step and eval losses and the same LoRA
     as with 0, through the eval and a validation round (Wan 2.1 with an int8 base: the
-    swapped block quantized, then kept on the host); its events say what swapped."""
+    swapped block quantized, then kept on the host; Flux with its text encoders streamed
+    while the caches are built); its events say what swapped."""
     plain, plain_lora, _, none = swap_run(tmp_path / "a", tiny_workspace, family, 0,
-                                    quantize=quantize)
-    swapped, swapped_lora, run, [swap] = swap_run(tmp_path / "b", tiny_workspace, family, 1,
                                           quantize=quantize)
+    swapped, swapped_lora, run, [swap] = swap_run(tmp_path / "b", tiny_workspace, family, 1,
+                                                  quantize=quantize,
+                                                  stream_text_encoders=stream)
     assert swapped == plain and len(plain) == 4
     assert swapped_lora.keys() == plain_lora.keys()
     for key, tensor in plain_lora.items():

@@ -73,7 +73,7 @@ def load_for_caching(config: Path, workspace: Path
     family, components = load_model(cfg, workspace.absolute(), state, device="cpu",
                                     dtype=resolve_dtype(cfg.train.mixed_precision))
     with out_of_memory_becomes(CachingOutOfMemory, cfg, "caches"):
-        move_encoders(components, state.device)
+        move_encoders(components, state.device, cfg.model.stream_text_encoders)
     return cfg, family, components, process_group(state)
 
 

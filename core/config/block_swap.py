@@ -11,7 +11,17 @@ KEY = "model.blocks_to_swap"
 
 
 def block_swap_problems(cfg: Config) -> list[Problem]:
-    """What blocks_to_swap cannot be combined with, each naming the key and the fix."""
+    """What blocks_to_swap and stream_text_encoders cannot be combined with, each naming
+    the key and the fix."""
+    out = []
+    if cfg.model.stream_text_encoders and cfg.train.text_encoder_lora:
+        out.append(error("model.stream_text_encoders", "with train.text_encoder_lora: a "
+                         "text encoder that trains cannot stream its layers (they would "
+                         "have to come back with their gradients); set one of them to false"))
+    return out + _swap_problems(cfg)
+
+
+def _swap_problems(cfg: Config) -> list[Problem]:
     count = cfg.model.blocks_to_swap
     if not count:
         return []

@@ -62,6 +62,12 @@ class ModelConfig:
                                   "(0: off), so a base larger than the card trains; needs "
                                   "gradient checkpointing and a LoRA. The check names the "
                                   "smallest count that fits the card (docs/memory.md).")
+    stream_text_encoders: bool = _f(False, label="Stream text encoders", advanced=True,
+                                    help="While the text cache is built, keep the text "
+                                         "encoders' layers in host memory and copy each to "
+                                         "the GPU as it runs: slower caching, for a text "
+                                         "encoder larger than the card (FLUX.2-dev's 24B "
+                                         "Mistral, Qwen-Image's 7B on 16 GB).")
 
 
 @dataclass

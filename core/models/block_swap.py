@@ -256,6 +256,41 @@ def place_denoiser(denoiser: Any, stacks: list[list[Any]], count: int, scheme: s
         block.to("cpu")
 
 
+def repeated_layers(module: Any) -> list[Any]:
+    """A text encoder's repeated layers, found without asking which model it is: its
+    nn.ModuleList of two or more modules holding the most parameters (T5's encoder.block,
+    CLIP's encoder.layers, an LLM's layers beside a vision tower's smaller blocks)."""
+    import torch
+
+    lists = [m for m in module.modules() if isinstance(m, torch.nn.ModuleList) and len(m) > 1]
+    return list(max(lists, key=lambda m: sum(p.numel() for p in m.parameters()), default=[]))
+
+
+def stream_layers(module: Any, device: Any, mover: Mover | None = None) -> list[BlockSwapper]:
+    """`module` onto `device` but for its repeated layers, which stay in host memory and
+    each come to the device as it runs (model.stream_text_encoders: a text encoder larger
+    than the card builds the text cache). `unstream` undoes it."""
+    import torch
+
+    layers = repeated_layers(module)
+    if not layers:
+        module.to(device)
+        return []
+    with set_aside(module, layers):
+        module.to(device)
+    pin = torch.device(device).type == "cuda"
+    swappers = [BlockSwapper(layers, len(layers), device, mover, pin)]
+    module._streamed_layers = swappers  # what `unstream` takes off
+    return swappers
+
+
+def unstream(module: Any) -> None:
+    """The swappers `stream_layers` put on `module` taken off (its layers stay on the
+    host, where `module.to("cpu")` then finds them)."""
+    for swapper in module.__dict__.pop("_streamed_layers", []):
+        swapper.remove()
+
+
 def swapped_parameter_names(root: Any, swappers: list[BlockSwapper]) -> list[str]:
     """The names (in `root`) of the frozen parameters and buffers the swappers hold on
     the host: DDP leaves them out of its device check and its broadcasts."""

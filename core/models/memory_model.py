@@ -49,6 +49,10 @@ class ComponentSize:
     config: dict[str, Any]
     floats: int  # floating-point parameters and buffers: stored in the weight dtype
     other_bytes: int = 0  # integer buffers, at their own size
+    # A text encoder's repeated layers (block_swap.repeated_layers): all of them and the
+    # largest one, in floats (model.stream_text_encoders keeps them in host memory).
+    layer_floats: int = 0
+    largest_layer: int = 0
 
 
 @dataclass
@@ -211,6 +215,7 @@ def _read_sizes(family: str, folder: Path, file: Path | None, stamp: tuple[Any, 
         elif name == "vae" or name.startswith("text_encoder"):
             module = _meta_module(source.folder, name, entry)
             size = _size_of(module, ComponentSize(name, _full_config(module), 0))
+            _layer_sizes(module, size)
             if name == "vae":
                 vae = size
             else:
@@ -291,6 +296,13 @@ def _denoiser_size(source: ConfigSource, name: str, entry: list[str], lora_rank:
     if lora_kind is not None:
         size.lora = lora_parameters(module, source.family, lora_rank, lora_scope, lora_kind)
     return size
+
+
+def _layer_sizes(module: Any, size: ComponentSize) -> None:
+    from core.models.block_swap import repeated_layers
+
+    layers = [sum(p.numel() for p in layer.parameters()) for layer in repeated_layers(module)]
+    size.layer_floats, size.largest_layer = sum(layers), max(layers, default=0)
 
 
 def _repeated_blocks(module: Any, family: str) -> list[Any]:

@@ -28,11 +28,20 @@ def encoder_modules(c: Any) -> list[Any]:
     return [m for m in (c.vae, *c.text_encoders) if m is not None]
 
 
-def move_encoders(c: Any, device: Any) -> None:
+def move_encoders(c: Any, device: Any, stream: bool = False) -> None:
     """Text encoders and the VAE to `device`: onto the GPU while caches are built, back
-    to the CPU once they are, so training holds only the denoiser there."""
+    to the CPU once they are, so training holds only the denoiser there. `stream`
+    (model.stream_text_encoders): the text encoders' repeated layers stay in host memory
+    and come to `device` one at a time as they run (core/models/block_swap.py)."""
+    from core.models.block_swap import stream_layers, unstream
+
+    texts = {id(m) for m in c.text_encoders if m is not None}
     for module in encoder_modules(c):
-        module.to(device)
+        unstream(module)
+        if stream and id(module) in texts:
+            stream_layers(module, device)
+        else:
+            module.to(device)
 
 
 def cast_encoders(c: Any, dtype: Any) -> None:

@@ -269,7 +269,7 @@ def load_and_place(cfg: Config, workspace: Path, accelerator: Any, reporter: Any
         c.denoiser.to(dtype=weight_dtype)
     reporter.memory(memory.snapshot("loaded"))
     reporter.phase_done("model")
-    move_encoders(c, accelerator.device)
+    move_encoders(c, accelerator.device, cfg.model.stream_text_encoders)
     datasets, sampler, train_texts = prepare_data(cfg, family, c, accelerator, reporter.say)
     reporter.phase_done("caches")
     texts = encode_validation_prompts(family, c, cfg.validation)

@@ -73,7 +73,7 @@ def load_model(cfg: Config, workspace: Path, state: Any, dtype: Any = None,
         # Refused as `--stage check` refuses it: another family's or an unknown model.
         for problem in check_random_source(cfg.model.path, cfg.model.family):
             raise ModelLoadError(problem.where, problem.message)
-        components = build_random(cfg.model.family, dtype, device)
+        components = build_random(model_source(cfg.model.path).name, dtype, device)
     else:
         with state.main_process_first():
             path = resolve_model_path(cfg.model.path, workspace)

@@ -185,7 +185,10 @@ def sd15(tmp_path_factory):
 
 def test_the_build_leaves_no_temporary_files(sd15):
     _, tmp = sd15
-    assert list(tmp.iterdir()) == []
+    # torch makes its compile cache folder in the temporary folder the first time a
+    # process asks for it (an import the build may be the first to trigger); it is
+    # torch's, kept for the process, not a file the build left.
+    assert [p for p in tmp.iterdir() if not p.name.startswith("torchinductor_")] == []
 
 
 def test_the_build_follows_the_components_contract(sd15):

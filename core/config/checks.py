@@ -127,7 +127,7 @@ def _check_cross(cfg: Config) -> list[Problem]:
     source = model_source(cfg.model.path)
     if source.built:
         tiny = source.kind == "tiny"
-        fam = tiny_family(source.name) if tiny else source.name
+        fam = tiny_family(source.name) if tiny else source.name.partition(":")[0]
         names = tiny_names() if tiny else list(FAMILIES)
         if fam not in FAMILIES:
             kind, prefix = ("tiny model", TINY_PREFIX) if tiny else ("random family",

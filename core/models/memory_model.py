@@ -106,7 +106,7 @@ class ConfigSource:
 @contextlib.contextmanager
 def config_source(path: str, family: str, workspace: Path) -> Iterator[ConfigSource]:
     """The folder of configs for model.path (resolved); raises UnknownModel."""
-    from core.models.full_size import full_size_dir
+    from core.models.full_size import family_of, full_size_dir
     from core.models.source import model_source
     from core.models.tiny import tiny_family
 
@@ -115,7 +115,7 @@ def config_source(path: str, family: str, workspace: Path) -> Iterator[ConfigSou
         with _tiny_folder(source.name, workspace) as folder:
             yield ConfigSource(tiny_family(source.name) or source.name, folder)
     elif source.kind == "random":
-        yield ConfigSource(source.name, _config_folder(full_size_dir(source.name),
+        yield ConfigSource(family_of(source.name), _config_folder(full_size_dir(source.name),
                                                       f"{path}: no full-size"))
     elif source.kind == "folder":
         yield ConfigSource(family, _config_folder(p, f"{path}: no"))

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from core.models.base import Components
-from core.models.full_size import RANDOM_PREFIX
+from core.models.full_size import RANDOM_PREFIX, family_of
 from core.models.full_size.spec import (
     component_config,
     component_specs,
@@ -54,7 +54,7 @@ def _tokenizers(family: str) -> list[Any]:
     from core.models.tiny.clip import EOS_TOKEN, clip_tokenizer
     from core.models.tiny.t5 import t5_tokenizer
 
-    spec = get_family(family)
+    spec = get_family(family_of(family))
     names = sorted(n for n in component_specs(family) if n.startswith("tokenizer"))
     out = []
     with tempfile.TemporaryDirectory(prefix="random-tokenizers-") as tmp:
@@ -77,7 +77,7 @@ def _scheduler(family: str) -> Any:
     from core.models.registry import get_family
 
     config = component_config(family, "scheduler")
-    name = get_family(family).train_scheduler or config["_class_name"]
+    name = get_family(family_of(family)).train_scheduler or config["_class_name"]
     return getattr(diffusers, name).from_config(config)
 
 
@@ -99,11 +99,11 @@ def build_random(family: str, dtype: Any = None, device: Any = "cpu",
                for name in model_components(family)}
     encoders = sorted(n for n in modules if n.startswith("text_encoder"))
     c = Components(
-        family=family, source=RANDOM_PREFIX + family,
+        family=family_of(family), source=RANDOM_PREFIX + family,
         fingerprint=random_fingerprint(family, seed), vae=modules["vae"],
         denoiser=modules["unet"] if "unet" in modules else modules["transformer"],
         text_encoders=[modules[n] for n in encoders], tokenizers=_tokenizers(family),
         noise_scheduler=_scheduler(family))
-    get_family(family).random_settings(c)  # what the family's `load` sets
+    get_family(family_of(family)).random_settings(c)  # what the family's `load` sets
     freeze((c.vae, c.denoiser, *c.text_encoders), device)
     return c

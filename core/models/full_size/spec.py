@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from core.models.full_size import RANDOM_PREFIX, full_size_dir
+from core.models.full_size import RANDOM_PREFIX, family_of, full_size_dir, variants
 from core.models.registry import get_family, list_families
 from core.models.source import model_source
 from core.problems import Problem, error
@@ -33,11 +33,15 @@ def random_family(path: str) -> str | None:
     return source.name if source.kind == "random" else None
 
 
-def require_family(family: str) -> None:
-    if family not in list_families():
+def require_family(name: str) -> None:
+    if family_of(name) not in list_families():
         raise FullSizeConfigError(
-            f"unknown model 'random:{family}'; choose one of "
+            f"unknown model 'random:{name}'; choose one of "
             + ", ".join(RANDOM_PREFIX + f for f in list_families()))
+    if not full_size_dir(name).is_dir():
+        raise FullSizeConfigError(
+            f"unknown model 'random:{name}'; {family_of(name)} ships random:{family_of(name)}"
+            + "".join(f", random:{v}" for v in variants(family_of(name))))
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -86,6 +90,10 @@ def check_random_source(path: str, family: str, where: str = "model.path") -> li
     name = random_family(path)
     if name is None:
         return []
+    name, variant = family_of(name), name
+    if name in list_families() and not full_size_dir(variant).is_dir():
+        return [error(where, f"{path} is not shipped; {name} ships "
+                      + ", ".join(RANDOM_PREFIX + v for v in [name, *variants(name)]))]
     if name not in list_families():
         return [error(where, f"{path} names an unknown family {name!r}; use one of "
                       + ", ".join(RANDOM_PREFIX + f for f in list_families()))]
@@ -93,15 +101,17 @@ def check_random_source(path: str, family: str, where: str = "model.path") -> li
         return [error(where, f"{path} is a {name} model but model.family is {family}; "
                       f"use {RANDOM_PREFIX}{family}")]
     try:
-        index = model_index(name)
-        # The real checkpoint's pipeline: the family's own (flux2: klein's).
+        index = model_index(variant)
+        # The real checkpoint's pipeline: the family's own (flux2: klein's); a variant's
+        # one of the family's pipelines (FLUX.2-dev's Flux2Pipeline).
         expected = get_family(name).pipeline_class_name
-        if index.get("_class_name") != expected:
-            raise FullSizeConfigError(f"{full_size_dir(name)}/model_index.json names "
-                                      f"{index.get('_class_name')!r}, not "
-                                      f"{expected}")
-        for component in (*model_components(name), "scheduler"):
-            component_config(name, component)
+        found = str(index.get("_class_name"))
+        if found != expected and not (variant != name and found.startswith(
+                get_family(name).pipeline_prefix or expected)):
+            raise FullSizeConfigError(f"{full_size_dir(variant)}/model_index.json names "
+                                      f"{found!r}, not {expected}")
+        for component in (*model_components(variant), "scheduler"):
+            component_config(variant, component)
     except FullSizeConfigError as exc:
         return [error(where, f"{path}: {exc}; the repository checkout is incomplete")]
     return []

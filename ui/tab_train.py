@@ -24,7 +24,7 @@ from ui.pace import Pace
 from ui.run_views import Following, RunView
 
 # model.config describes a single-file model.path, so it sits right beside it.
-MODEL_FIELDS = ("family", "path", "config", "quantize")
+MODEL_FIELDS = ("family", "path", "config", "quantize", "blocks_to_swap")
 BASIC_TRAIN = ("method", "lora_kind", "lora_rank", "max_steps", "batch_size", "grad_accum",
                "learning_rate", "seed", "mixed_precision", "checkpoint_every",
                "keep_checkpoints")
@@ -41,6 +41,9 @@ class TrainTab(RunView):
     message: gr.HTML
     memory: gr.Markdown
     model_check: gr.HTML  # model.path checked as it is typed, not only at Launch
+    # Shown when the estimate does not fit the card and some model.blocks_to_swap does:
+    # one click sets it (and gradient checkpointing, which swapping needs).
+    memory_fix: gr.Button
 
 
 def build(form: Form) -> TrainTab:
@@ -69,6 +72,7 @@ def build(form: Form) -> TrainTab:
         # A finished run refuses Resume: Extend trains it on to the form's Max steps.
         extend = gr.Button("Extend to Max steps", elem_id="extend")
     memory = gr.Markdown("", elem_id="train-memory-estimate")
+    memory_fix = gr.Button("", visible=False, size="sm", elem_id="memory-fix")
     message = gr.HTML("", elem_id="train-message")
     progress = gr.HTML("<div>No run followed yet.</div>", elem_id="train-progress")
     with gr.Row():
@@ -83,7 +87,7 @@ def build(form: Form) -> TrainTab:
     return TrainTab(following=gr.State(None), progress=progress, log=log, plot=plot,
                     gallery=gallery, command=command, tensorboard=tensorboard, launch=launch,
                     stop=stop, resume=resume, extend=extend, message=message, memory=memory,
-                    model_check=model_check)
+                    model_check=model_check, memory_fix=memory_fix)
 
 
 # ---------------------------------------------------------------- events
@@ -102,6 +106,7 @@ class MemoryLines:
     lock: threading.Lock = field(default_factory=threading.Lock)
     key: str | None = None
     text: str = ""
+    fix: int | None = None  # the smallest model.blocks_to_swap that fits, when one does
 
 
 def memory_view(ctx: AppContext, cfg: Config, lines: MemoryLines) -> str:
@@ -118,8 +123,26 @@ def memory_view(ctx: AppContext, cfg: Config, lines: MemoryLines) -> str:
             estimate = estimate_memory(full, ctx.workspace, caches_built=built)
             lines.text = "\n\n".join(_markdown_text(line.strip())
                                       for line in (estimate.lines() if estimate else []))
+            lines.fix = estimate.swap_fit if estimate else None
             lines.key = key
         return lines.text
+
+
+def memory_fix_button(lines: MemoryLines) -> Any:
+    """The one-click fix under the memory line: visible while a swap count would fit."""
+    if lines.fix is None:
+        return gr.update(visible=False)
+    return gr.update(visible=True, value=f"Set model.blocks_to_swap = {lines.fix}")
+
+
+def apply_memory_fix(form: Form, lines: MemoryLines) -> dict[Any, Any]:
+    """The form's fields for the advised swap count (gradient checkpointing on with it)."""
+    if lines.fix is None:
+        return {}
+    out = {form.fields["model.blocks_to_swap"]: lines.fix}
+    if "train.gradient_checkpointing" in form.fields:
+        out[form.fields["train.gradient_checkpointing"]] = True
+    return out
 
 
 def queued_view(ctx: AppContext, tab: TrainTab, launched: Any,
@@ -215,10 +238,15 @@ def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: Pace,
     lines = MemoryLines()
     fields = [*form.editor.values(), *form.fields.values()]
     memory_event = {
-        "fn": guarded("Memory estimate")(lambda d: memory_view(ctx, form.read(d)[0], lines)),
-        "inputs": form.inputs(), "outputs": [tab.memory], "show_progress": "hidden",
-        "api_visibility": "private"}
+        "fn": guarded("Memory estimate")(lambda d: (
+            memory_view(ctx, form.read(d)[0], lines), memory_fix_button(lines))),
+        "inputs": form.inputs(), "outputs": [tab.memory, tab.memory_fix],
+        "show_progress": "hidden", "api_visibility": "private"}
     gr.on([c.change for c in fields], trigger_mode="always_last", **memory_event)
+    fixed = [form.fields[k] for k in ("model.blocks_to_swap", "train.gradient_checkpointing")
+             if k in form.fields]
+    tab.memory_fix.click(lambda: apply_memory_fix(form, lines), None, fixed,
+                         api_visibility="private")
     model_fields = [form.fields[f"model.{n}"] for n in ("family", "path")]
     gr.on([c.change for c in model_fields], guarded("Model check")(
         lambda d: model_check_view(ctx, form.read(d)[0])), form.inputs(), [tab.model_check],

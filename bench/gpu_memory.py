@@ -56,6 +56,13 @@ class Case:
     batch: int
     goal_gib: float | None  # None: reported only
     quantized: bool = False  # the preset quantizes its base: --quantize picks the scheme
+    name: str = ""  # the case's name when not the family's (the card presets)
+    path: str = ""  # model.path when not random:<family> (random:wan:14b)
+    extra: tuple[str, ...] = ()  # more --set items (the same preset without swapping)
+
+    @property
+    def key(self) -> str:
+        return self.name or self.family
 
 
 CASES = {
@@ -67,17 +74,29 @@ CASES = {
     "chroma": Case("chroma", "chroma-lora", None, 1, 23.0),
     "z_image": Case("z_image", "z-image-lora", None, 1, 23.0),
     "qwen_image": Case("qwen_image", "qwen-image-lora", None, 1, 23.0, quantized=True),
+    # model.blocks_to_swap (docs/memory.md): the card presets at their settings, goal
+    # their card less 1 GiB; the same without swapping, on a big card, for the s/step ratio.
+    "qwen_image_24gb": Case("qwen_image", "qwen-image-lora-24gb", None, 1, 23.0,
+                            name="qwen_image_24gb"),
+    "qwen_image_noswap": Case("qwen_image", "qwen-image-lora-24gb", None, 1, None,
+                              name="qwen_image_noswap", extra=("model.blocks_to_swap=0",)),
+    "qwen_image_16gb": Case("qwen_image", "qwen-image-lora-16gb", None, 1, 15.0,
+                            name="qwen_image_16gb"),
+    "wan14b_24gb": Case("wan", "wan21-14b-lora-24gb", None, 1, 23.0, name="wan14b_24gb",
+                        path="random:wan:14b"),
+    "wan14b_16gb": Case("wan", "wan21-14b-lora-16gb", None, 1, 15.0, name="wan14b_16gb",
+                        path="random:wan:14b"),
 }
 
 
 def overrides(case: Case, steps: int, quantize: str) -> list[str]:
     """The --set items for this case (the preset keeps everything else)."""
-    items = [f"model.path=random:{case.family}", f"train.max_steps={steps}",
+    items = [f"model.path={case.path or 'random:' + case.family}", f"train.max_steps={steps}",
              f"train.batch_size={case.batch}", f"validation.steps={VALIDATION_STEPS}",
              f"validation.every={steps}", f"train.eval_every={steps}",
              f"train.checkpoint_every={steps + 1}", "train.lr_warmup_steps=0",
-             f"datasets.0.images=data/{case.family}",
-             f"output.dir=runs/gpu-memory-{case.family}"]
+             f"datasets.0.images=data/{case.key}",
+             f"output.dir=runs/gpu-memory-{case.key}", *case.extra]
     if case.resolution:  # validation at the training resolution, as a user would
         items += [f"datasets.0.resolution={case.resolution}",
                   f"validation.resolution={case.resolution}"]
@@ -160,9 +179,9 @@ def run_case(case: Case, items: list[str], ws: Path, timeout: float) -> dict[str
     from core.runs.folder import RunFolder
     from core.runs.tail import EventTail, last_lines
 
-    run_dir = ws / "runs" / f"gpu-memory-{case.family}"
+    run_dir = ws / "runs" / f"gpu-memory-{case.key}"
     shutil.rmtree(run_dir, ignore_errors=True)  # this bench's own folder from a past run
-    log_path = ws / f"gpu-memory-{case.family}.log"
+    log_path = ws / f"gpu-memory-{case.key}.log"
     argv = ["--no-ui", "--preset", case.preset, "--workspace", str(ws)]
     for item in items:
         argv += ["--set", item]
@@ -174,7 +193,7 @@ def run_case(case: Case, items: list[str], ws: Path, timeout: float) -> dict[str
     if code != 0 or result["measured_gib"]["peak"] is None:
         why = f"exit {code}" if code != 0 else "no memory events with device figures"
         result["error"] = why
-        print(f"!! {case.family}: the run failed ({why}); the end of {log_path}:", flush=True)
+        print(f"!! {case.key}: the run failed ({why}); the end of {log_path}:", flush=True)
         for line in last_lines(log_path, n=40):
             print(f"   | {line}", flush=True)
     return result
@@ -272,14 +291,14 @@ def bench_family(case: Case, args: argparse.Namespace, ws: Path, measure: bool
     from core import ops
 
     items = overrides(case, args.steps, args.quantize)
-    row: dict[str, Any] = {"family": case.family, "preset": case.preset, "settings": {},
+    row: dict[str, Any] = {"family": case.key, "preset": case.preset, "settings": {},
                            "estimate": {}, "goal_gib": case.goal_gib}
     try:
         cfg = ops.load_run_config(None, case.preset, items)
         write_images(ws / cfg.datasets[0].images, IMAGES, cfg.datasets[0].resolution)
     except Exception as exc:
         row.update(error=f"{type(exc).__name__}: {exc}", goal=verdict(case, row))
-        print(f"!! {case.family}: {row['error']}", flush=True)
+        print(f"!! {case.key}: {row['error']}", flush=True)
         return row
     t = cfg.train
     row["settings"] = {"resolution": cfg.datasets[0].resolution, "batch": t.batch_size,
@@ -287,10 +306,10 @@ def bench_family(case: Case, args: argparse.Namespace, ws: Path, measure: bool
                        "gradient_checkpointing": t.gradient_checkpointing}
     row["estimate"] = estimate(cfg, ws)
     if measure:
-        print(f"== {case.family}: python app.py --no-ui --preset {case.preset} "
+        print(f"== {case.key}: python app.py --no-ui --preset {case.preset} "
               + " ".join(f"--set {i}" for i in items), flush=True)
         row.update(run_case(case, items, ws, args.timeout))
-        print(f"   {case.family}: {json.dumps(row['measured_gib'])}, "
+        print(f"   {case.key}: {json.dumps(row['measured_gib'])}, "
               f"{fmt(row['s_per_step'], '.3f')} s/step, {row['wall_s']} s", flush=True)
     peak = row.get("measured_gib", {}).get("peak")
     row["met"] = None if case.goal_gib is None or peak is None else peak <= case.goal_gib

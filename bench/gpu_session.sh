@@ -4,6 +4,9 @@
 #   bash bench/gpu_session.sh env       versions, torchao int8/fp8 on the GPU, the demo
 #   bash bench/gpu_session.sh memory    bench/gpu_memory.py on FAMILIES (sd15,sdxl,flux)
 #   bash bench/gpu_session.sh env memory
+#   bash bench/gpu_session.sh swap      model.blocks_to_swap: the 24 GB Qwen-Image preset
+#                                       with and without swapping (the s/step ratio) and
+#                                       Wan 2.1 14B's 24 GB preset (SWAP_CASES to change)
 #
 # Settings (environment): PY (python3), FAMILIES, MEMORY_S (500: the whole memory
 # stage), CASE_S (200: one family's run), FP8_S (unset: also Flux with an fp8 base, in
@@ -83,6 +86,14 @@ stage_memory() {
       --timeout "$FP8_S" --workspace "$ws" --out "$OUT/gpu_memory_fp8.json"
     echo "gpu_memory fp8 exit $?"
   fi
+}
+
+stage_swap() {
+  local ws=/tmp/ws-swap
+  timeout "${MEMORY_S:-560}" "$PY" bench/gpu_memory.py \
+    --families "${SWAP_CASES:-qwen_image_24gb,qwen_image_noswap,wan14b_24gb}" \
+    --steps 10 --timeout "${CASE_S:-240}" --workspace "$ws" --out "$OUT/gpu_swap.json"
+  echo "gpu_memory swap exit $?"
 }
 
 for stage in "$@"; do

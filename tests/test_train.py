@@ -208,7 +208,12 @@ def test_killed_run_is_marked_failed_and_resumes(tmp_path: Path, tiny_workspace:
 
 
 def test_two_process_cpu_run(tmp_path: Path, tiny_workspace: Path):
+    """DDP over two processes with gradient accumulation, on a Flux whose first block
+    is swapped (DDP leaves the host-held weights out of its device check and its
+    broadcasts); two machines over 127.0.0.1 run sd15 (test_machines.py)."""
     cfg, run_dir = _config(tmp_path, tiny_workspace, 4)
+    cfg.model.family, cfg.model.path = "flux", "tiny:flux"
+    cfg.model.blocks_to_swap, cfg.train.gradient_checkpointing = 1, True
     cfg.launch.num_processes = 2
     cfg.train.grad_accum = 2
     handle = _start(cfg, tiny_workspace)
@@ -216,6 +221,7 @@ def test_two_process_cpu_run(tmp_path: Path, tiny_workspace: Path):
     starting = [e for e in events(run_dir) if e.get("state") == "starting"]
     assert starting[0]["processes"] == 2
     assert sorted(step_losses(run_dir)) == [1, 2, 3, 4]
+    assert [e["swapped"] for e in events(run_dir) if e["type"] == "block_swap"] == [[1]]
     assert (run_dir / "lora/pytorch_lora_weights.safetensors").is_file()
 
 

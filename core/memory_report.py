@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.problems import warning
+from core.problems import Problem, warning
 
 GIB = 1024 ** 3
 CUDA_CONTEXT = "CUDA context"
@@ -99,14 +99,22 @@ class MemoryEstimate:
         out += [f"  {label}: {_total(sizes[name])} GiB = {text}"
                 for name, (_, label, text) in texts.items() if name != dominant]
         out += self._host_lines()
-        if self.device_total_bytes is not None and self.total_bytes > self.device_total_bytes:
-            gpu = f"{_total(self.device_total_bytes)} GiB" + (
-                f", {self.device_name}" if self.device_name else "")
-            whose = "the planned GPU" if self.planned else "this machine's GPU"
-            hint = f"; try {', '.join(self.advice)}" if self.advice else ""
-            out.append(str(warning("memory", f"the estimate ({_total(self.total_bytes)} GiB)"
-                                   f" is more than {whose} has ({gpu}){hint}")))
+        over = self.over_the_card()
+        if over is not None:
+            out.append(str(over))
         return out
+
+    def over_the_card(self) -> Problem | None:
+        """A warning when the estimate is more than the GPU has, with the settings that
+        would fit (the launch shows it beside its button too, before anything loads)."""
+        if self.device_total_bytes is None or self.total_bytes <= self.device_total_bytes:
+            return None
+        gpu = f"{_total(self.device_total_bytes)} GiB" + (
+            f", {self.device_name}" if self.device_name else "")
+        whose = "the planned GPU" if self.planned else "this machine's GPU"
+        hint = f"; try {', '.join(self.advice)}" if self.advice else ""
+        return warning("memory", f"the estimate ({_total(self.total_bytes)} GiB) is more "
+                                 f"than {whose} has ({gpu}){hint}")
 
 
     def _host_lines(self) -> list[str]:

@@ -115,3 +115,26 @@ def test_headless_cache_stage_runs_under_the_run_manager_and_logs_to_cache_log(
     assert len(list((tmp_path / "cache/a").rglob("*.safetensors"))) == 2
     assert not (jobs[-1] / "train.log").exists()
     assert read_status(jobs[-1]).state == "done"
+
+
+def test_a_launch_over_its_card_says_so_with_the_swap_that_fits(tmp_path: Path, fake_trainer):
+    """A run whose estimate is more than the card (launch.gpu_memory_gib here) starts
+    with the estimate's warning beside it, naming the setting that would fit, before the
+    trainer loads anything: an unquantized Qwen-Image planned for 24 GiB."""
+    workspace = tmp_path / "ws"
+    cfg = workspace_config(workspace, processes=1)
+    cfg.launch.cpu = False  # planned for a GPU; the stand-in trainer runs anyway
+    cfg.model.family, cfg.model.path = "qwen_image", "random:qwen_image"
+    cfg.datasets[0].resolution = 1024
+    cfg.launch.gpu_memory_gib = 24
+    cfg.train.mixed_precision, cfg.train.gradient_checkpointing = "bf16", True
+    launched = ops.launch(cfg, workspace)
+    assert launched.handle.wait(timeout=120) == "done"
+    [memory] = [p for p in launched.warnings if p.where == "memory"]
+    assert "more than the planned GPU has (24.0 GiB" in memory.message
+    assert "model.blocks_to_swap = " in memory.message
+    cfg.model.quantize = "int8"  # 23.0 GiB: fits, nothing said
+    cfg.output.dir = "runs/r2"
+    launched = ops.launch(cfg, workspace)
+    assert launched.handle.wait(timeout=120) == "done"
+    assert [p for p in launched.warnings if p.where == "memory"] == []

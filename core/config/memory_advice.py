@@ -14,12 +14,17 @@ if TYPE_CHECKING:
 
 def lower_memory_settings(cfg: Config) -> list[str]:
     """Settings of this config that would lower what a training step needs."""
+    from core.models.registry import family_or_defaults
+
     t = cfg.train
     out = []
     if t.method == "full":
         out.append('train.method = "lora"')
     elif cfg.model.quantize == "none" and t.lora_kind == "lora":  # others: not quantized
         out.append('model.quantize = "int8"')
+    if t.method == "lora" and family_or_defaults(cfg.model.family).block_lists:
+        out.append("a larger model.blocks_to_swap" if cfg.model.blocks_to_swap else
+                   "model.blocks_to_swap (blocks of the denoiser kept in host memory)")
     if not t.gradient_checkpointing:
         out.append("train.gradient_checkpointing = true")
     if t.batch_size > 1:
@@ -48,6 +53,8 @@ def out_of_memory_text(cfg: Config, part: str, step: int, said: str) -> str:
     detail = f" ({'; '.join(figures)})" if figures else ""
     if part == "caches":  # the encoders and the VAE: their dtype and the image sizes
         settings = [s for s in lower_memory_settings(cfg) if "mixed_precision" in s]
+        if not cfg.model.stream_text_encoders:
+            settings.insert(0, "model.stream_text_encoders = true")
     else:
         settings = lower_memory_settings(cfg)
     if part == "validation":

@@ -100,7 +100,8 @@ def launch(cfg: Config, workspace: Path, *, resume: str | None = None,
 
         _, _, notes = _prepare_folder(cfg, run_dir, resume)
         place = queue_run(workspace, run_dir, resume)
-        return Launched(None, "", warnings(report.problems), notes, queued=place,
+        return Launched(None, "", warnings(report.problems) + memory_warning(report), notes,
+                        queued=place,
                         queued_dir=run_dir, queued_behind=behind)
 
 
@@ -114,7 +115,14 @@ def _start(cfg: Config, workspace: Path, run_dir: Path, resume: str | None,
         handle, command = start_accelerate(launch_cfg, folder, workspace, resume=resume)
     except RunStartError as exc:
         raise OpError(str(exc), exit_code=EXIT_FAILED) from None
-    return Launched(handle, command, warnings(report.problems), notes)
+    return Launched(handle, command, warnings(report.problems) + memory_warning(report), notes)
+
+
+def memory_warning(report: CheckReport) -> list[Problem]:
+    """The estimate's warning when the run needs more than the GPU has (the smallest
+    model.blocks_to_swap that fits among its advice), said with the launch."""
+    over = report.memory.over_the_card() if report.memory is not None else None
+    return [over] if over is not None else []
 
 
 def _waiting_for(workspace: Path) -> str:

@@ -166,7 +166,7 @@ def _plan_swap(cfg: Config, sizes: ModelSizes, estimate: MemoryEstimate, wbytes:
     """model.blocks_to_swap's share: the pinned host memory, the block count, and the
     smallest count that fits the card as the first advice (core/memory_swap.py)."""
     experts = [sizes.denoiser] + ([sizes.second_expert] if sizes.second_expert else [])
-    estimate.host = host_parts(cfg, swapped_bytes(cfg, experts, wbytes)[0])
+    estimate.host = host_parts(cfg, swapped_bytes(cfg, experts, wbytes)[0], len(experts))
     estimate.max_blocks = len(sizes.denoiser.blocks) or None
     fit = smallest_fitting_swap(cfg, sizes, estimate, replan) if replan else None
     if fit is not None:

@@ -121,7 +121,7 @@ class MemoryEstimate:
         if not self.host:
             return []
         return [f"  host memory: {_total(sum(p.bytes for p in self.host))} GiB pinned = "
-                f"{_sum_text(self.host)} (model.blocks_to_swap)"]
+                f"{_sum_text(self.host)}"]
 
 
 def _total(n: int) -> str:

@@ -28,17 +28,23 @@ KEY = "model.blocks_to_swap"
 
 
 def swapped_bytes(cfg: Config, experts: list[DenoiserSize], wbytes: int) -> tuple[int, int]:
-    """(frozen bytes the swapped blocks move to the host, per process; the GPU buffers
-    they need in flight) for model.blocks_to_swap; (0, 0) when it is 0."""
-    count = cfg.model.blocks_to_swap
-    if not count or cfg.train.method != "lora":
-        return 0, 0
-    held, largest = 0, 0
+    """(frozen bytes held in host memory, per process; the GPU buffers they need in
+    flight): the swapped blocks (model.blocks_to_swap) and, for a two-expert model with
+    model.offload_inactive_expert, one expert's unswapped rest as well (the larger
+    expert's stays counted on the GPU). (0, 0) when neither applies."""
+    from core.config.block_swap import parks_inactive_expert
+
+    count = cfg.model.blocks_to_swap if cfg.train.method == "lora" else 0
+    held, largest, rests = 0, 0, []
     for expert in experts:
-        sizes = [frozen_bytes(block, cfg.model.quantize, wbytes) for block in expert.blocks[:count]]
+        sizes = [frozen_bytes(block, cfg.model.quantize, wbytes)
+                 for block in expert.blocks[:count]]
         held += sum(sizes)
         largest = max([largest, *sizes])
-    return held, largest * (1 + len(experts))
+        rests.append(frozen_bytes(expert, cfg.model.quantize, wbytes) - sum(sizes))
+    if len(experts) > 1 and cfg.train.method == "lora" and parks_inactive_expert(cfg):
+        held += sum(rests) - max(rests)
+    return held, largest * (1 + len(experts)) if count else 0
 
 
 def block_count(sizes: ModelSizes) -> int:
@@ -46,13 +52,17 @@ def block_count(sizes: ModelSizes) -> int:
     return len(sizes.denoiser.blocks)
 
 
-def host_parts(cfg: Config, held: int) -> list[MemoryPart]:
+def host_parts(cfg: Config, held: int, experts: int = 1) -> list[MemoryPart]:
     """Pinned host memory per machine: each process holds its own copy."""
+    from core.config.block_swap import parks_inactive_expert
+
     if not held:
         return []
-    return [MemoryPart(f"swapped blocks x {cfg.launch.num_processes} process(es)"
-                       if cfg.launch.num_processes > 1 else "swapped blocks",
-                       held * cfg.launch.num_processes)]
+    name = ("swapped blocks and the idle expert" if experts > 1 and parks_inactive_expert(cfg)
+            else "swapped blocks")
+    processes = cfg.launch.num_processes
+    return [MemoryPart(f"{name} x {processes} processes" if processes > 1 else name,
+                       held * processes)]
 
 
 def machine_ram_bytes() -> int | None:

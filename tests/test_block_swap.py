@@ -330,3 +330,86 @@ def test_a_config_over_its_card_is_told_the_smallest_swap_that_fits(tiny_workspa
     cfg.model.blocks_to_swap = count - 1
     short = estimate_memory(resolved(cfg, tiny_workspace), tiny_workspace, caches_built=True)
     assert short.total_bytes > 24 * gib and short.swap_fit == count
+
+
+class ParkingMover(PoisonedHostMover):
+    """PoisonedHostMover for a ModuleParking: which module each copy brings in."""
+
+    def poison_parking(self, parking) -> None:
+        for index, frozen in enumerate(parking.frozen):
+            for held in frozen:
+                self.true[id(held.host)] = held.host.detach().clone()
+                self.block_of[id(held.host)] = index
+                if held.host.is_floating_point():
+                    held.host.data.fill_(float("nan"))
+
+    def start(self, tensors: list) -> list:
+        self.copies.append(self.block_of[id(tensors[0])])
+        return [self.true[id(t)].clone() for t in tensors]
+
+
+def test_two_experts_take_turns_on_the_device(tiny_workspace: Path):
+    """model.offload_inactive_expert: a batch of one expert's timesteps brings that
+    expert in (the other waits on the host, never run: its host weights are NaN); a
+    batch of both brings both; without gradients a pipeline's call of one expert alone
+    brings that one. The prediction is the one with both experts always in place."""
+    from core.models.block_swap import ModuleParking
+
+    family = get_family("wan")
+    c = family.load(str(resolve_model_path("tiny:wan22", tiny_workspace)),
+                    dtype=torch.float32, device="cpu")
+    experts = c.denoiser
+    texts = family.encode_prompts(c, ["a red circle", "a blue square"])
+    batch = {k: torch.stack([t[k] for t in texts]) for k in texts[0]}
+    latents = family.encode_images(c, torch.rand(2, 3, 5, 64, 64) * 2 - 1)
+    boundary = experts.boundary_timestep
+
+    def predict(timesteps: list[float]) -> torch.Tensor:
+        sample = family.noise_and_target(c, latents, generator=torch.Generator().manual_seed(0),
+                                         timesteps=torch.tensor(timesteps),
+                                         noise=torch.zeros_like(latents))
+        with torch.no_grad():
+            return family.predict(c, sample, batch)
+
+    cases = [[boundary + 50, boundary + 10], [boundary - 50, boundary - 10],
+             [boundary + 50, boundary - 50]]
+    expected = [predict(t) for t in cases]
+    mover = ParkingMover()
+    experts.parking = ModuleParking([experts.transformer, experts.transformer_2], "cpu",
+                                    set(), mover)
+    mover.poison_parking(experts.parking)
+    got = [predict(t) for t in cases]
+    for mine, theirs in zip(got, expected, strict=True):
+        torch.testing.assert_close(mine, theirs)
+    # high alone, low alone (high goes back), both (high comes back)
+    assert mover.copies == [0, 1, 0]
+    assert experts.parking.resident == {0, 1}
+
+
+@pytest.mark.slow
+def test_a_two_expert_run_with_the_idle_expert_offloaded_trains_as_with_both_in_place(
+        tmp_path: Path, tiny_workspace: Path):
+    """Wan 2.2 (tiny:wan22) with model.blocks_to_swap 1, which turns
+    offload_inactive_expert "auto" on: the same losses and the same two LoRAs as with
+    both experts on the device throughout."""
+    runs = {}
+    for name, swap, offload in (("plain", 0, "off"), ("offloaded", 1, "auto")):
+        cfg = small_config(tmp_path / name, images=4, family="wan")
+        cfg.model.path = "tiny:wan22"
+        cfg.model.blocks_to_swap, cfg.model.offload_inactive_expert = swap, offload
+        cfg.train.gradient_checkpointing = True
+        cfg.train.max_steps, cfg.train.eval_every, cfg.validation.every = 3, 3, 100
+        cfg.validation.prompts = []
+        cfg.launch.cpu = True
+        save_config(cfg, tmp_path / name / "run.toml")
+        assert train_in_process(tmp_path / name / "run.toml", tiny_workspace) == 0
+        run = Path(cfg.output.dir)
+        events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+        loras = {p.name: load_file(p) for p in sorted((run / "lora").glob("*.safetensors"))}
+        runs[name] = ([e["loss"] for e in events if e["type"] in ("step", "eval")], loras)
+    (plain, plain_loras), (offloaded, offloaded_loras) = runs["plain"], runs["offloaded"]
+    assert offloaded == plain and len(plain) == 4
+    assert offloaded_loras.keys() == plain_loras.keys() and len(plain_loras) >= 2
+    for name, tensors in plain_loras.items():
+        for key, tensor in tensors.items():
+            assert torch.equal(offloaded_loras[name][key], tensor), (name, key)

@@ -10,6 +10,13 @@ from core.problems import Problem, error, warning
 KEY = "model.blocks_to_swap"
 
 
+def parks_inactive_expert(cfg: Config) -> bool:
+    """model.offload_inactive_expert resolved: "auto" is on when blocks swap (the base
+    does not fit the card), as the trainer and the memory estimate both read it."""
+    choice = cfg.model.offload_inactive_expert
+    return choice == "on" or (choice == "auto" and cfg.model.blocks_to_swap > 0)
+
+
 def block_swap_problems(cfg: Config) -> list[Problem]:
     """What blocks_to_swap and stream_text_encoders cannot be combined with, each naming
     the key and the fix."""

@@ -152,6 +152,15 @@ class FamilyDefaults:
         stack = [block for name in self.block_lists for block in getattr(model, name)]
         return [stack] if stack else []
 
+    def parked_modules(self, denoiser: Any) -> list[Any]:
+        """Modules of the denoiser that can wait in host memory while another runs
+        (model.offload_inactive_expert: Wan 2.2's low-noise expert); none by default."""
+        return []
+
+    def start_parking(self, denoiser: Any, device: Any, held_elsewhere: set[int]) -> None:
+        """Put the parked modules' turn-taking in place (block_swap.ModuleParking), once
+        the adapter is on; `held_elsewhere`: tensors the block swappers keep."""
+
     def single_file_problems(self, config: str, prediction_type: str) -> list[Any]:
         """--stage check of a usable single-file model.path of this family: warnings
         about what diffusers' default configs for it mean (Problems)."""
@@ -236,6 +245,12 @@ class ModelFamily(Protocol):
 
     def denoiser_stacks(self, denoiser: Any) -> list[list[Any]]:
         """The denoiser's swappable block stacks (FamilyDefaults')."""
+
+    def parked_modules(self, denoiser: Any) -> list[Any]:
+        """Modules that wait on the host while another runs (FamilyDefaults')."""
+
+    def start_parking(self, denoiser: Any, device: Any, held_elsewhere: set[int]) -> None:
+        """The parked modules' turn-taking (FamilyDefaults')."""
 
     def single_file_problems(self, config: str, prediction_type: str) -> list[Any]: ...
 

@@ -89,20 +89,21 @@ class _Frozen:
     host: Any
 
 
-def frozen_tensors(block: Any, pin: bool) -> list[_Frozen]:
+def frozen_tensors(block: Any, pin: bool, skip: set[int] | None = None) -> list[_Frozen]:
     """The block's frozen parameters and its buffers, with their host copies put in
     place (pinned when `pin` and the tensor is a plain one: quantized tensor subclasses
-    are copied unpinned, which is slower but correct)."""
-
+    are copied unpinned, which is slower but correct). `skip`: ids of tensors another
+    holder keeps (a parked expert's swapped blocks stay the swapper's)."""
+    skip = skip or set()
     out = []
     for module in block.modules():
         for name, param in module._parameters.items():
-            if param is not None and not param.requires_grad:
+            if param is not None and not param.requires_grad and id(param) not in skip:
                 host = _to_host(param, pin)
                 module._parameters[name] = host
                 out.append(_Frozen(module, name, False, host))
         for name, buffer in module._buffers.items():
-            if buffer is not None:
+            if buffer is not None and id(buffer) not in skip:
                 host = _to_host(buffer, pin)
                 module._buffers[name] = host
                 out.append(_Frozen(module, name, True, host))
@@ -212,6 +213,43 @@ def in_backward() -> bool:
     return torch._C._current_graph_task_id() != -1
 
 
+class ModuleParking:
+    """Whole modules (Wan 2.2's two experts) of which only those in use are on the device:
+    `keep_only` puts the others' frozen tensors back in host memory and copies the
+    needed ones in. Their trainable parameters stay on the device; tensors a swapper
+    holds stay the swapper's. Call it only between steps (or without gradients): a
+    module's checkpointed blocks read its weights again in the backward."""
+
+    def __init__(self, modules: list[Any], device: Any, held_elsewhere: set[int],
+                 mover: Mover | None = None, pin: bool = False) -> None:
+        self.modules = modules
+        self.mover = mover or DeviceMover(device)
+        for module in modules:
+            for param in module.parameters():
+                if param.requires_grad:
+                    param.data = param.data.to(device)
+        self.frozen = [frozen_tensors(m, pin, held_elsewhere) for m in modules]
+        self.resident: set[int] = set()  # all parked to start with
+
+    def keep_only(self, needed: list[Any]) -> None:
+        wanted = {i for i, m in enumerate(self.modules) if any(m is n for n in needed)}
+        for index in self.resident - wanted:
+            for frozen in self.frozen[index]:
+                _put(frozen, frozen.host)
+        self.resident &= wanted
+        for index in sorted(wanted - self.resident):
+            held = self.frozen[index]
+            moved = self.mover.finish(self.mover.start([f.host for f in held]))
+            for frozen, tensor in zip(held, moved, strict=True):
+                _put(frozen, tensor)
+            self.resident.add(index)
+
+
+def held_ids(swappers: list[BlockSwapper]) -> set[int]:
+    """The tensors the swappers keep on the host."""
+    return {id(f.host) for s in swappers for frozen in s.frozen.values() for f in frozen}
+
+
 def install(stacks: list[list[Any]], count: int, device: Any,
             mover: Mover | None = None) -> list[BlockSwapper]:
     """One swapper per stack (a two-expert model swaps `count` blocks of each)."""
@@ -240,20 +278,38 @@ def set_aside(root: Any, blocks: list[Any]) -> Iterator[None]:
 
 
 def place_denoiser(denoiser: Any, stacks: list[list[Any]], count: int, scheme: str,
-                   device: Any) -> None:
+                   device: Any, parked: list[Any] | None = None) -> None:
     """The denoiser onto `device`, quantized by `scheme` (core/models/quantize.py), except
-    the first `count` blocks of each stack, which stay on the CPU (quantized on the device
-    one block at a time, then brought back), for `install` to swap."""
+    the first `count` blocks of each stack and the `parked` modules (a two-expert model's
+    expert waiting its turn), which stay on the CPU (quantized on the device a block or
+    a layer at a time, then brought back), for `install` and ModuleParking."""
+    swapped = [block for blocks in stacks for block in blocks[:count]]
+    parked = parked or []
+    with set_aside(denoiser, swapped + parked):
+        from core.models.quantize import quantize_frozen
+
+        quantize_frozen(denoiser, scheme, device)
+        for module in parked:  # its swapped blocks are still set aside
+            quantize_on_host(module, scheme, device)
+    for block in swapped:
+        quantize_on_host(block, scheme, device)
+
+
+def quantize_on_host(module: Any, scheme: str, device: Any) -> None:
+    """`module` quantized by `scheme` on `device` piece by piece (each child, each block
+    of a ModuleList), every piece back on the CPU before the next comes: the device never
+    holds more than one piece. Nothing to do without quantization."""
+    import torch
+
     from core.models.quantize import quantize_frozen
 
-    swapped = [block for blocks in stacks for block in blocks[:count]]
-    with set_aside(denoiser, swapped):
-        quantize_frozen(denoiser, scheme, device)
     if scheme == "none":
         return
-    for block in swapped:
-        quantize_frozen(block, scheme, device)
-        block.to("cpu")
+    pieces = [c for child in module.children() for c in (
+        child if isinstance(child, torch.nn.ModuleList) else [child])]
+    for piece in pieces or [module]:
+        quantize_frozen(piece, scheme, device)
+        piece.to("cpu")
 
 
 def repeated_layers(module: Any) -> list[Any]:
@@ -289,12 +345,3 @@ def unstream(module: Any) -> None:
     host, where `module.to("cpu")` then finds them)."""
     for swapper in module.__dict__.pop("_streamed_layers", []):
         swapper.remove()
-
-
-def swapped_parameter_names(root: Any, swappers: list[BlockSwapper]) -> list[str]:
-    """The names (in `root`) of the frozen parameters and buffers the swappers hold on
-    the host: DDP leaves them out of its device check and its broadcasts."""
-    held = {id(f.host) for s in swappers for frozen in s.frozen.values() for f in frozen}
-    names = [name for name, p in root.named_parameters(remove_duplicate=False) if id(p) in held]
-    names += [name for name, b in root.named_buffers(remove_duplicate=False) if id(b) in held]
-    return names

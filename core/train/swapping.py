@@ -23,15 +23,24 @@ def swapped_stacks(family: ModelFamily, denoiser: Any, cfg: Config) -> list[list
     return stacks
 
 
+def parked(family: ModelFamily, denoiser: Any, cfg: Config) -> list[Any]:
+    """The modules model.offload_inactive_expert keeps in host memory to start with."""
+    from core.config.block_swap import parks_inactive_expert
+
+    return family.parked_modules(denoiser) if parks_inactive_expert(cfg) else []
+
+
 def place_with_swap(family: ModelFamily, denoiser: Any, cfg: Config, device: Any) -> bool:
-    """The denoiser onto `device` (quantized as asked) but for its swapped blocks, which
-    stay on the CPU; False when nothing swaps (the caller places it as usual)."""
+    """The denoiser onto `device` (quantized as asked) but for its swapped blocks and a
+    parked expert, which stay on the CPU; False when nothing swaps or parks (the caller
+    places it as usual)."""
     from core.models.block_swap import place_denoiser
 
-    stacks = swapped_stacks(family, denoiser, cfg)
-    if stacks:
-        place_denoiser(denoiser, stacks, cfg.model.blocks_to_swap, cfg.model.quantize, device)
-    return bool(stacks)
+    stacks, waiting = swapped_stacks(family, denoiser, cfg), parked(family, denoiser, cfg)
+    if stacks or waiting:
+        place_denoiser(denoiser, stacks, cfg.model.blocks_to_swap, cfg.model.quantize, device,
+                       waiting)
+    return bool(stacks or waiting)
 
 
 def start_swapping(family: ModelFamily, denoiser: Any, cfg: Config, device: Any,
@@ -39,21 +48,34 @@ def start_swapping(family: ModelFamily, denoiser: Any, cfg: Config, device: Any,
     """The swappers over the placed denoiser, once its adapter is added (the adapter's
     weights in the swapped blocks go to the device with the rest of what trains); DDP
     is told to leave the host-held tensors alone."""
-    stacks = swapped_stacks(family, denoiser, cfg)
-    if not stacks:
-        return []
-    from core.models.block_swap import install, swapped_parameter_names
+    from core.models.block_swap import held_ids, install
 
+    stacks = swapped_stacks(family, denoiser, cfg)
     try:
-        swappers = install(stacks, cfg.model.blocks_to_swap, device)
+        swappers = install(stacks, cfg.model.blocks_to_swap, device) if stacks else []
     except ValueError as exc:
         raise TrainingError(str(exc)) from None
+    parking = bool(parked(family, denoiser, cfg))
+    if parking:
+        family.start_parking(denoiser, device, held_ids(swappers))
+        reporter.say("model.offload_inactive_expert: the expert a step does not use waits "
+                     "in host memory")
+    if swappers or parking:  # DDP syncs what trains; the frozen rest may be on the host
+        denoiser._ddp_params_and_buffers_to_ignore = frozen_names(denoiser)
+    if not swappers:
+        return []
     held = sum(t.host.numel() * t.host.element_size() for s in swappers
                for frozen in s.frozen.values() for t in frozen)
-    denoiser._ddp_params_and_buffers_to_ignore = swapped_parameter_names(denoiser, swappers)
     reporter.event("block_swap", swapped=[s.count for s in swappers],
                    blocks=[len(s.blocks) for s in swappers], host_bytes=held)
     blocks = ", ".join(f"{s.count} of {len(s.blocks)}" for s in swappers)
     reporter.say(f"model.blocks_to_swap: {blocks} blocks stream from host memory "
                  f"({held / 1024 ** 3:.2f} GiB held there)")
     return swappers
+
+
+def frozen_names(root: Any) -> list[str]:
+    """Every frozen parameter and buffer of `root`, by name: the same on every process
+    (loaded alike), so DDP need not check their devices or broadcast them."""
+    names = [n for n, p in root.named_parameters(remove_duplicate=False) if not p.requires_grad]
+    return names + [n for n, _ in root.named_buffers(remove_duplicate=False)]

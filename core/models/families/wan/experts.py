@@ -41,6 +41,26 @@ class WanExperts(torch.nn.Module):
         # As WanPipeline computes it: timesteps at or above it are the high expert's.
         self.boundary_timestep = self.boundary_ratio * num_train_timesteps
         self.trained_expert = BOTH
+        # model.offload_inactive_expert: which expert's weights are on the device
+        # (core/models/block_swap.py ModuleParking), or None when both stay there.
+        self.parking: Any = None
+
+    def take_turns(self, device: Any, held_elsewhere: set[int]) -> None:
+        """The experts take turns on `device`: a training step brings in those its batch
+        uses, and a pipeline's call of one expert (validation, without gradients) that
+        one; the other waits in host memory."""
+        from core.models.block_swap import ModuleParking
+
+        experts = [self.transformer, self.transformer_2]
+        pin = torch.device(device).type == "cuda"
+        self.parking = ModuleParking(experts, device, held_elsewhere, pin=pin)
+
+        def alone(module: Any, args: Any) -> None:
+            if not torch.is_grad_enabled():
+                self.parking.keep_only([module])
+
+        for expert in experts:
+            expert.register_forward_pre_hook(alone)
 
     # ------------------------------------------------------------ what it holds
 
@@ -108,6 +128,10 @@ class WanExperts(torch.nn.Module):
         t = timestep.reshape(-1)
         t = t.expand(batch) if t.numel() == 1 else t
         high = self.is_high(t)
+        if self.parking is not None:  # between steps: the experts this batch uses
+            self.parking.keep_only([e for e, chosen in ((self.transformer, high),
+                                                        (self.transformer_2, ~high))
+                                    if bool(chosen.any())])
         outputs, order, idle = [], [], []
         for expert, chosen in ((self.transformer, high), (self.transformer_2, ~high)):
             index = chosen.nonzero().flatten()

@@ -215,6 +215,22 @@ class WanFamily(FlowFamily):
             return [list(expert.blocks) for expert in model.experts().values()]
         return super().denoiser_stacks(denoiser)
 
+    def parked_modules(self, denoiser: Any) -> list[Any]:
+        """A two-expert model's low-noise expert waits on the host to start with."""
+        from core.models.families.wan.experts import WanExperts
+
+        model = unwrap(denoiser)
+        return [model.transformer_2] if isinstance(model, WanExperts) else []
+
+    def start_parking(self, denoiser: Any, device: Any, held_elsewhere: set[int]) -> None:
+        """Each step brings in the experts its batch uses (WanExperts.forward) and puts
+        the other back in host memory; a pipeline's call of one expert does the same."""
+        from core.models.families.wan.experts import WanExperts
+
+        model = unwrap(denoiser)
+        if isinstance(model, WanExperts):
+            model.take_turns(device, held_elsewhere)
+
     def train_shift(self, c: Components) -> float:
         """The scheduler's flow_shift (UniPC's name for it; 1 when absent)."""
         return float(c.noise_scheduler.config.get("flow_shift", 1.0) or 1.0)

@@ -307,6 +307,10 @@ def quantize_on_host(module: Any, scheme: str, device: Any) -> None:
         return
     pieces = [c for child in module.children() for c in (
         child if isinstance(child, torch.nn.ModuleList) else [child])]
+    # bitsandbytes' nf4 puts a new module in each layer's place, which a piece that is
+    # itself a layer cannot do: the module as a whole then.
+    if scheme == "nf4" and any(isinstance(p, torch.nn.Linear) for p in pieces):
+        pieces = [module]
     for piece in pieces or [module]:
         quantize_frozen(piece, scheme, device)
         piece.to("cpu")

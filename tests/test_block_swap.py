@@ -34,7 +34,11 @@ class PoisonedHostMover:
 
     def poison(self, swapper) -> None:
         self.swapper = swapper
-        for index, frozen in swapper.frozen.items():
+        self.poison_all(swapper.frozen.items())
+
+    def poison_all(self, held_by_index) -> None:
+        """The true values kept for the copies; NaN in the host tensors."""
+        for index, frozen in held_by_index:
             for held in frozen:
                 self.true[id(held.host)] = held.host.detach().clone()
                 self.block_of[id(held.host)] = index
@@ -336,12 +340,7 @@ class ParkingMover(PoisonedHostMover):
     """PoisonedHostMover for a ModuleParking: which module each copy brings in."""
 
     def poison_parking(self, parking) -> None:
-        for index, frozen in enumerate(parking.frozen):
-            for held in frozen:
-                self.true[id(held.host)] = held.host.detach().clone()
-                self.block_of[id(held.host)] = index
-                if held.host.is_floating_point():
-                    held.host.data.fill_(float("nan"))
+        self.poison_all(enumerate(parking.frozen))
 
     def start(self, tensors: list) -> list:
         self.copies.append(self.block_of[id(tensors[0])])

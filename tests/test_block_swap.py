@@ -217,9 +217,22 @@ def test_a_swapped_run_trains_as_the_unswapped_one(tmp_path: Path, tiny_workspac
     for key, tensor in plain_lora.items():
         assert torch.equal(swapped_lora[key], tensor), key
     assert none == [] and swap["swapped"] == [1] * len(swap["blocks"])
+    # --resume from the last checkpoint into step 4: the same loss swapped or not
+    resumed = [resume_to_step_4(tmp_path / name, tiny_workspace) for name in ("a", "b")]
+    assert resumed[0] == resumed[1]
     assert swap["host_bytes"] > 0
     assert (run / "validation/step_000003/00.png").is_file() or \
         (run / "validation/step_000003/00.mp4").is_file()
+
+
+def resume_to_step_4(folder: Path, workspace: Path) -> float:
+    text = (folder / "run.toml").read_text().replace("max_steps = 3", "max_steps = 4")
+    (folder / "run.toml").write_text(text)
+    assert train_in_process(folder / "run.toml", workspace, "--resume", "latest") == 0
+    events = (folder / "runs/run/events.jsonl").read_text().splitlines()
+    [loss] = [e["loss"] for e in map(json.loads, events) if e.get("step") == 4
+              and e["type"] == "step"]
+    return loss
 
 
 def problems_of(family: str, **changes: object) -> list:

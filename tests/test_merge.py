@@ -173,3 +173,46 @@ def test_merge_refuses_a_live_run_and_a_full_fine_tune(tmp_path: Path, tiny_work
     with pytest.raises(ops.OpError, match="is a full fine-tune"):
         ops.merge_run(full, tiny_workspace)
     assert not (run / "merged").exists() and not (full / "merged").exists()
+
+
+def test_demo_merge_finds_the_run_the_demo_trained_last(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]):
+    """Issue 40 item 4: each demo run moves on to a free runs/demo-N, so `--preset demo
+    --stage merge` must merge the run just trained, not refuse on the preset's folder (or
+    merge the first run); the latest is the one written last, not the highest number."""
+    import os
+
+    from conftest import app_in_process
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for n, name in enumerate(("demo-3", "demo", "demo-2")):  # demo-2 reused after a delete
+        made = make_run(tmp_path / "made" / name, tmp_path, "sd15")
+        made.rename(runs / name)
+        os.utime(runs / name / "config.toml", ns=(n * 10**9, n * 10**9))
+    done = app_in_process("--no-ui", "--preset", "demo", "--stage", "merge",
+                          "--workspace", str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"merged model (base + LoRA at scale 1): {runs / 'demo-2' / 'merged'}" in done.stdout
+    assert [p.parent.name for p in runs.glob("*/merged")] == ["demo-2"]
+    assert not (tmp_path / "demo").exists(), "a merge generates no demo images"
+    again = app_in_process("--no-ui", "--preset", "demo", "--stage", "merge",
+                           "--workspace", str(tmp_path))
+    assert again.returncode == 2 and f"{runs / 'demo-2' / 'merged'} exists already" \
+        in again.stderr
+
+
+def test_demo_resume_continues_the_run_the_demo_trained_last(tmp_path: Path) -> None:
+    from argparse import Namespace
+
+    from core.headless import demo_notes
+    from core.ops import load_run_config
+
+    for name in ("demo", "demo-2"):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "config.toml").write_text("version = 1\n")
+    cfg = load_run_config(None, "demo", [])
+    args = Namespace(preset="demo", stage="all", resume="latest")
+    notes = demo_notes(args, cfg, tmp_path)
+    assert cfg.output.dir == "runs/demo-2"
+    assert f"the demo's latest run is {tmp_path / 'runs/demo-2'}" in notes[-1]

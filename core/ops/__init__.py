@@ -42,6 +42,7 @@ from core.ops.datasets import (
     index_dataset,
     is_edit_family,
     is_video_family,
+    latest_demo_run,
     prepare_demo,
 )
 from core.ops.downloads import run_downloads, saved_loras, tensorboard_command
@@ -98,7 +99,7 @@ __all__ = [
     "is_video_family",
     "last_lines", "launch",
     "list_presets", "list_runs", "load_run_config", "merge", "merge_run", "move_queued",
-    "output_dir", "prepare_demo", "queue_entries", "queued_runs", "read_status",
+    "latest_demo_run", "output_dir", "prepare_demo", "queue_entries", "queued_runs", "read_status",
     "reconcile_runs", "require_ok", "require_workspace", "resume", "run_downloads",
     "run_info", "run_status", "run_status_or_none", "saved_config", "saved_loras",
     "start_cache", "start_caption", "start_next_queued", "stop", "tensorboard_command",

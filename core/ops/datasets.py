@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from core.data.index import DatasetIndex
 
 __all__ = ["bucket_histogram", "index_dataset", "is_edit_family", "is_video_family",
-           "prepare_demo"]
+           "latest_demo_run", "prepare_demo"]
 
 
 def prepare_demo(cfg: Config, workspace: Path, *, new_output: bool) -> list[str]:
@@ -46,6 +46,29 @@ def prepare_demo(cfg: Config, workspace: Path, *, new_output: bool) -> list[str]
                          f"{workspace / candidate}")
         cfg.output.dir = candidate
     return notes
+
+
+def latest_demo_run(cfg: Config, workspace: Path) -> list[str]:
+    """Point cfg.output.dir at the demo run trained last, for `--stage merge` and
+    `--resume`: each new demo run moved on to a free `-N` sibling (prepare_demo), so the
+    preset's own output.dir is the first run, not the one just trained. The last one is
+    the folder whose config.toml was written last (launch writes it; a deleted `-2` may
+    be reused after `-3`, so the highest number is not it). Returns a note; none when the
+    preset's folder is the latest (or no run exists: the action says so)."""
+    import re
+
+    base = cfg.output.dir.rstrip("/")
+    root = workspace / base
+    sibling = re.compile(re.escape(root.name) + r"(-[0-9]+)?")
+    runs = [p for p in root.parent.glob(f"{root.name}*")
+            if sibling.fullmatch(p.name) and RunFolder(p).config.is_file()]
+    if not runs:
+        return []
+    latest = max(runs, key=lambda p: (RunFolder(p).config.stat().st_mtime_ns, p.name))
+    if latest == root:
+        return []
+    cfg.output.dir = str(Path(base).parent / latest.name)
+    return [f"the demo's latest run is {latest} (the preset names {root})"]
 
 
 def index_dataset(ds: DatasetConfig, dataset_key: str, family: str = "") -> DatasetIndex:

@@ -50,9 +50,16 @@ def image(pipe: object, family: str) -> torch.Tensor:
     return torch.from_numpy(out.images[0])
 
 
+def base_folder(family: str, workspace: Path) -> Path:
+    return Path(resolve_model_path(f"tiny:{family}", workspace))
+
+
 def base_pipeline(family: str, workspace: Path) -> object:
-    fam = get_family(family)
-    return fam.validation_pipeline(fam.load(resolve_model_path(f"tiny:{family}", workspace)))
+    """The base as a downstream tool loads it: its own folder, its own scheduler."""
+    from diffusers import DiffusionPipeline
+
+    return DiffusionPipeline.from_pretrained(str(base_folder(family, workspace)),
+                                             local_files_only=True)
 
 
 # qwen_image: its validation pipeline is the family's own subclass, which merged/'s
@@ -60,6 +67,8 @@ def base_pipeline(family: str, workspace: Path) -> object:
 @pytest.mark.parametrize("family", ["sd15", "flux", "qwen_image"])
 def test_merged_folder_draws_what_base_plus_lora_draws(family: str, tmp_path: Path,
                                                         tiny_workspace: Path):
+    """Issue 40 item 2: with the base's own scheduler (sd15's validation pipeline samples
+    with DPM-Solver, which merged/ carried and drew differently with)."""
     from diffusers import DiffusionPipeline
 
     run = make_run(tmp_path, tiny_workspace, family)
@@ -71,11 +80,54 @@ def test_merged_folder_draws_what_base_plus_lora_draws(family: str, tmp_path: Pa
     base = image(pipe, family)
     pipe.load_lora_weights(str(run / "lora"))
     with_lora = image(pipe, family)
-    from_merged = image(DiffusionPipeline.from_pretrained(str(merged),
-                                                          local_files_only=True), family)
+    loaded = DiffusionPipeline.from_pretrained(str(merged), local_files_only=True)
+    assert type(loaded.scheduler) is type(pipe.scheduler)
+    assert dict(loaded.scheduler.config) == dict(pipe.scheduler.config)
+    from_merged = image(loaded, family)
     assert (with_lora - base).abs().max() > 1e-2  # the LoRA changes the picture
     assert torch.allclose(from_merged, with_lora, atol=2e-4), \
         (from_merged - with_lora).abs().max()
+
+
+@pytest.mark.parametrize("family", ["sd15", "flux", "qwen_image", "qwen_image_edit"])
+def test_merged_folder_carries_every_component_file_of_the_base(
+        family: str, tmp_path: Path, tiny_workspace: Path):
+    """Every component the base's model_index.json names, with every file its folder
+    holds (weights aside, which merged/ writes itself), and the same index entries."""
+    import json
+
+    run = make_run(tmp_path, tiny_workspace, family)
+    merged = ops.merge_run(run, tiny_workspace)
+    base = base_folder(family, tiny_workspace)
+    weights = (".safetensors", ".bin", ".index.json")
+    files = {str(p.relative_to(base)) for p in base.glob("*/*")
+             if p.is_file() and not p.name.endswith(weights)}
+    assert files, base
+    assert sorted(f for f in files if not (merged / f).is_file()) == []
+    base_index = json.loads((base / "model_index.json").read_text())
+    merged_index = json.loads((merged / "model_index.json").read_text())
+    assert {k: v for k, v in merged_index.items() if not k.startswith("_")} == \
+        {k: v for k, v in base_index.items() if not k.startswith("_")}
+
+
+def test_merged_scheduler_keeps_the_prediction_type_the_run_trained_with(
+        tmp_path: Path, tiny_workspace: Path):
+    """A single file read with another folder's configs and model.prediction_type set
+    (an SD2-768 file): the base's scheduler, with the run's prediction type."""
+    import json
+
+    from diffusers import DPMSolverMultistepScheduler
+
+    from core.merge import keep_base_components
+
+    pipe = base_pipeline("sd15", tiny_workspace)
+    pipe.scheduler = DPMSolverMultistepScheduler.from_config(
+        pipe.scheduler.config, prediction_type="v_prediction")
+    pipe.save_pretrained(str(tmp_path / "merged"))
+    keep_base_components(base_folder("sd15", tiny_workspace), tmp_path / "merged", pipe)
+    config = json.loads((tmp_path / "merged/scheduler/scheduler_config.json").read_text())
+    assert config["_class_name"] == "PNDMScheduler"
+    assert config["prediction_type"] == "v_prediction"
 
 
 def test_lora_scale_zero_merges_to_the_base(tmp_path: Path, tiny_workspace: Path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 
 from core.runs import pids
-from core.runs.folder import RunFolder
+from core.runs.folder import FolderKind, RunFolder
 from core.runs.status import RunStatus, append_event, read_status, write_status
 from core.runs.tail import last_lines
 
@@ -19,6 +19,14 @@ def _describe_exit(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
+# What a forced stop leaves, and the process's name, by folder kind: a cache build or
+# captioning job has no checkpoint, and its entries and captions are written whole.
+_KILLED_LEAVES = {"train": "the last checkpoint may be older than the last step",
+                  "cache": "the cache entries written so far are kept, each whole",
+                  "caption": "the captions written so far are kept"}
+_PROCESS = {"train": "training", "cache": "cache build", "caption": "captioning"}
+
+
 def decide_final_state(
     returncode: int | None,
     status: RunStatus | None,
@@ -26,9 +34,10 @@ def decide_final_state(
     stop_requested: bool = False,
     forced: bool = False,
     log: str = "its log",
+    kind: FolderKind = "train",
 ) -> tuple[str, str]:
-    """(state, reason) for a run whose processes have all ended; a failure's reason
-    points at `log`.
+    """(state, reason) for a run (or a `kind` job) whose processes have all ended; a
+    failure's reason points at `log`.
 
     A final state the trainer wrote itself is kept, except "done" with a failing exit
     code when nobody asked it to stop (one rank may have crashed). Otherwise the exit
@@ -52,10 +61,9 @@ def decide_final_state(
     if stop_requested:
         if forced:
             return "stopped", ("stopped by the user; it did not exit within the grace "
-                               "period and was killed, so the last checkpoint may be older "
-                               "than the last step")
+                               f"period and was killed, so {_KILLED_LEAVES[kind]}")
         return "stopped", "stopped by the user"
-    return "failed", f"the training process {_describe_exit(returncode)}; see {log}"
+    return "failed", f"the {_PROCESS[kind]} process {_describe_exit(returncode)}; see {log}"
 
 
 def finalize_run(
@@ -72,7 +80,7 @@ def finalize_run(
     manager knows better, e.g. that the other machines never joined)."""
     status = read_status(folder.root) or RunStatus()
     state, reason = decide_final_state(returncode, status, stop_requested=stop_requested,
-                                       forced=forced, log=str(folder.log))
+                                       forced=forced, log=str(folder.log), kind=folder.kind)
     if state == "failed" and failure and status.state != "failed":
         reason = failure
     if state == "failed":

@@ -3,12 +3,15 @@ and recorded in status.json and events.jsonl (`finalize_run`)."""
 
 from __future__ import annotations
 
+import json
 import signal
 
 from core.runs import pids
 from core.runs.folder import FolderKind, RunFolder
 from core.runs.status import RunStatus, append_event, read_status, write_status
 from core.runs.tail import last_lines
+
+STEP_EVENTS_READ = 200  # events from the end searched for the last step event
 
 
 def _describe_exit(returncode: int | None) -> str:
@@ -66,6 +69,18 @@ def decide_final_state(
     return "failed", f"the {_PROCESS[kind]} process {_describe_exit(returncode)}; see {log}"
 
 
+def last_step_event(folder: RunFolder) -> int | None:
+    """The step of the newest `step` event in events.jsonl (read from its end), or None."""
+    for line in reversed(last_lines(folder.events, STEP_EVENTS_READ)):
+        try:
+            event = json.loads(line)
+        except ValueError:  # a line cut by the read's start or a crash
+            continue
+        if isinstance(event, dict) and event.get("type") == "step":
+            return int(event.get("step", 0))
+    return None
+
+
 def finalize_run(
     folder: RunFolder,
     returncode: int | None,
@@ -88,6 +103,10 @@ def finalize_run(
         if tail and "last line:" not in reason:
             reason += f" (last line: {tail[-1].strip()[:200]})"
     stop_forced = True if forced else None
+    step = last_step_event(folder)
+    if step is not None and step > (status.step or 0):  # status.json is written at most
+        write_status(folder.root, step=step)  # once a second; events at every step
+        status.step = step
     if status.state == state and status.finalized_by != "manager":
         # the trainer said it already; add the exit code
         write_status(folder.root, exit_code=returncode, stop_forced=stop_forced)

@@ -115,3 +115,22 @@ def test_headless_cache_stage_runs_under_the_run_manager_and_logs_to_cache_log(
     assert len(list((tmp_path / "cache/a").rglob("*.safetensors"))) == 2
     assert not (jobs[-1] / "train.log").exists()
     assert read_status(jobs[-1]).state == "done"
+
+
+def test_save_caption_writes_an_image_of_any_dataset_and_nothing_else(tmp_path: Path):
+    """The caption editor's Save (issue 40 item 8): an image of any of the config's
+    datasets, not only of the one shown; never a .txt outside the datasets."""
+    from core.ops import OpError, save_caption
+    from tests.conftest import small_config
+
+    cfg = small_config(tmp_path, datasets=2, images=2)
+    image = Path(cfg.datasets[0].images) / "img_001.png"
+    assert save_caption(cfg, tmp_path, str(image), "  a  new\ncaption ") == \
+        image.with_suffix(".txt")
+    assert image.with_suffix(".txt").read_text() == "a new caption\n"
+    outside = tmp_path / "elsewhere.png"
+    outside.write_bytes(image.read_bytes())
+    for path in (str(outside), str(image.with_suffix(".txt")), ""):
+        with pytest.raises(OpError, match="click an image of the preview first"):
+            save_caption(cfg, tmp_path, path, "x")
+    assert not outside.with_suffix(".txt").exists()

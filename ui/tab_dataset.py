@@ -10,7 +10,6 @@ workspace is shown without ever being served as files.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,17 +266,6 @@ def _preview(tab: DatasetTab, items: list, paths: list[str], note: str, page: in
             tab.page: page, tab.captions: rows or []}
 
 
-def save_caption(path: str, text: str, allowed: list[str]) -> Path:
-    """Write the caption next to the image, atomically; only for previewed images."""
-    if not path or path not in allowed:
-        raise actions.ActionError("click an image of the preview first")
-    target = Path(path).with_suffix(".txt")
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(" ".join(text.split()) + "\n", encoding="utf-8")
-    os.replace(tmp, target)
-    return target
-
-
 def preview_event(ctx: AppContext, form: Form, tab: DatasetTab) -> dict[str, Any]:
     """Refreshing the preview from the form, as event arguments (`.then(**event)`)."""
 
@@ -337,10 +325,22 @@ def wire(ctx: AppContext, form: Form, tab: DatasetTab, live: dict[str, Any]) -> 
     tab.refresh.click(**preview)
     tab.prev.click(**page_event(ctx, form, tab, -1))
     tab.next.click(**page_event(ctx, form, tab, 1))
-    _wire_captions(tab, preview)
+    _wire_captions(ctx, form, tab, preview)
 
 
-def _wire_captions(tab: DatasetTab, preview: dict[str, Any]) -> None:
+def editor_note(path: str, shown: list[str], message: str) -> Any:
+    """Under the caption editor when the preview changed (another dataset, another page)
+    and the editor's image is not among those shown: the editor keeps its image and the
+    text typed into it, and says where Save writes (a "saved" message stays)."""
+    if not path or path in shown or "caption saved" in (message or ""):
+        return gr.skip()
+    return render.message_html(f"editing {path}, not among the images shown: Save writes "
+                               "its caption; click an image of the preview to edit another",
+                               "info")
+
+
+def _wire_captions(ctx: AppContext, form: Form, tab: DatasetTab,
+                   preview: dict[str, Any]) -> None:
     def pick(paths: list[str], evt: gr.SelectData) -> dict[Any, Any]:
         path = Path(paths[evt.index]) if 0 <= evt.index < len(paths) else None
         if path is None:
@@ -350,12 +350,16 @@ def _wire_captions(tab: DatasetTab, preview: dict[str, Any]) -> None:
         return {tab.caption_path: str(path), tab.caption_text: text, tab.caption_message: ""}
 
     @guarded("Save caption", inline=tab.caption_message)
-    def save(path: str, text: str, paths: list[str]) -> dict[Any, Any]:
-        target = save_caption(path, text, paths)
+    def save(data: dict[Any, Any]) -> dict[Any, Any]:
+        cfg, _ = form.read(data)
+        target = actions.save_caption(ctx, cfg, data[tab.caption_path], data[tab.caption_text])
         return {tab.caption_message: render.message_html(f"caption saved to {target}", "ok")}
 
     tab.preview.select(pick, [tab.preview_paths],
                        [tab.caption_path, tab.caption_text, tab.caption_message],
                        api_visibility="private")
-    tab.caption_save.click(save, [tab.caption_path, tab.caption_text, tab.preview_paths],
+    tab.caption_save.click(save, form.inputs() | {tab.caption_path, tab.caption_text},
                            [tab.caption_message], api_visibility="private").success(**preview)
+    tab.preview_paths.change(editor_note, [tab.caption_path, tab.preview_paths,
+                                           tab.caption_message], [tab.caption_message],
+                             api_visibility="private", show_progress="hidden")

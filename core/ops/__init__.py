@@ -21,7 +21,7 @@ functions that use them.
 from __future__ import annotations
 
 from core.ops.caches import cache_files, cache_status, caches_complete, clear_cache, start_cache
-from core.ops.captions import caption_config, check_captioning, start_caption
+from core.ops.captions import caption_config, check_captioning, save_caption, start_caption
 from core.ops.checks import (
     PRESETS_DIR,
     CheckReport,
@@ -101,7 +101,7 @@ __all__ = [
     "list_presets", "list_runs", "load_run_config", "merge", "merge_run", "move_queued",
     "latest_demo_run", "output_dir", "prepare_demo", "queue_entries", "queued_runs", "read_status",
     "reconcile_runs", "require_ok", "require_workspace", "resume", "run_downloads",
-    "run_info", "run_status", "run_status_or_none", "saved_config", "saved_loras",
+    "run_info", "run_status", "run_status_or_none", "save_caption", "saved_config", "saved_loras",
     "start_cache", "start_caption", "start_next_queued", "stop", "tensorboard_command",
     "upload_images", "uploaded_dataset", "validation_controls", "validation_videos",
 ]

@@ -20,6 +20,8 @@ import pytest
 from test_ui_browser import field, set_field
 from test_ui_support import open_browser, running_app
 
+from core.presets import PRESETS_DIR
+
 pytestmark = pytest.mark.slow
 
 VIEWPORT = {"width": 1280, "height": 800}
@@ -224,6 +226,24 @@ def test_loading_a_preset_over_an_edited_form_can_be_undone(page) -> None:
     page.wait_for_function("document.querySelector('#f-train-max_steps input').value "
                            "=== '77'")
     page.wait_for_selector("#preset-undo", state="hidden")
+    # Issue 40 item 10: the dropdown no longer names the preset the form is not.
+    chosen = "document.querySelector('#preset-source input').value"
+    page.wait_for_function(f"{chosen} === ''")
+
+
+def test_an_imported_config_is_not_named_as_the_preset(app, page, tmp_path) -> None:
+    """Issue 40 item 10: after a TOML import the dropdown still said "preset: demo"."""
+    ctx, _, _ = app
+    chosen = "document.querySelector('#preset-source input').value"
+    page.wait_for_function(f"{chosen} === 'preset: demo'")
+    edited = tmp_path / "mine.toml"
+    edited.write_text((PRESETS_DIR / "demo.toml").read_text().replace(
+        "max_steps = 400", "max_steps = 123"))
+    page.get_by_role("tab", name="Config").click()
+    page.set_input_files("#config-upload input[type=file]", str(edited))
+    page.wait_for_function("document.querySelector('#preset-message')?.innerText"
+                           ".includes('imported')")
+    page.wait_for_function(f"{chosen} === ''")
 
 
 def test_saving_a_caption_before_choosing_an_image_says_so_beside_the_button(page) -> None:

@@ -80,8 +80,10 @@ def build(form: Form) -> DatasetTab:
             # clips; an edit family's control folder), shown only for such a family
             # (Form.wire_family_keys).
             for tag in FAMILY_TAGS:
-                form.family_row(tag, tuple(s.name for s in dataset_specs()
-                                           if s.meta.get(tag) and not s.advanced))
+                names = tuple(s.name for s in dataset_specs()
+                              if s.meta.get(tag) and not s.advanced)
+                if names:  # the tags of dataset keys (video, edit) get a row
+                    form.family_row(tag, names)
             # Every dataset key marked advanced (loss masks, regularization, ...) from
             # the schema's metadata, so a new one shows up here by itself.
             with gr.Accordion("Advanced", open=False, elem_id="ds-advanced"), gr.Row():

@@ -39,8 +39,11 @@ from core.ops.checks import (
 )
 from core.ops.datasets import (
     bucket_histogram,
+    has_train_guidance,
     index_dataset,
+    is_ddpm_family,
     is_edit_family,
+    is_flow_family,
     is_video_family,
     latest_demo_run,
     prepare_demo,
@@ -95,7 +98,8 @@ __all__ = [
     "cancel_queued", "caption_config", "check", "check_captioning", "check_model_source",
     "clear_cache", "clip_frames", "dataset_name", "delete_run", "edit_pair_thumbnail",
     "estimate_inputs", "estimate_memory", "extend",
-    "format_memory", "gated_note", "index_dataset", "is_demo", "is_edit_family",
+    "format_memory", "gated_note", "has_train_guidance", "index_dataset", "is_ddpm_family",
+    "is_demo", "is_edit_family", "is_flow_family",
     "is_video_family",
     "last_lines", "launch",
     "list_presets", "list_runs", "load_run_config", "merge", "merge_run", "move_queued",

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from core.data.index import DatasetIndex
 
 __all__ = ["bucket_histogram", "index_dataset", "is_edit_family", "is_video_family",
-           "latest_demo_run", "prepare_demo"]
+           "has_train_guidance", "is_ddpm_family", "is_flow_family", "latest_demo_run",
+           "prepare_demo"]
 
 
 def prepare_demo(cfg: Config, workspace: Path, *, new_output: bool) -> list[str]:
@@ -94,3 +95,26 @@ def is_edit_family(family: str) -> bool:
     from core.models.registry import family_or_defaults
 
     return family_or_defaults(family).control_images > 0
+
+
+def is_flow_family(family: str) -> bool:
+    """Whether model.family `family` trains by flow matching (the train.timestep_sampling,
+    logit_*, mode_scale, flow_shift and loss_weighting keys); False for an unknown name."""
+    from core.models.registry import family_or_defaults
+
+    return family_or_defaults(family).prediction == "flow_matching"
+
+
+def is_ddpm_family(family: str) -> bool:
+    """Whether `family` predicts epsilon or v on a DDPM schedule (model.prediction_type,
+    train.noise_offset, train.min_snr_gamma); False for an unknown name."""
+    from core.models.registry import list_families
+
+    return family in list_families() and not is_flow_family(family)
+
+
+def has_train_guidance(family: str) -> bool:
+    """Whether `family` has guidance-distilled models (train.guidance)."""
+    from core.models.registry import family_or_defaults
+
+    return family_or_defaults(family).train_guidance is not None

@@ -233,3 +233,31 @@ def test_settings_show_only_where_they_apply() -> None:
     assert "f-train-guidance" not in shown("sd3", "lora"), "no guidance-distilled sd3"
     assert "f-train-flow_shift" in shown("sd15", "lora", f_train_flow_shift=3.0)
     assert "f-train-lora_kind" in shown("sd15", "full", f_train_lora_kind="dora")
+
+
+def test_add_copies_the_first_datasets_settings_and_remove_can_be_undone(page):
+    """Issue 40 item 12: Add gave resolution 512 beside a first dataset at 128 (an
+    upscaling warning at once), and Remove threw a dataset's settings away at a click."""
+    from ui import tab_dataset
+
+    form, tab = page
+    first = DatasetConfig(id="shapes", images="a", vae_cache="b", resolution=128,
+                          crop="random", caption="tags", repeats=3, masks="m",
+                          regularization=True)
+    data = form_data(form, [first])
+    added = tab_dataset.on_add(form, data)[form.datasets].items[1]
+    assert (added.resolution, added.crop, added.caption, added.repeats) == (128, "random",
+                                                                           "tags", 3)
+    assert (added.id, added.images, added.vae_cache) == ("data2", "data/data2",
+                                                         "cache/data2/vae")
+    assert (added.masks, added.regularization) == ("", False), "not the first one's own"
+    two = form_data(form, [first, added])  # the first selected
+    gone = tab_dataset.on_remove(form, two, tab.removed, tab.undo_remove)
+    assert [d.id for d in gone[form.datasets].items] == ["data2"]
+    assert gone[tab.undo_remove]["visible"] is True
+    assert gone[tab.undo_remove]["value"] == "Undo remove of 'shapes'"
+    after = form_data(form, gone[form.datasets].items)
+    after[tab.removed] = gone[tab.removed]
+    back = tab_dataset.on_undo_remove(form, after, tab.removed, tab.undo_remove)
+    assert back[form.datasets].items == [first, added] and back[form.datasets].selected == 0
+    assert back[tab.undo_remove]["visible"] is False and back[tab.removed] is None

@@ -21,10 +21,11 @@ from core.config import Config, DatasetConfig, resolved
 from core.ops import CheckReport, is_video_family
 from ui import actions, render, tab_upload
 from ui.context import AppContext
+from ui.dataset_list import on_add, on_move, on_remove, on_rename, on_select, on_undo_remove
 from ui.errors import guarded
 from ui.form import FAMILY_TAGS, Form
 from ui.preview_items import clip_label, item_name, pair_label, thumbnails
-from ui.state import DatasetList, dataset_specs, new_dataset, with_editor
+from ui.state import dataset_specs
 
 PREVIEW_LIMIT = 48  # images a page of the preview shows
 CAPTION_HEADERS = ["image", "caption"]
@@ -53,6 +54,8 @@ class DatasetTab:
     prev: gr.Button
     next: gr.Button
     captions: gr.Dataframe  # the shown images' full captions (a thumbnail's is cut)
+    undo_remove: gr.Button  # shown after Remove: puts the removed dataset back
+    removed: gr.State  # (index, DatasetConfig) of the last Remove, for undo_remove
 
 
 def build(form: Form) -> DatasetTab:
@@ -64,6 +67,8 @@ def build(form: Form) -> DatasetTab:
             with gr.Row():
                 add = gr.Button("Add", size="sm", elem_id="ds-add")
                 remove = gr.Button("Remove", size="sm", variant="stop", elem_id="ds-remove")
+            undo_remove = gr.Button("Undo remove", size="sm", visible=False,
+                                    elem_id="ds-undo-remove")
             with gr.Row():
                 up = gr.Button("Move up", size="sm", elem_id="ds-up")
                 down = gr.Button("Move down", size="sm", elem_id="ds-down")
@@ -119,57 +124,8 @@ def build(form: Form) -> DatasetTab:
     caption_message = gr.HTML("", elem_id="caption-save-message")
     return DatasetTab(add, remove, up, down, check_html, histogram, preview, preview_note,
                       gr.State([]), refresh, caption_path, caption_text, caption_save,
-                      caption_message, upload, gr.State(0), prev, next_, captions)
-
-
-# ---------------------------------------------------------------- list operations
-
-
-def _committed(form: Form, data: dict[Any, Any]) -> DatasetList:
-    datasets, _ = with_editor(data[form.datasets], form.editor_values(data))
-    return datasets
-
-
-def on_select(form: Form, data: dict[Any, Any], index: Any) -> dict[Any, Any]:
-    """`index`: the clicked entry (gr.SelectData's index). The selector's value is never
-    an input: Gradio checks an input against the choices the server last sent, and a
-    click in flight while Remove shrank them failed with "Value: 1 is not in the list
-    of choices: [0]"."""
-    datasets = _committed(form, data)
-    if isinstance(index, int) and 0 <= index < len(datasets.items):
-        datasets.selected = index
-    return form.editor_updates(datasets)
-
-
-def on_add(form: Form, data: dict[Any, Any]) -> dict[Any, Any]:
-    datasets = _committed(form, data)
-    datasets.items.append(new_dataset(datasets.items))
-    datasets.selected = len(datasets.items) - 1
-    return form.editor_updates(datasets)
-
-
-def on_rename(form: Form, data: dict[Any, Any]) -> dict[Any, Any]:
-    """The list with the id being typed (only the list: the editor keeps its cursor)."""
-    datasets = _committed(form, data)
-    return {form.selector: gr.Radio(choices=datasets.choices(),
-                                    value=datasets.selected if datasets.items else None)}
-
-
-def on_remove(form: Form, data: dict[Any, Any]) -> dict[Any, Any]:
-    datasets = _committed(form, data)
-    if datasets.items:
-        datasets.items.pop(datasets.selected)
-        datasets.selected = max(0, min(datasets.selected, len(datasets.items) - 1))
-    return form.editor_updates(datasets)
-
-
-def on_move(form: Form, data: dict[Any, Any], delta: int) -> dict[Any, Any]:
-    datasets = _committed(form, data)
-    i, j = datasets.selected, datasets.selected + delta
-    if datasets.items and 0 <= j < len(datasets.items):
-        datasets.items[i], datasets.items[j] = datasets.items[j], datasets.items[i]
-        datasets.selected = j
-    return form.editor_updates(datasets)
+                      caption_message, upload, gr.State(0), prev, next_, captions,
+                      undo_remove, gr.State(None))
 
 
 # ---------------------------------------------------------------- check and preview
@@ -306,13 +262,18 @@ def wire(ctx: AppContext, form: Form, tab: DatasetTab, live: dict[str, Any]) -> 
     def select(data: dict[Any, Any], evt: gr.SelectData) -> dict[Any, Any]:
         return on_select(form, data, evt.index)
 
-    list_edits = ((form.selector.select, "Select dataset", select),
-                  (tab.add.click, "Add dataset", lambda d: on_add(form, d)),
-                  (tab.remove.click, "Remove dataset", lambda d: on_remove(form, d)),
-                  (tab.up.click, "Move dataset", lambda d: on_move(form, d, -1)),
-                  (tab.down.click, "Move dataset", lambda d: on_move(form, d, 1)))
-    for trigger, what, edit in list_edits:
-        trigger(guarded(what)(edit), ins, outs, api_visibility="private").then(
+    list_edits = ((form.selector.select, "Select dataset", select, ins),
+                  (tab.add.click, "Add dataset", lambda d: on_add(form, d), ins),
+                  (tab.up.click, "Move dataset", lambda d: on_move(form, d, -1), ins),
+                  (tab.down.click, "Move dataset", lambda d: on_move(form, d, 1), ins),
+                  (tab.remove.click, "Remove dataset",
+                   lambda d: on_remove(form, d, tab.removed, tab.undo_remove), ins),
+                  (tab.undo_remove.click, "Undo remove",
+                   lambda d: on_undo_remove(form, d, tab.removed, tab.undo_remove),
+                   ins | {tab.removed}))
+    undo_outs = [*outs, tab.removed, tab.undo_remove]
+    for trigger, what, edit, inputs in list_edits:
+        trigger(guarded(what)(edit), inputs, undo_outs, api_visibility="private").then(
             **live).then(**preview)
     rename = form.editor["id"]
     gr.on([rename.change], guarded("Rename dataset")(lambda d: on_rename(form, d)), ins,

@@ -207,9 +207,10 @@ def keep_base_components(base: Path, merged: Path, pipe: Any) -> None:
             continue
         if isinstance(pipe.components.get(name), torch.nn.Module) or entry[0] is None:
             continue  # weights merged here, or the base has none of it
-        if (base / name).is_dir():
-            shutil.rmtree(merged / name, ignore_errors=True)
-            shutil.copytree(base / name, merged / name)
+        if not (base / name).is_dir():  # not downloaded (a partial snapshot): as saved
+            continue
+        shutil.rmtree(merged / name, ignore_errors=True)
+        shutil.copytree(base / name, merged / name)
         index[name] = entry
     _keep_prediction_type(merged, pipe)
     (merged / "model_index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n",

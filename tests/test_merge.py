@@ -130,6 +130,27 @@ def test_merged_scheduler_keeps_the_prediction_type_the_run_trained_with(
     assert config["prediction_type"] == "v_prediction"
 
 
+def test_a_component_the_base_names_but_lacks_is_not_named_in_merged(
+        tmp_path: Path, tiny_workspace: Path):
+    """A hub snapshot downloaded in part (no safety_checker/ folder though its
+    model_index.json names one): merged/ must not name a component it cannot hold."""
+    import json
+    import shutil
+
+    from core.merge import keep_base_components
+
+    base = tmp_path / "base"
+    shutil.copytree(base_folder("sd15", tiny_workspace), base)
+    index = json.loads((base / "model_index.json").read_text())
+    index["safety_checker"] = ["stable_diffusion", "StableDiffusionSafetyChecker"]
+    (base / "model_index.json").write_text(json.dumps(index))
+    pipe = base_pipeline("sd15", tiny_workspace)
+    pipe.save_pretrained(str(tmp_path / "merged"))
+    keep_base_components(base, tmp_path / "merged", pipe)
+    merged = json.loads((tmp_path / "merged/model_index.json").read_text())
+    assert merged["safety_checker"] == [None, None]
+
+
 def test_lora_scale_zero_merges_to_the_base(tmp_path: Path, tiny_workspace: Path):
     from diffusers import DiffusionPipeline
 

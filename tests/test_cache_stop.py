@@ -67,3 +67,27 @@ def test_a_killed_cache_build_does_not_speak_of_checkpoints() -> None:
     assert reason.endswith("so the cache entries written so far are kept, each whole")
     _, failed = decide_final_state(1, running, kind="cache")
     assert failed.startswith("the cache build process exited with code 1")
+
+
+def test_the_launched_programs_take_sigint_even_when_started_ignoring_it() -> None:
+    """core.exits.stop_signals_interrupt, which the cache build and captioning call:
+    SIGINT and SIGTERM raise KeyboardInterrupt even under an inherited SIG_IGN."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    code = ("import os, signal\n"
+            "from core.exits import stop_signals_interrupt\n"
+            "stop_signals_interrupt()\n"
+            "for sig in (signal.SIGINT, signal.SIGTERM):\n"
+            "    try:\n"
+            "        os.kill(os.getpid(), sig)\n"
+            "        signal.pause()\n"
+            "    except KeyboardInterrupt as exc:\n"
+            "        print('interrupted by', exc)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=60,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert done.stdout.split("\n")[:2] == ["interrupted by SIGINT", "interrupted by SIGTERM"], \
+        done.stdout + done.stderr

@@ -231,6 +231,8 @@ def test_settings_show_only_where_they_apply() -> None:
     flux_full = shown("flux", "full")
     assert flow | {"f-train-guidance"} <= flux_full and not flux_full & (lora | ddpm)
     assert "f-train-guidance" not in shown("sd3", "lora"), "no guidance-distilled sd3"
+    clip_lora = {"f-train-text_encoder_lora", "f-train-text_encoder_lr"}  # CLIP families
+    assert clip_lora <= shown("sdxl", "lora") and not clip_lora & shown("flux", "lora")
     assert "f-train-flow_shift" in shown("sd15", "lora", f_train_flow_shift=3.0)
     assert "f-train-lora_kind" in shown("sd15", "full", f_train_lora_kind="dora")
 

@@ -130,12 +130,14 @@ class TrainConfig:
                              help="Adds offset x N(0, 1) per image and channel to the noise, "
                                   "so the model learns very dark and very bright images "
                                   "(epsilon/v families; 0.05-0.1 is usual); 0 disables.")
-    text_encoder_lora: bool = _f(False, label="Train text encoder (LoRA)", lora=True, advanced=True,
+    text_encoder_lora: bool = _f(False, label="Train text encoder (LoRA)", lora=True, ddpm=True,
+                                 advanced=True,
                                  help="sd15/sd2/sdxl: LoRA on the CLIP text encoder(s) too; "
                                       "captions are then encoded at train time, not from "
                                       "the text cache.")
     text_encoder_lr: float = _f(0.0, label="Text-encoder learning rate", min=0.0, max=1.0,
-                                lora=True, advanced=True, help="0 uses the main learning rate.")
+                                lora=True, ddpm=True, advanced=True,
+                                help="0 uses the main learning rate.")
     save_every_epochs: int = _f(0, label="Save LoRA every (epochs)", lora=True, min=0, max=100000,
                                 advanced=True,
                                 help="Also write lora/step_NNNNNN/ at the end of every N-th "

@@ -74,8 +74,8 @@ def save_caption(cfg: Config, workspace: Path, image: str, text: str) -> Path:
     if (path is None or not path.is_file()
             or path.suffix.lower() not in IMAGE_EXTENSIONS + VIDEO_EXTENSIONS
             or not any(path.resolve().is_relative_to(root) for root in roots)):
-        raise OpError("click an image of the preview first: "
-                      f"{image or 'no image'} is not an image of this config's datasets")
+        why = f": {image} is not an image of this config's datasets" if image else ""
+        raise OpError(f"click an image of the preview first{why}")
     target = path.with_suffix(".txt")
     tmp = target.with_name(f".{target.name}.tmp")
     tmp.write_text(" ".join(text.split()) + "\n", encoding="utf-8")

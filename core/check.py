@@ -1,8 +1,9 @@
 """`--stage check`: every problem with a config and its datasets, found without side effects.
 
-Validates keys and ranges, the model path, directory conflicts and every image header,
-then summarises what training would see: images per dataset, the bucket histogram and
-steps per epoch. Reads files; creates and changes nothing.
+Validates keys and ranges, the model path, directory conflicts, every image header and
+every other file the config names (init_lora, masks, control and validation control
+images, model.config), then summarises what training would see: images per dataset,
+the bucket histogram and steps per epoch. Reads files; creates and changes nothing.
 """
 
 from __future__ import annotations
@@ -203,6 +204,18 @@ def init_lora_problems(cfg: Config) -> list[Problem]:
     return []
 
 
+def validation_file_problems(cfg: Config) -> list[Problem]:
+    """An edit family's validation.control_images (resolved), decoded now: the run would
+    otherwise stop at its first validation, after loading and training, on a file the
+    config names (a preset's example path left in)."""
+    from core.data.controls import validation_control_problems
+    from core.models.registry import family_or_defaults
+
+    if not cfg.validation.prompts or not family_or_defaults(cfg.model.family).control_images:
+        return []
+    return validation_control_problems(cfg.validation.control_images, cfg.validation.prompts)
+
+
 def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> CheckReport:
     """Every problem and the summary; `estimate`: with the memory estimate (it reads the
     model's configs, a second or more: views that re-check on each edit leave it out)."""
@@ -227,6 +240,7 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
     problems += logging_problems(cfg)
     problems += optimizer_problems(cfg)
     problems += init_lora_problems(full)
+    problems += validation_file_problems(full)
     datasets, steps = _summarise(full, problems)
     memory = None
     if estimate and not any(p.where.startswith("model.") for p in errors(problems)):

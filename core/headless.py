@@ -143,6 +143,17 @@ def stage_merge(cfg: Config, workspace: Path) -> int:
     return EXIT_OK
 
 
+def demo_notes(args: argparse.Namespace, cfg: Config, workspace: Path) -> list[str]:
+    """The demo presets' set-up, which may change cfg.output.dir: a new run moves on to a
+    free `-N` folder; a merge or a resume acts on the demo run trained last."""
+    if not is_demo(args.preset) or args.stage == "check":
+        return []
+    if args.stage == "merge":  # reads only the run and its base: no images needed
+        return ops.latest_demo_run(cfg, workspace)
+    notes = ops.prepare_demo(cfg, workspace, new_output=not args.resume)
+    return notes + (ops.latest_demo_run(cfg, workspace) if args.resume else [])
+
+
 def run_headless(args: argparse.Namespace, own_process: bool = False) -> int:
     """`own_process`: the process is app.py's alone (see core/libraries.py)."""
     workspace = Path(args.workspace).expanduser().absolute()
@@ -154,9 +165,8 @@ def run_headless(args: argparse.Namespace, own_process: bool = False) -> int:
             # with peft, which imports bitsandbytes and torchao whenever they are
             # installed: 1.4 s of a 6.4 s check on 2 cores, for libraries the run skips.
             leave_out_unused_libraries(cfg.train.optimizer, cfg.model.quantize)
-        if is_demo(args.preset) and args.stage != "check":
-            for note in ops.prepare_demo(cfg, workspace, new_output=not args.resume):
-                say(note)
+        for note in demo_notes(args, cfg, workspace):
+            say(note)
         if args.stage == "caption":  # its own check: the diffusion model is not needed
             return stage_caption(cfg, workspace)
         if args.stage == "merge":

@@ -7,8 +7,11 @@ its stored dtype, unquantized), diffusers' `load_lora_weights` reads the run's
 `lora/pytorch_lora_weights.safetensors` (text-encoder LoRA included), `fuse_lora` folds
 it into the weights at `merge.lora_scale`, and `unload_lora_weights` drops the adapter
 layers, as diffusers' own "merge LoRAs" guide does. The pipeline is the family's
-validation pipeline, so merged/ has the same layout (and scheduler) as a full fine-tune's
-model/.
+validation pipeline; what it does not train comes from the base's own folder
+(`keep_base_components`): its scheduler (the validation pipeline's sampler would make
+merged/ draw differently from base + LoRA), tokenizers and processors as the base ships
+them (every file, e.g. a processor's video config), and components the family leaves
+out (a safety checker), so merged/ loads and draws as the base with the LoRA does.
 
 Never overwrites: an existing merged/ is refused, naming it. The folder is written under
 a temp name and renamed, so merged/ is complete or absent.
@@ -106,6 +109,9 @@ def merge_run(run_dir: Path, workspace: Path, lora_scale: float | None = None) -
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         pipe.save_pretrained(str(tmp), safe_serialization=True)
+        base = base_folder(cfg, workspace)
+        if base is not None:
+            keep_base_components(base, tmp, pipe)
         if folder.merged.exists():  # made while this merge ran: keep the other one
             raise _refuse(str(folder.merged), f"{folder.merged} appeared while merging; "
                           "nothing was overwritten")
@@ -150,3 +156,87 @@ def _init_names(cls: type) -> set[str]:
     import inspect
 
     return set(inspect.signature(cls.__init__).parameters) - {"self"}
+
+
+def base_folder(cfg: Config, workspace: Path) -> Path | None:
+    """The diffusers folder the run's base was read from (model.path resolved: a tiny
+    model's built folder, a folder, a hub id's cached snapshot; a single file's
+    model.config), or None where there is none (random:, a file without model.config)."""
+    from core.models.source import model_source
+    from core.models.tiny import resolve_model_path
+
+    path = cfg.model.path
+    source = model_source(path)
+    if source.kind == "file":
+        path = cfg.model.config
+        source = model_source(path)
+    if source.kind == "tiny":
+        return Path(resolve_model_path(path, workspace))
+    if source.kind == "folder":
+        return Path(path)
+    if source.kind == "hub":
+        from huggingface_hub import snapshot_download
+
+        try:  # it loaded, so it is cached: no download here
+            return Path(snapshot_download(path, local_files_only=True))
+        except Exception:  # noqa: BLE001 - not cached as a whole: keep what was saved
+            return None
+    return None
+
+
+def keep_base_components(base: Path, merged: Path, pipe: Any) -> None:
+    """Make `merged` (the pipeline `pipe` just saved) carry the base's components where
+    the merge changed no weights: each component of the base's model_index.json that is
+    not a torch module in `pipe` (scheduler, tokenizers, processors) or that `pipe` left
+    out is copied from `base` as it is there, with its index entry; the base's pipeline
+    settings (requires_safety_checker...) too. Weights the LoRA was fused into stay."""
+    import json
+
+    import torch
+
+    base_index = _read_index(base)
+    if base_index is None:
+        return
+    index = json.loads((merged / "model_index.json").read_text(encoding="utf-8"))
+    accepted = _init_names(type(pipe))
+    for name, entry in base_index.items():
+        if name.startswith("_") or name not in accepted:
+            continue
+        if not isinstance(entry, list):  # a pipeline setting, not a component
+            index[name] = entry
+            continue
+        if isinstance(pipe.components.get(name), torch.nn.Module) or entry[0] is None:
+            continue  # weights merged here, or the base has none of it
+        if not (base / name).is_dir():  # not downloaded (a partial snapshot): as saved
+            continue
+        shutil.rmtree(merged / name, ignore_errors=True)
+        shutil.copytree(base / name, merged / name)
+        index[name] = entry
+    _keep_prediction_type(merged, pipe)
+    (merged / "model_index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n",
+                                             encoding="utf-8")
+
+
+def _keep_prediction_type(merged: Path, pipe: Any) -> None:
+    """The base's scheduler with the prediction type the run trained with: a single
+    file's model.prediction_type (an SD2-768 file read with SD2-base configs) overrides
+    its config folder's, and merged/ must draw as the run's validation did."""
+    import json
+
+    trained = getattr(getattr(pipe, "scheduler", None), "config", {}).get("prediction_type")
+    path = merged / "scheduler" / "scheduler_config.json"
+    if trained is None or not path.is_file():
+        return
+    config = json.loads(path.read_text(encoding="utf-8"))
+    if config.get("prediction_type", trained) != trained:
+        config["prediction_type"] = trained
+        path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _read_index(folder: Path) -> dict[str, Any] | None:
+    import json
+
+    try:
+        return json.loads((folder / "model_index.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # not a diffusers folder after all: nothing to keep
+        return None

@@ -50,9 +50,16 @@ def image(pipe: object, family: str) -> torch.Tensor:
     return torch.from_numpy(out.images[0])
 
 
+def base_folder(family: str, workspace: Path) -> Path:
+    return Path(resolve_model_path(f"tiny:{family}", workspace))
+
+
 def base_pipeline(family: str, workspace: Path) -> object:
-    fam = get_family(family)
-    return fam.validation_pipeline(fam.load(resolve_model_path(f"tiny:{family}", workspace)))
+    """The base as a downstream tool loads it: its own folder, its own scheduler."""
+    from diffusers import DiffusionPipeline
+
+    return DiffusionPipeline.from_pretrained(str(base_folder(family, workspace)),
+                                             local_files_only=True)
 
 
 # qwen_image: its validation pipeline is the family's own subclass, which merged/'s
@@ -60,6 +67,8 @@ def base_pipeline(family: str, workspace: Path) -> object:
 @pytest.mark.parametrize("family", ["sd15", "flux", "qwen_image"])
 def test_merged_folder_draws_what_base_plus_lora_draws(family: str, tmp_path: Path,
                                                         tiny_workspace: Path):
+    """Issue 40 item 2: with the base's own scheduler (sd15's validation pipeline samples
+    with DPM-Solver, which merged/ carried and drew differently with)."""
     from diffusers import DiffusionPipeline
 
     run = make_run(tmp_path, tiny_workspace, family)
@@ -71,11 +80,75 @@ def test_merged_folder_draws_what_base_plus_lora_draws(family: str, tmp_path: Pa
     base = image(pipe, family)
     pipe.load_lora_weights(str(run / "lora"))
     with_lora = image(pipe, family)
-    from_merged = image(DiffusionPipeline.from_pretrained(str(merged),
-                                                          local_files_only=True), family)
+    loaded = DiffusionPipeline.from_pretrained(str(merged), local_files_only=True)
+    assert type(loaded.scheduler) is type(pipe.scheduler)
+    assert dict(loaded.scheduler.config) == dict(pipe.scheduler.config)
+    from_merged = image(loaded, family)
     assert (with_lora - base).abs().max() > 1e-2  # the LoRA changes the picture
     assert torch.allclose(from_merged, with_lora, atol=2e-4), \
         (from_merged - with_lora).abs().max()
+
+
+@pytest.mark.parametrize("family", ["sd15", "flux", "qwen_image", "qwen_image_edit"])
+def test_merged_folder_carries_every_component_file_of_the_base(
+        family: str, tmp_path: Path, tiny_workspace: Path):
+    """Every component the base's model_index.json names, with every file its folder
+    holds (weights aside, which merged/ writes itself), and the same index entries."""
+    import json
+
+    run = make_run(tmp_path, tiny_workspace, family)
+    merged = ops.merge_run(run, tiny_workspace)
+    base = base_folder(family, tiny_workspace)
+    weights = (".safetensors", ".bin", ".index.json")
+    files = {str(p.relative_to(base)) for p in base.glob("*/*")
+             if p.is_file() and not p.name.endswith(weights)}
+    assert files, base
+    assert sorted(f for f in files if not (merged / f).is_file()) == []
+    base_index = json.loads((base / "model_index.json").read_text())
+    merged_index = json.loads((merged / "model_index.json").read_text())
+    assert {k: v for k, v in merged_index.items() if not k.startswith("_")} == \
+        {k: v for k, v in base_index.items() if not k.startswith("_")}
+
+
+def test_merged_scheduler_keeps_the_prediction_type_the_run_trained_with(
+        tmp_path: Path, tiny_workspace: Path):
+    """A single file read with another folder's configs and model.prediction_type set
+    (an SD2-768 file): the base's scheduler, with the run's prediction type."""
+    import json
+
+    from diffusers import DPMSolverMultistepScheduler
+
+    from core.merge import keep_base_components
+
+    pipe = base_pipeline("sd15", tiny_workspace)
+    pipe.scheduler = DPMSolverMultistepScheduler.from_config(
+        pipe.scheduler.config, prediction_type="v_prediction")
+    pipe.save_pretrained(str(tmp_path / "merged"))
+    keep_base_components(base_folder("sd15", tiny_workspace), tmp_path / "merged", pipe)
+    config = json.loads((tmp_path / "merged/scheduler/scheduler_config.json").read_text())
+    assert config["_class_name"] == "PNDMScheduler"
+    assert config["prediction_type"] == "v_prediction"
+
+
+def test_a_component_the_base_names_but_lacks_is_not_named_in_merged(
+        tmp_path: Path, tiny_workspace: Path):
+    """A hub snapshot downloaded in part (no safety_checker/ folder though its
+    model_index.json names one): merged/ must not name a component it cannot hold."""
+    import json
+    import shutil
+
+    from core.merge import keep_base_components
+
+    base = tmp_path / "base"
+    shutil.copytree(base_folder("sd15", tiny_workspace), base)
+    index = json.loads((base / "model_index.json").read_text())
+    index["safety_checker"] = ["stable_diffusion", "StableDiffusionSafetyChecker"]
+    (base / "model_index.json").write_text(json.dumps(index))
+    pipe = base_pipeline("sd15", tiny_workspace)
+    pipe.save_pretrained(str(tmp_path / "merged"))
+    keep_base_components(base, tmp_path / "merged", pipe)
+    merged = json.loads((tmp_path / "merged/model_index.json").read_text())
+    assert merged["safety_checker"] == [None, None]
 
 
 def test_lora_scale_zero_merges_to_the_base(tmp_path: Path, tiny_workspace: Path):
@@ -173,3 +246,46 @@ def test_merge_refuses_a_live_run_and_a_full_fine_tune(tmp_path: Path, tiny_work
     with pytest.raises(ops.OpError, match="is a full fine-tune"):
         ops.merge_run(full, tiny_workspace)
     assert not (run / "merged").exists() and not (full / "merged").exists()
+
+
+def test_demo_merge_finds_the_run_the_demo_trained_last(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]):
+    """Issue 40 item 4: each demo run moves on to a free runs/demo-N, so `--preset demo
+    --stage merge` must merge the run just trained, not refuse on the preset's folder (or
+    merge the first run); the latest is the one written last, not the highest number."""
+    import os
+
+    from conftest import app_in_process
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for n, name in enumerate(("demo-3", "demo", "demo-2")):  # demo-2 reused after a delete
+        made = make_run(tmp_path / "made" / name, tmp_path, "sd15")
+        made.rename(runs / name)
+        os.utime(runs / name / "config.toml", ns=(n * 10**9, n * 10**9))
+    done = app_in_process("--no-ui", "--preset", "demo", "--stage", "merge",
+                          "--workspace", str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"merged model (base + LoRA at scale 1): {runs / 'demo-2' / 'merged'}" in done.stdout
+    assert [p.parent.name for p in runs.glob("*/merged")] == ["demo-2"]
+    assert not (tmp_path / "demo").exists(), "a merge generates no demo images"
+    again = app_in_process("--no-ui", "--preset", "demo", "--stage", "merge",
+                           "--workspace", str(tmp_path))
+    assert again.returncode == 2 and f"{runs / 'demo-2' / 'merged'} exists already" \
+        in again.stderr
+
+
+def test_demo_resume_continues_the_run_the_demo_trained_last(tmp_path: Path) -> None:
+    from argparse import Namespace
+
+    from core.headless import demo_notes
+    from core.ops import load_run_config
+
+    for name in ("demo", "demo-2"):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "config.toml").write_text("version = 1\n")
+    cfg = load_run_config(None, "demo", [])
+    args = Namespace(preset="demo", stage="all", resume="latest")
+    notes = demo_notes(args, cfg, tmp_path)
+    assert cfg.output.dir == "runs/demo-2"
+    assert f"the demo's latest run is {tmp_path / 'runs/demo-2'}" in notes[-1]

@@ -138,3 +138,22 @@ def test_a_launch_over_its_card_says_so_with_the_swap_that_fits(tmp_path: Path, 
     launched = ops.launch(cfg, workspace)
     assert launched.handle.wait(timeout=120) == "done"
     assert [p for p in launched.warnings if p.where == "memory"] == []
+
+
+def test_save_caption_writes_an_image_of_any_dataset_and_nothing_else(tmp_path: Path):
+    """The caption editor's Save (issue 40 item 8): an image of any of the config's
+    datasets, not only of the one shown; never a .txt outside the datasets."""
+    from core.ops import OpError, save_caption
+    from tests.conftest import small_config
+
+    cfg = small_config(tmp_path, datasets=2, images=2)
+    image = Path(cfg.datasets[0].images) / "img_001.png"
+    assert save_caption(cfg, tmp_path, str(image), "  a  new\ncaption ") == \
+        image.with_suffix(".txt")
+    assert image.with_suffix(".txt").read_text() == "a new caption\n"
+    outside = tmp_path / "elsewhere.png"
+    outside.write_bytes(image.read_bytes())
+    for path in (str(outside), str(image.with_suffix(".txt")), ""):
+        with pytest.raises(OpError, match="click an image of the preview first"):
+            save_caption(cfg, tmp_path, path, "x")
+    assert not outside.with_suffix(".txt").exists()

@@ -138,3 +138,40 @@ def test_job_folders_keep_the_newest_few_and_hold_their_config(tmp_path: Path) -
     names = sorted(p.name for p in jobs.iterdir())
     assert names[:2] == ["20260102-000000-b", "20260103-000000-c"] and len(names) == 3
     assert folder.log.name == "cache.log" and load_config(folder.config).train.max_steps == 7
+
+
+# ---------------------------------------------------------------- the step a run ended at
+
+
+def _runs_table_step(run_dir: Path) -> str:
+    from core.ops import run_status
+    from ui.render import run_rows
+
+    return run_rows([run_status(run_dir)], str)[0][2]
+
+
+def test_a_run_that_fails_between_status_updates_shows_its_last_step(tmp_path):
+    """Issue 40 item 6: status.json's step is written at most once a second, so a run that
+    failed at step 10 showed step 1/20 in the Runs table while the Training tab (the
+    step events) said 10/20."""
+    from core.train.report import Reporter
+
+    reporter = Reporter(tmp_path, is_main=True, max_steps=20)
+    for step in range(1, 11):
+        reporter.step(step, loss=0.5, lr=1e-4, epoch=0)
+    assert read_status(tmp_path).step == 1  # the once-a-second update
+    reporter.status("failed", reason="BadImage: cannot read file")
+    assert _runs_table_step(tmp_path) == "10/20"
+
+
+def test_a_killed_run_shows_the_step_of_its_last_step_event(tmp_path):
+    """A trainer that could write nothing (killed): the manager takes the step from the
+    events when it records how the run ended."""
+    from core.runs.final_state import finalize_run
+
+    write_status(tmp_path, state="running", step=1, max_steps=20)
+    for step in range(1, 11):
+        append_event(tmp_path, {"type": "step", "step": step, "loss": 0.5})
+    append_event(tmp_path, {"type": "validation", "step": 10, "images": []})
+    assert finalize_run(RunFolder(tmp_path), -signal.SIGKILL) == "failed"
+    assert _runs_table_step(tmp_path) == "10/20"

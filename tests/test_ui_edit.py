@@ -57,7 +57,8 @@ def test_the_edit_keys_are_tagged_and_shown_only_for_an_edit_family() -> None:
     assert edit == {"ds-control", "ds-control_2", "ds-control_3",
                     "f-validation-control_images"}
     assert {"ds-frames", "f-validation-frames"} <= video and not edit & video
-    assert all(not c.visible for c, _ in form.family_keys()), "hidden until the family fits"
+    assert all(not c.visible for c, tags in form.family_keys()
+               if {"video", "edit"} & set(tags)), "hidden until the family fits"
     assert [tags for _, tags, _ in form.family_rows] == [("video",), ("edit",)]
     assert shown_for(("edit",), "flux_kontext") and not shown_for(("edit",), "sd15")
     assert not shown_for(("edit",), "wan") and shown_for(("video",), "wan")
@@ -214,6 +215,12 @@ def test_choosing_an_edit_family_shows_the_control_keys_and_previews_pairs(tmp_p
             choose_family(page, "flux_kontext")
             page.wait_for_selector("#f-validation-control_images", state="visible")
             assert not page.locator("#f-validation-frames").is_visible(), "not a video one"
+            # Issue 40 item 11: the LoRA keys go with train.method = "full".
+            assert page.locator("#f-train-lora_rank").is_visible()
+            choose_option(page, "f-train-method", "full")
+            page.wait_for_selector("#f-train-lora_rank", state="hidden")
+            choose_option(page, "f-train-method", "lora")
+            page.wait_for_selector("#f-train-lora_rank", state="visible")
             page.screenshot(path=str(shots / "form-flux-kontext.png"), full_page=True)
             page.get_by_role("tab", name="Dataset").click()
             page.wait_for_selector("#ds-control", state="visible")
@@ -251,5 +258,10 @@ def choose_family(page, name: str) -> None:
     """Pick model.family in its dropdown (on the Training tab)."""
     if not page.locator("#f-model-family").is_visible():
         page.get_by_role("tab", name="Training").click()
-    page.click("#f-model-family input")
+    choose_option(page, "f-model-family", name)
+
+
+def choose_option(page, elem_id: str, name: str) -> None:
+    """Pick `name` in the dropdown `elem_id` (on the tab in view)."""
+    page.click(f"#{elem_id} input")
     page.get_by_role("option", name=name, exact=True).first.click()

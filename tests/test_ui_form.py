@@ -199,3 +199,69 @@ def test_the_memory_line_is_made_once_for_pages_asking_at_the_same_time(ctx, mon
     assert memory_view(ctx, cfg, lines) != texts[0] and len(made) == 2
     cfg.validation.resolution = 2048  # the validation round becomes the GPU's peak
     assert "validation images 2048x2048" in memory_view(ctx, cfg, lines) and len(made) == 3
+
+
+def test_settings_show_only_where_they_apply() -> None:
+    """Issue 40 item 11: the flow-matching keys (timestep sampling, logit mean, flow
+    shift, guidance) showed on sd15 and the LoRA keys on a full fine-tune; each shows
+    where it applies, as frames and control folders do, or while it holds a value the
+    check refuses (so its error stays fixable)."""
+    import gradio as gr
+
+    from ui import tab_dataset, tab_train
+    from ui.form import Form
+
+    form = Form()
+    with gr.Blocks():
+        tab_dataset.build(form)
+        tab_train.build(form)
+    keys = form.family_keys()
+
+    def shown(family: str, method: str, **changed: object) -> set[str]:
+        values = [changed.get(c.elem_id.replace("-", "_"), c.value) for c, _ in keys]
+        updates = form.visibility(family, method, values)
+        return {c.elem_id for (c, _), u in zip(keys, updates, strict=False) if u["visible"]}
+
+    flow = {"f-train-timestep_sampling", "f-train-logit_mean", "f-train-logit_std",
+            "f-train-mode_scale", "f-train-flow_shift", "f-train-loss_weighting"}
+    lora = {"f-train-lora_kind", "f-train-lora_rank", "f-train-lora_alpha",
+            "f-train-lora_targets", "f-train-init_lora"}
+    ddpm = {"f-train-noise_offset", "f-train-min_snr_gamma", "f-model-prediction_type"}
+    first = {c.elem_id for c, _ in keys if c.visible is not False}  # the page's sd15 LoRA
+    for view in (first, shown("sd15", "lora")):
+        assert not view & (flow | {"f-train-guidance"}) and lora | ddpm <= view
+    flux_full = shown("flux", "full")
+    assert flow | {"f-train-guidance"} <= flux_full and not flux_full & (lora | ddpm)
+    assert "f-train-guidance" not in shown("sd3", "lora"), "no guidance-distilled sd3"
+    clip_lora = {"f-train-text_encoder_lora", "f-train-text_encoder_lr"}  # CLIP families
+    assert clip_lora <= shown("sdxl", "lora") and not clip_lora & shown("flux", "lora")
+    assert "f-train-flow_shift" in shown("sd15", "lora", f_train_flow_shift=3.0)
+    assert "f-train-lora_kind" in shown("sd15", "full", f_train_lora_kind="dora")
+
+
+def test_add_copies_the_first_datasets_settings_and_remove_can_be_undone(page):
+    """Issue 40 item 12: Add gave resolution 512 beside a first dataset at 128 (an
+    upscaling warning at once), and Remove threw a dataset's settings away at a click."""
+    from ui import tab_dataset
+
+    form, tab = page
+    first = DatasetConfig(id="shapes", images="a", vae_cache="b", resolution=128,
+                          crop="random", caption="tags", repeats=3, masks="m",
+                          regularization=True)
+    data = form_data(form, [first])
+    added = tab_dataset.on_add(form, data)[form.datasets].items[1]
+    assert (added.resolution, added.crop, added.caption, added.repeats) == (128, "random",
+                                                                           "tags", 3)
+    assert (added.id, added.images, added.vae_cache) == ("data2", "data/data2",
+                                                         "cache/data2/vae")
+    assert (added.masks, added.regularization) == ("", False), "not the first one's own"
+    two = form_data(form, [first, added])  # the first selected
+    gone = tab_dataset.on_remove(form, two, tab.removed, tab.undo_remove)
+    assert [d.id for d in gone[form.datasets].items] == ["data2"]
+    assert gone[tab.undo_remove]["visible"] is True
+    assert gone[tab.undo_remove]["value"] == "Undo remove of 'shapes'"
+    after = form_data(form, gone[form.datasets].items)
+    after[tab.removed] = gone[tab.removed]
+    back = tab_dataset.on_undo_remove(form, after, tab.removed, tab.undo_remove)
+    assert back[form.datasets].items == [first, added] and back[form.datasets].selected == 0
+    assert back[tab.undo_remove]["visible"] is False and back[tab.removed] is None

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from test_ui_browser import field, set_field
-from test_ui_support import CHROMIUM_ARGS, chromium, running_app
+from test_ui_support import CHROMIUM_ARGS, chromium, open_browser, running_app
 
 pytestmark = pytest.mark.slow
 
@@ -110,3 +110,47 @@ def test_the_dataset_advanced_section_edits_masks_and_names_a_conflict(tmp_path:
             page.screenshot(path=str(tmp_path / "video-keys.png"), full_page=True)
         finally:
             browser.close()
+
+
+def test_the_caption_editor_keeps_its_image_and_text_across_a_dataset_switch(
+        tmp_path: Path) -> None:
+    """Issue 40 item 8: with a caption typed for an image of one dataset, choosing
+    another dataset kept the editor's image and text but Save refused it ("click an image
+    of the preview first"), and the typed text went with the next click. Now the editor
+    says whose caption it holds and Save writes it there."""
+    from conftest import write_shapes
+
+    workspace = tmp_path / "ws"
+    write_shapes(workspace / "more", 3, captions=["another set"])
+    typed = "a purple circle typed before switching"
+    with running_app(workspace) as (ctx, url), open_browser() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page.set_default_timeout(60_000)
+        try:
+            page.goto(url)
+            page.wait_for_selector("#check-panel .dt-ok")
+            page.wait_for_selector("#preview img")
+            page.locator("#preview img").first.click()
+            page.wait_for_function("document.querySelector('#caption-edit textarea')"
+                                   ".value.length")
+            field(page, "caption-edit").fill(typed)
+            page.click("#ds-add")
+            page.wait_for_function("document.querySelector('#ds-selector')?.innerText"
+                                   ".includes('2.')")
+            set_field(page, "ds-images", "more")
+            set_field(page, "ds-vae_cache", "cache/more/vae")
+            page.wait_for_function("document.querySelector('#preview-note')?.innerText"
+                                   ".includes('of 3')")
+            page.wait_for_function("document.querySelector('#caption-save-message')"
+                                   "?.innerText.includes('not among the images shown')")
+            assert field(page, "caption-edit").input_value() == typed
+            page.click("#caption-save")
+            page.wait_for_function("document.querySelector('#caption-save-message')"
+                                   "?.innerText.includes('caption saved to')")
+            saved = [p for p in (workspace / "demo/shapes").glob("*.txt")
+                     if p.read_text().strip() == typed]
+            assert len(saved) == 1, "written to the image the editor named"
+            assert all(p.read_text().strip() == "another set"
+                       for p in (workspace / "more").glob("*.txt"))
+        finally:
+            page.close()

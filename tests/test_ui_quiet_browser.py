@@ -1,7 +1,8 @@
 """The page in a browser, issue 25's quiet-page items: an idle page stays quiet while a
 live run still shows at the 1 s pace; errors are marked at their fields with one line
-beside Launch; loading a preset can be undone; the memory line fits the machine;
-captioning works offline; the Dataset tab's plots, tables and thumbnails fit.
+beside Launch (wrapped, never cut, Launch disabled while they stand); loading a preset
+can be undone; the memory line fits the machine; captioning works offline; the Dataset
+tab's plots, tables and thumbnails fit.
 
 One app and one browser for the module; each test opens its own page (a new session).
 """
@@ -18,6 +19,8 @@ from collections.abc import Iterator
 import pytest
 from test_ui_browser import field, set_field
 from test_ui_support import open_browser, running_app
+
+from core.presets import PRESETS_DIR
 
 pytestmark = pytest.mark.slow
 
@@ -174,6 +177,28 @@ def test_an_error_is_marked_at_its_field_and_summed_up_in_one_line_beside_launch
     page.wait_for_function(f"!{under}.includes('greater than 0')")
 
 
+def test_a_long_refusal_beside_launch_shows_its_fix_and_launch_waits_for_it(page) -> None:
+    """Issue 40 item 7: the summary beside Launch was one line cut with an ellipsis
+    ("...is the same fol..."), hiding the fix at the message's end, and Launch could be
+    clicked while errors stood."""
+    page.get_by_role("tab", name="Training").click()
+    assert not page.evaluate("document.querySelector('#launch').disabled")
+    set_field(page, "f-output-dir", "demo/shapes")  # the demo's images folder
+    page.wait_for_function("document.querySelector('#train-message')?.innerText"
+                           ".includes('1 error blocks launch')")
+    summary = "document.querySelector('#train-message .dt-launch-summary')"
+    assert "pick an output folder outside" in page.locator(
+        "#train-message .dt-launch-summary").inner_text()
+    assert page.evaluate(f"{summary}.scrollWidth <= {summary}.clientWidth"), "nothing cut"
+    right = page.evaluate(f"{summary}.getBoundingClientRect().right")
+    assert right <= VIEWPORT["width"], right
+    page.wait_for_function("document.querySelector('#launch').disabled")
+    set_field(page, "f-output-dir", "runs/demo")
+    page.wait_for_function("!document.querySelector('#launch').disabled")
+    page.wait_for_function("!document.querySelector('#train-message')?.innerText"
+                           ".includes('blocks launch')")
+
+
 def test_loading_a_preset_over_an_edited_form_can_be_undone(page) -> None:
     page.get_by_role("tab", name="Training").click()
     set_field(page, "f-train-max_steps", "77")
@@ -201,6 +226,24 @@ def test_loading_a_preset_over_an_edited_form_can_be_undone(page) -> None:
     page.wait_for_function("document.querySelector('#f-train-max_steps input').value "
                            "=== '77'")
     page.wait_for_selector("#preset-undo", state="hidden")
+    # Issue 40 item 10: the dropdown no longer names the preset the form is not.
+    chosen = "document.querySelector('#preset-source input').value"
+    page.wait_for_function(f"{chosen} === ''")
+
+
+def test_an_imported_config_is_not_named_as_the_preset(app, page, tmp_path) -> None:
+    """Issue 40 item 10: after a TOML import the dropdown still said "preset: demo"."""
+    ctx, _, _ = app
+    chosen = "document.querySelector('#preset-source input').value"
+    page.wait_for_function(f"{chosen} === 'preset: demo'")
+    edited = tmp_path / "mine.toml"
+    edited.write_text((PRESETS_DIR / "demo.toml").read_text().replace(
+        "max_steps = 400", "max_steps = 123"))
+    page.get_by_role("tab", name="Config").click()
+    page.set_input_files("#config-upload input[type=file]", str(edited))
+    page.wait_for_function("document.querySelector('#preset-message')?.innerText"
+                           ".includes('imported')")
+    page.wait_for_function(f"{chosen} === ''")
 
 
 def test_saving_a_caption_before_choosing_an_image_says_so_beside_the_button(page) -> None:

@@ -116,6 +116,10 @@ def test_removing_datasets_quickly_never_trips_the_choices_check(app, page):
     body = page.inner_text("body")
     assert page.evaluate(ERROR_TOASTS) == [] and "list of choices" not in body
     assert page.locator("#ds-selector label").count() == 1
+    # Issue 40 item 12: the last Remove can be undone, the dataset back in its place.
+    page.click("#ds-undo-remove")
+    page.wait_for_function(f"{text_of('ds-selector')}.includes('2. renamed-1')")
+    page.wait_for_selector("#ds-undo-remove", state="hidden")
 
 
 def test_a_queued_launch_keeps_the_running_run_in_view_then_follows_the_queue(app, page,

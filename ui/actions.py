@@ -227,6 +227,12 @@ def cache_files(ctx: AppContext, cfg: Config, dataset_id: str):
         raise ActionError(exc.message) from None
 
 
+def save_caption(ctx: AppContext, cfg: Config, image: str, text: str) -> Path:
+    """The caption editor's Save: `image` of any of the form's datasets."""
+    with refusals():
+        return ops.save_caption(cfg, ctx.workspace, image, text)
+
+
 def clear_cache(ctx: AppContext, cfg: Config, dataset_id: str):
     job = ctx.cache_job
     if job is not None and job.poll() is None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import gradio as gr
 
+from core.problems import errors
 from ui import (
     api,
     pace,
@@ -90,7 +91,8 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pa
     the preview refresh, as event arguments."""
     marks = gr.HTML("", elem_id="field-marks", padding=False)
     runs_tab, train_tab = pages
-    check_outputs = [dataset.check_html, dataset.histogram, config.toml, train.message, marks]
+    check_outputs = [dataset.check_html, dataset.histogram, config.toml, train.message, marks,
+                     train.launch]
 
     @guarded("Check")
     def live_check(data: dict[Any, Any]) -> dict[Any, Any]:
@@ -101,7 +103,9 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pa
         view, report = tab_dataset.check_view(ctx, dataset, cfg, problems)
         return {**view, config.toml: presets.toml_text(cfg),
                 train.message: tab_train.form_message(report.problems, data[train.message]),
-                marks: form.field_marks(data, report.problems)}
+                marks: form.field_marks(data, report.problems),
+                # A launch would be refused: the button says so before it is clicked.
+                train.launch: gr.Button(interactive=not errors(report.problems))}
 
     live = {"fn": live_check, "inputs": form.inputs() | {train.message},
             "outputs": check_outputs, "api_visibility": "private", "show_progress": "hidden"}

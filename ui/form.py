@@ -13,7 +13,14 @@ from typing import Any
 import gradio as gr
 
 from core.config import Config
-from core.ops import is_edit_family, is_video_family
+from core.ops import (
+    has_swappable_blocks,
+    has_train_guidance,
+    is_ddpm_family,
+    is_edit_family,
+    is_flow_family,
+    is_video_family,
+)
 from core.problems import Problem
 from ui.state import (
     DatasetList,
@@ -50,13 +57,21 @@ def make_component(spec: FieldSpec, value: Any = None, **extra: Any) -> gr.compo
     return gr.Textbox(**common)
 
 
-# Keys that apply to some families only carry a metadata tag (video=True: a video
-# family's frames, fps, clips; edit=True: an edit family's control folders and
-# validation.control_images). Each tag has its core.ops predicate on model.family; a
-# tagged key starts hidden and shows while its predicate holds (`Form.wire_family_keys`),
-# so a new tagged key, or a new tag here, needs no other wiring.
-FAMILY_TAGS: dict[str, Callable[[str], bool]] = {"video": is_video_family,
-                                                 "edit": is_edit_family}
+# Keys that apply to some runs only carry a metadata tag (core/config/fields.py: video,
+# edit, flow, ddpm, guidance for some families; lora for an adapter run). Each tag has
+# its predicate on (model.family, train.method); a tagged key shows while its predicate
+# holds (`Form.wire_family_keys`), so a new tagged key, or a new tag here, needs no
+# other wiring.
+FAMILY_TAGS: dict[str, Callable[[str, str], bool]] = {
+    "video": lambda family, method: is_video_family(family),
+    "edit": lambda family, method: is_edit_family(family),
+    "flow": lambda family, method: is_flow_family(family),
+    "ddpm": lambda family, method: is_ddpm_family(family),
+    "guidance": lambda family, method: has_train_guidance(family),
+    "lora": lambda family, method: method == "lora",
+    "blocks": lambda family, method: has_swappable_blocks(family) and method == "lora",
+}
+_DEFAULTS = Config()  # the form's first view, before any fill (an sd15 LoRA run)
 
 
 def family_tags(spec: FieldSpec) -> tuple[str, ...]:
@@ -64,23 +79,36 @@ def family_tags(spec: FieldSpec) -> tuple[str, ...]:
     return tuple(tag for tag in FAMILY_TAGS if spec.meta.get(tag))
 
 
-def shown_for(tags: tuple[str, ...], family: str) -> bool:
-    """Whether a key with `tags` applies to model.family `family` (every tag's predicate
-    holds; an untagged key always applies)."""
-    return all(FAMILY_TAGS[tag](family) for tag in tags)
+def shown_for(tags: tuple[str, ...], family: str, method: str = "lora") -> bool:
+    """Whether a key with `tags` applies to model.family `family` and train.method
+    `method` (every tag's predicate holds; an untagged key always applies)."""
+    return all(FAMILY_TAGS[tag](family, method) for tag in tags)
 
 
 def _hidden_if_tagged(spec: FieldSpec) -> dict[str, Any]:
-    """A tagged key starts hidden (the page opens on an image family's demo);
-    `Form.wire_family_keys` shows it for a family it applies to."""
-    return {"visible": False} if family_tags(spec) else {}
+    """A tagged key starts as the defaults' run (an sd15 LoRA) has it;
+    `Form.wire_family_keys` follows the form's family and method from there."""
+    tags = family_tags(spec)
+    if not tags or shown_for(tags, _DEFAULTS.model.family, _DEFAULTS.train.method):
+        return {}
+    return {"visible": False}
 
 
-def _holds_value(value: Any) -> bool:
-    """Whether a text or list field holds something."""
-    if isinstance(value, str):
-        return bool(value.strip())
-    return isinstance(value, list) and bool(value)
+def _differs(value: Any, default: Any) -> bool:
+    """Whether a field's value is other than its key's default (a text or list that
+    holds something, a number or choice changed); an emptied number is not."""
+    if isinstance(value, str) or isinstance(default, str):
+        return str(value or "").strip() != str(default or "").strip()
+    if isinstance(value, list) or isinstance(default, list):
+        return bool(value)
+    if value is None:
+        return False
+    if isinstance(default, bool) or isinstance(value, bool):
+        return bool(value) != bool(default)
+    try:
+        return float(value) != float(default)
+    except (TypeError, ValueError):
+        return value != default
 
 
 class Form:
@@ -135,13 +163,12 @@ class Form:
                     if s.key in self.fields]
         return [(c, tags) for c, tags in out if tags]
 
-    def _empty_by_default(self) -> set[int]:
-        """ids of the components whose key defaults to nothing ("" or []): the ones a
-        user set when they hold something (a folder, a list)."""
+    def _defaults(self) -> dict[int, Any]:
+        """Each component's key default, by the component's id."""
         specs = [(self.editor.get(s.name), s) for s in dataset_specs()]
         for name in {k.split(".")[0] for k in self.fields}:
             specs += [(self.fields.get(s.key), s) for s in section_specs(name)]
-        return {id(c) for c, spec in specs if c is not None and spec.default in ("", [])}
+        return {id(c): spec.default for c, spec in specs if c is not None}
 
     def tagged(self, tag: str) -> list[gr.components.Component]:
         """The components of keys tagged `tag` ("video", "edit")."""
@@ -155,29 +182,38 @@ class Form:
         self.family_rows.append((row, (tag,), names))
 
     def wire_family_keys(self) -> None:
-        """Show each tagged key while model.family is a family it applies to (frames for
-        a video family, control folders for an edit family), or while it holds a value:
-        hidden, a key stays in the config, and a control folder left set for a family
-        that refuses it must stay in sight, where the check's error can be fixed."""
+        """Show each tagged key while the run is one it applies to (`visibility`), on
+        every change of model.family and train.method."""
         keys = self.family_keys()
-        rows = [(row, tags, [self.editor[n] for n in names if n in self.editor])
-                for row, tags, names in self.family_rows]
-        family = self.fields["model.family"]
+        rows = [row for row, _, _ in self.family_rows]
+        triggers = [self.fields["model.family"], self.fields["train.method"]]
 
-        optional = self._empty_by_default()
+        def update(family: str, method: str, *values: Any) -> list[Any]:
+            return self.visibility(family, method, list(values))
 
-        def visibility(name: str, *values: Any) -> list[Any]:
-            held = {id(c): id(c) in optional and _holds_value(v)
-                    for (c, _), v in zip(keys, values, strict=True)}
-            out = [gr.update(visible=shown_for(tags, name) or held[id(c)]) for c, tags in keys]
-            out += [gr.update(visible=shown_for(tags, name)
-                              or any(held.get(id(c), False) for c in members))
-                    for _, tags, members in rows]
-            return out
+        for trigger in triggers:
+            trigger.change(update, [*triggers, *[c for c, _ in keys]],
+                           [*[c for c, _ in keys], *rows],
+                           api_visibility="private", show_progress="hidden")
 
-        family.change(visibility, [family, *[c for c, _ in keys]],
-                      [*[c for c, _ in keys], *[row for row, _, _ in rows]],
-                      api_visibility="private", show_progress="hidden")
+    def visibility(self, family: str, method: str, values: list[Any]) -> list[Any]:
+        """Updates for `family_keys()` (whose `values` are given) and then the family
+        rows: shown where the key applies, or while it holds other than its default:
+        hidden, a key stays in the config, and one the check refuses (a flow key on
+        sd15, a control folder for a family that takes none) must stay in sight, where
+        its error can be fixed."""
+        keys = self.family_keys()
+        defaults = self._defaults()
+        held = {id(c): _differs(v, defaults.get(id(c)))
+                for (c, _), v in zip(keys, values, strict=True)}
+        out = [gr.update(visible=shown_for(tags, family, method) or held[id(c)])
+               for c, tags in keys]
+        editors = {name: self.editor[name] for name in self.editor}
+        for _, tags, names in self.family_rows:
+            members = [editors[n] for n in names if n in editors]
+            out.append(gr.update(visible=shown_for(tags, family, method)
+                                 or any(held.get(id(c), False) for c in members)))
+        return out
 
     # ------------------------------------------------------------ reading
 

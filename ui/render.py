@@ -62,17 +62,18 @@ def message_html(text: str, level: str = "info", problems: list[Problem] | None 
 
 
 def launch_summary_html(problems: list[Problem], limit: int = 4) -> str:
-    """One line beside Launch: how many errors block it and which fields (the fields are
-    marked where they are; the check panel lists everything)."""
+    """Beside Launch: how many errors block it and which fields, with the one error's
+    whole message (the fields are marked where they are; the check panel lists all)."""
     found = errors(problems)
     if len(found) == 1:
         named = f"{where_html(found[0].where)}: {esc(found[0].message)}"
     else:
         named = ", ".join(where_html(p.where) for p in found[:limit])
         named += f" and {len(found) - limit} more" if len(found) > limit else ""
-    return (f"<div class='dt-launch-summary' style='white-space:nowrap;overflow:hidden;"
-            f"text-overflow:ellipsis'><b style='color:#dc2626'>{blocking(len(found), 'launch')}"
-            f"</b>: {named}</div>")
+    # Wrapped, never cut: the message's end is the fix ("...; choose another folder").
+    return (f"<div class='dt-launch-summary' style='white-space:normal;"
+            f"overflow-wrap:anywhere'><b style='color:#dc2626'>"
+            f"{blocking(len(found), 'launch')}</b>: {named}</div>")
 
 
 def field_marks_html(marks: list[tuple[str, Problem]]) -> str:

@@ -168,11 +168,24 @@ def dataset_values(ds: DatasetConfig | None) -> dict[str, Any]:
     return {spec.name: to_form_value(spec, getattr(ds, spec.name)) for spec in dataset_specs()}
 
 
+# A dataset's own files and role, which a new dataset does not take from the first.
+OWN_KEYS = ("id", "images", "vae_cache", "masks", "control", "control_2", "control_3",
+            "regularization")
+
+
 def new_dataset(existing: list[DatasetConfig]) -> DatasetConfig:
-    """A fresh dataset with a unique id and its own cache folder (so no conflict)."""
+    """A fresh dataset with a unique id and its own cache folder (so no conflict), with
+    the first dataset's settings (resolution, bucketing, crop, captions, repeats,
+    frames...): a 512 px default beside a 128 px first dataset warned of upscaling at
+    once and trained the two unlike."""
     ids = {ds.id for ds in existing}
     n = len(existing) + 1
     while f"data{n}" in ids:
         n += 1
     name = f"data{n}"
-    return DatasetConfig(id=name, images=f"data/{name}", vae_cache=f"cache/{name}/vae")
+    fresh = DatasetConfig()
+    out = dataclasses.replace(existing[0]) if existing else DatasetConfig()
+    for key in OWN_KEYS:
+        setattr(out, key, getattr(fresh, key))
+    out.id, out.images, out.vae_cache = name, f"data/{name}", f"cache/{name}/vae"
+    return out

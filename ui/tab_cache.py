@@ -131,9 +131,19 @@ def job_view(ctx: AppContext, tab: CacheTab, seen: Any) -> tuple[dict[Any, Any],
     text = ctx.redact("\n".join(job.log_lines(60)))
     out = {tab.progress: progress_view(ctx, job, state), tab.log: text, tab.seen: key}
     if state is not None:  # "started" under the buttons would outlive the build
-        out[tab.message] = render.message_html(f"cache build {state} (log: {job.log_path})",
+        out[tab.message] = render.message_html(ended_text(state, job.log_path),
                                                "ok" if state == "done" else "error")
     return out, state is not None
+
+
+STOPPED_KEEPS = ("the entries written so far are kept; Build caches does the rest")
+
+
+def ended_text(state: str, log: Path) -> str:
+    """What the panel under the buttons says of a finished build; the Stop button and
+    the progress timer say the same, so neither overwrites the other with news."""
+    kept = f": {STOPPED_KEEPS}" if state == "stopped" else ""
+    return f"cache build {state}{kept} (log: {log})"
 
 
 def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: Pace, page: gr.Tab) -> None:
@@ -157,7 +167,8 @@ def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: Pace, page: gr.Tab) 
 
     @guarded("Stop cache build", inline=tab.message)
     def stop() -> str:
-        return render.message_html(f"cache build {actions.stop_cache(ctx)}", "info")
+        state = actions.stop_cache(ctx)
+        return render.message_html(ended_text(state, ctx.cache_job.log_path), "info")
 
     def tick(seen: Any) -> Any:
         try:

@@ -68,11 +68,14 @@ def build_tab() -> ConfigTab:
 
 def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
          after_fill: list[Any]) -> None:
-    fill_outs = [*form.outputs(), bar.message, bar.undo, bar.before]
+    fill_outs = [*form.outputs(), bar.message, bar.undo, bar.before, bar.source]
 
-    def filled(cfg: Any, notes: list[str], data: dict[Any, Any]) -> dict[Any, Any]:
-        """The form replaced by `cfg`, what it held kept for Undo."""
+    def filled(cfg: Any, notes: list[str], data: dict[Any, Any],
+               source: str | None = None) -> dict[Any, Any]:
+        """The form replaced by `cfg`, what it held kept for Undo; the dropdown names
+        `source` (the preset or saved config loaded), nothing for an imported file."""
         out = form.fill(cfg)
+        out[bar.source] = gr.Dropdown(value=source)
         undo = " (Undo the load puts the form back as it was)"
         out[bar.message] = render.message_html("; ".join(notes) + undo, "ok")
         out[bar.before] = form.read(data)[0]
@@ -84,7 +87,7 @@ def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
         if not data[bar.source]:
             raise ActionError("choose a preset or a saved config first")
         cfg, notes = presets.load_source(ctx, data[bar.source])
-        return filled(cfg, notes, data)
+        return filled(cfg, notes, data, data[bar.source])
 
     @guarded("Import config", inline=bar.message)
     def imported(data: dict[Any, Any]) -> dict[Any, Any]:
@@ -99,8 +102,9 @@ def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
     def undo(before: Any) -> dict[Any, Any]:
         out = form.fill(before) if before is not None else {}
         text = "the form is back as it was before the load"
+        # The form is what it held before, no longer the preset the dropdown named.
         return {**out, bar.message: render.message_html(text, "ok"), bar.before: None,
-                bar.undo: gr.Button(visible=False)}
+                bar.undo: gr.Button(visible=False), bar.source: gr.Dropdown(value=None)}
 
     def valid(data: dict[Any, Any]) -> Any:
         """The form's config; refused when a field does not convert."""

@@ -10,7 +10,6 @@ workspace is shown without ever being served as files.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +21,11 @@ from core.config import Config, DatasetConfig, resolved
 from core.ops import CheckReport, is_video_family
 from ui import actions, render, tab_upload
 from ui.context import AppContext
+from ui.dataset_list import on_add, on_move, on_remove, on_rename, on_select, on_undo_remove
 from ui.errors import guarded
 from ui.form import FAMILY_TAGS, Form
 from ui.preview_items import clip_label, item_name, pair_label, thumbnails
-from ui.state import DatasetList, dataset_specs, new_dataset, with_editor
+from ui.state import dataset_specs
 
 PREVIEW_LIMIT = 48  # images a page of the preview shows
 CAPTION_HEADERS = ["image", "caption"]
@@ -54,6 +54,8 @@ class DatasetTab:
     prev: gr.Button
     next: gr.Button
     captions: gr.Dataframe  # the shown images' full captions (a thumbnail's is cut)
+    undo_remove: gr.Button  # shown after Remove: puts the removed dataset back
+    removed: gr.State  # (index, DatasetConfig) of the last Remove, for undo_remove
 
 
 def build(form: Form) -> DatasetTab:
@@ -65,6 +67,8 @@ def build(form: Form) -> DatasetTab:
             with gr.Row():
                 add = gr.Button("Add", size="sm", elem_id="ds-add")
                 remove = gr.Button("Remove", size="sm", variant="stop", elem_id="ds-remove")
+            undo_remove = gr.Button("Undo remove", size="sm", visible=False,
+                                    elem_id="ds-undo-remove")
             with gr.Row():
                 up = gr.Button("Move up", size="sm", elem_id="ds-up")
                 down = gr.Button("Move down", size="sm", elem_id="ds-down")
@@ -81,8 +85,10 @@ def build(form: Form) -> DatasetTab:
             # clips; an edit family's control folder), shown only for such a family
             # (Form.wire_family_keys).
             for tag in FAMILY_TAGS:
-                form.family_row(tag, tuple(s.name for s in dataset_specs()
-                                           if s.meta.get(tag) and not s.advanced))
+                names = tuple(s.name for s in dataset_specs()
+                              if s.meta.get(tag) and not s.advanced)
+                if names:  # the tags of dataset keys (video, edit) get a row
+                    form.family_row(tag, names)
             # Every dataset key marked advanced (loss masks, regularization, ...) from
             # the schema's metadata, so a new one shows up here by itself.
             with gr.Accordion("Advanced", open=False, elem_id="ds-advanced"), gr.Row():
@@ -118,57 +124,8 @@ def build(form: Form) -> DatasetTab:
     caption_message = gr.HTML("", elem_id="caption-save-message")
     return DatasetTab(add, remove, up, down, check_html, histogram, preview, preview_note,
                       gr.State([]), refresh, caption_path, caption_text, caption_save,
-                      caption_message, upload, gr.State(0), prev, next_, captions)
-
-
-# ---------------------------------------------------------------- list operations
-
-
-def _committed(form: Form, data: dict[Any, Any]) -> DatasetList:
-    datasets, _ = with_editor(data[form.datasets], form.editor_values(data))
-    return datasets
-
-
-def on_select(form: Form, data: dict[Any, Any], index: Any) -> dict[Any, Any]:
-    """`index`: the clicked entry (gr.SelectData's index). The selector's value is never
-    an input: Gradio checks an input against the choices the server last sent, and a
-    click in flight while Remove shrank them failed with "Value: 1 is not in the list
-    of choices: [0]"."""
-    datasets = _committed(form, data)
-    if isinstance(index, int) and 0 <= index < len(datasets.items):
-        datasets.selected = index
-    return form.editor_updates(datasets)
-
-
-def on_add(form: Form, data: dict[Any, Any]) -> dict[Any, Any]:
-    datasets = _committed(form, data)
-    datasets.items.append(new_dataset(datasets.items))
-    datasets.selected = len(datasets.items) - 1
-    return form.editor_updates(datasets)
-
-
-def on_rename(form: Form, data: dict[Any, Any]) -> dict[Any, Any]:
-    """The list with the id being typed (only the list: the editor keeps its cursor)."""
-    datasets = _committed(form, data)
-    return {form.selector: gr.Radio(choices=datasets.choices(),
-                                    value=datasets.selected if datasets.items else None)}
-
-
-def on_remove(form: Form, data: dict[Any, Any]) -> dict[Any, Any]:
-    datasets = _committed(form, data)
-    if datasets.items:
-        datasets.items.pop(datasets.selected)
-        datasets.selected = max(0, min(datasets.selected, len(datasets.items) - 1))
-    return form.editor_updates(datasets)
-
-
-def on_move(form: Form, data: dict[Any, Any], delta: int) -> dict[Any, Any]:
-    datasets = _committed(form, data)
-    i, j = datasets.selected, datasets.selected + delta
-    if datasets.items and 0 <= j < len(datasets.items):
-        datasets.items[i], datasets.items[j] = datasets.items[j], datasets.items[i]
-        datasets.selected = j
-    return form.editor_updates(datasets)
+                      caption_message, upload, gr.State(0), prev, next_, captions,
+                      undo_remove, gr.State(None))
 
 
 # ---------------------------------------------------------------- check and preview
@@ -267,17 +224,6 @@ def _preview(tab: DatasetTab, items: list, paths: list[str], note: str, page: in
             tab.page: page, tab.captions: rows or []}
 
 
-def save_caption(path: str, text: str, allowed: list[str]) -> Path:
-    """Write the caption next to the image, atomically; only for previewed images."""
-    if not path or path not in allowed:
-        raise actions.ActionError("click an image of the preview first")
-    target = Path(path).with_suffix(".txt")
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(" ".join(text.split()) + "\n", encoding="utf-8")
-    os.replace(tmp, target)
-    return target
-
-
 def preview_event(ctx: AppContext, form: Form, tab: DatasetTab) -> dict[str, Any]:
     """Refreshing the preview from the form, as event arguments (`.then(**event)`)."""
 
@@ -316,13 +262,18 @@ def wire(ctx: AppContext, form: Form, tab: DatasetTab, live: dict[str, Any]) -> 
     def select(data: dict[Any, Any], evt: gr.SelectData) -> dict[Any, Any]:
         return on_select(form, data, evt.index)
 
-    list_edits = ((form.selector.select, "Select dataset", select),
-                  (tab.add.click, "Add dataset", lambda d: on_add(form, d)),
-                  (tab.remove.click, "Remove dataset", lambda d: on_remove(form, d)),
-                  (tab.up.click, "Move dataset", lambda d: on_move(form, d, -1)),
-                  (tab.down.click, "Move dataset", lambda d: on_move(form, d, 1)))
-    for trigger, what, edit in list_edits:
-        trigger(guarded(what)(edit), ins, outs, api_visibility="private").then(
+    list_edits = ((form.selector.select, "Select dataset", select, ins),
+                  (tab.add.click, "Add dataset", lambda d: on_add(form, d), ins),
+                  (tab.up.click, "Move dataset", lambda d: on_move(form, d, -1), ins),
+                  (tab.down.click, "Move dataset", lambda d: on_move(form, d, 1), ins),
+                  (tab.remove.click, "Remove dataset",
+                   lambda d: on_remove(form, d, tab.removed, tab.undo_remove), ins),
+                  (tab.undo_remove.click, "Undo remove",
+                   lambda d: on_undo_remove(form, d, tab.removed, tab.undo_remove),
+                   ins | {tab.removed}))
+    undo_outs = [*outs, tab.removed, tab.undo_remove]
+    for trigger, what, edit, inputs in list_edits:
+        trigger(guarded(what)(edit), inputs, undo_outs, api_visibility="private").then(
             **live).then(**preview)
     rename = form.editor["id"]
     gr.on([rename.change], guarded("Rename dataset")(lambda d: on_rename(form, d)), ins,
@@ -337,10 +288,22 @@ def wire(ctx: AppContext, form: Form, tab: DatasetTab, live: dict[str, Any]) -> 
     tab.refresh.click(**preview)
     tab.prev.click(**page_event(ctx, form, tab, -1))
     tab.next.click(**page_event(ctx, form, tab, 1))
-    _wire_captions(tab, preview)
+    _wire_captions(ctx, form, tab, preview)
 
 
-def _wire_captions(tab: DatasetTab, preview: dict[str, Any]) -> None:
+def editor_note(path: str, shown: list[str], message: str) -> Any:
+    """Under the caption editor when the preview changed (another dataset, another page)
+    and the editor's image is not among those shown: the editor keeps its image and the
+    text typed into it, and says where Save writes (a "saved" message stays)."""
+    if not path or path in shown or "caption saved" in (message or ""):
+        return gr.skip()
+    return render.message_html(f"editing {path}, not among the images shown: Save writes "
+                               "its caption; click an image of the preview to edit another",
+                               "info")
+
+
+def _wire_captions(ctx: AppContext, form: Form, tab: DatasetTab,
+                   preview: dict[str, Any]) -> None:
     def pick(paths: list[str], evt: gr.SelectData) -> dict[Any, Any]:
         path = Path(paths[evt.index]) if 0 <= evt.index < len(paths) else None
         if path is None:
@@ -350,12 +313,16 @@ def _wire_captions(tab: DatasetTab, preview: dict[str, Any]) -> None:
         return {tab.caption_path: str(path), tab.caption_text: text, tab.caption_message: ""}
 
     @guarded("Save caption", inline=tab.caption_message)
-    def save(path: str, text: str, paths: list[str]) -> dict[Any, Any]:
-        target = save_caption(path, text, paths)
+    def save(data: dict[Any, Any]) -> dict[Any, Any]:
+        cfg, _ = form.read(data)
+        target = actions.save_caption(ctx, cfg, data[tab.caption_path], data[tab.caption_text])
         return {tab.caption_message: render.message_html(f"caption saved to {target}", "ok")}
 
     tab.preview.select(pick, [tab.preview_paths],
                        [tab.caption_path, tab.caption_text, tab.caption_message],
                        api_visibility="private")
-    tab.caption_save.click(save, [tab.caption_path, tab.caption_text, tab.preview_paths],
+    tab.caption_save.click(save, form.inputs() | {tab.caption_path, tab.caption_text},
                            [tab.caption_message], api_visibility="private").success(**preview)
+    tab.preview_paths.change(editor_note, [tab.caption_path, tab.preview_paths,
+                                           tab.caption_message], [tab.caption_message],
+                             api_visibility="private", show_progress="hidden")

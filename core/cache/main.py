@@ -4,7 +4,9 @@
         --config JOB/config.toml --workspace W [--events JOB/events.jsonl]
 
 Prints a tqdm bar on the main process and, with --events, appends progress events as JSON
-lines for the UI. Exit codes (core.exits): 0 done, 2 invalid input, 1 failed.
+lines for the UI. Exit codes (core.exits): 0 done, 2 invalid input, 1 failed, 130
+stopped (SIGINT or SIGTERM: the entries written so far are kept, each whole; a build
+again does the rest).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.exits import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from core.exits import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_STOPPED, stop_signals_interrupt
 from core.problems import errors_first
 
 if TYPE_CHECKING:
@@ -83,7 +85,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workspace", required=True)
     parser.add_argument("--events", help="append progress events (JSON lines) here")
     args = parser.parse_args(argv)
+    stop_signals_interrupt()  # the Stop button's SIGINT, even from a backgrounded app
+    try:
+        return _build(args)
+    except KeyboardInterrupt:
+        print("stopped by the user: the entries written so far are kept; building the "
+              "caches again does the rest", flush=True)
+        return EXIT_STOPPED
 
+
+def _build(args: argparse.Namespace) -> int:
     from core.cache.stage import build_caches
     from core.notices import quiet_library_notices
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.exits import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_STOPPED
+from core.exits import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_STOPPED, stop_signals_interrupt
 
 if TYPE_CHECKING:
     from core.caption.model import Captioner
@@ -148,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from core.notices import quiet_library_notices
 
+    stop_signals_interrupt()  # the Stop button's SIGINT, even from a backgrounded app
     quiet_library_notices()  # caption.log shows what the user needs
     workspace = Path(args.workspace).expanduser().absolute()
     try:

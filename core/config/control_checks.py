@@ -86,11 +86,3 @@ def _not_edit(cfg: Any, family: Any) -> list[Problem]:
         out.append(warning("validation.control_images", f"is ignored: {what}"))
     return out
 
-
-def missing_validation_controls(cfg: Any) -> list[Problem]:
-    """validation.control_images that are not files (the check's disk pass)."""
-    from pathlib import Path
-
-    return [error("validation.control_images", f"{path} is not a file; fix the path")
-            for entry in cfg.validation.control_images for path in split_controls(entry)
-            if not Path(path).is_file()]

@@ -19,13 +19,26 @@ def meta(
     advanced: bool = False,
     video: bool = False,
     edit: bool = False,
+    flow: bool = False,
+    ddpm: bool = False,
+    guidance: bool = False,
+    lora: bool = False,
+    blocks: bool = False,
 ) -> dict[str, Any]:
     """Field metadata. `kind="path"` marks paths (or lists of them) resolved against
-    the workspace; `video` marks keys that apply to a video family only and `edit` those
-    of an edit family (FAMILY.control_images > 0): the form shows them only then."""
+    the workspace. The tags say where a key applies, and the form shows it only there
+    (ui/form.py): `video` a video family, `edit` an edit family (FAMILY.control_images >
+    0), `flow` a flow-matching family, `ddpm` an epsilon/v family, `guidance` a family
+    with guidance-distilled models, `lora` an adapter run (train.method = "lora"),
+    `blocks` an adapter run of a family with blocks to swap (model.blocks_to_swap)."""
     return {
         "video": video,
         "edit": edit,
+        "flow": flow,
+        "ddpm": ddpm,
+        "guidance": guidance,
+        "lora": lora,
+        "blocks": blocks,
         "label": label,
         "help": help,
         "choices": choices,

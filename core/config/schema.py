@@ -43,7 +43,7 @@ class ModelConfig:
                      help="For a single-file .safetensors: a diffusers folder or hub id of "
                           "the same architecture, whose configs and tokenizers describe the "
                           "file (diffusers' from_single_file(config=...)). Needed offline.")
-    prediction_type: str = _f("auto", label="Prediction type", choices=PREDICTION_TYPES,
+    prediction_type: str = _f("auto", label="Prediction type", ddpm=True, choices=PREDICTION_TYPES,
                               advanced=True,
                               help="What the denoiser predicts (epsilon/v families): auto "
                                    "reads the scheduler config; set epsilon for SD2-base "
@@ -56,7 +56,7 @@ class ModelConfig:
                            "noise level; high_noise or low_noise trains that expert alone, "
                            "its noise levels drawn only from its range (the usual draw, "
                            "renormalised inside it). One-transformer models take only both.")
-    blocks_to_swap: int = _f(0, label="Blocks to swap", min=0, max=1000,
+    blocks_to_swap: int = _f(0, label="Blocks to swap", min=0, max=1000, blocks=True,
                              help="Keep this many of the denoiser's transformer blocks in "
                                   "host memory and copy each to the GPU just before it runs "
                                   "(0: off), so a base larger than the card trains; needs "
@@ -84,7 +84,7 @@ class TextCacheConfig:
 @dataclass
 class TrainConfig:
     method: str = _f("lora", label="Method", choices=("lora", "full"))
-    lora_kind: str = _f("lora", label="Adapter kind", choices=LORA_KINDS,
+    lora_kind: str = _f("lora", label="Adapter kind", lora=True, choices=LORA_KINDS,
                         help="lora: low-rank update B x A (the usual LoRA). "
                              "dora: LoRA plus a learned magnitude per output channel "
                              "(weight-decomposed; often closer to a full fine-tune). "
@@ -95,11 +95,11 @@ class TrainConfig:
                              "diffusers loads lora and dora (and lokr on z_image and "
                              "flux2); the others save only the kohya/LyCORIS "
                              "(ComfyUI/A1111) file.")
-    lora_rank: int = _f(16, label="LoRA rank", min=1, max=1024)
-    lora_alpha: float = _f(0.0, label="LoRA alpha", min=0.0, max=4096, advanced=True,
+    lora_rank: int = _f(16, label="LoRA rank", lora=True, min=1, max=1024)
+    lora_alpha: float = _f(0.0, label="LoRA alpha", lora=True, min=0.0, max=4096, advanced=True,
                            help="0 means alpha = rank.")
     lora_targets: str = _f("attention", label="LoRA targets", choices=("attention", "all"),
-                           advanced=True, help="attention: the attention projections "
+                           lora=True, advanced=True, help="attention: the attention projections "
                            "(diffusers' examples); all: also convolutions and feed-forwards "
                            "(LoCon style, more capacity).")
     max_steps: int = _f(1000, label="Max steps", min=1, max=10_000_000)
@@ -127,6 +127,7 @@ class TrainConfig:
     mixed_precision: str = _f("no", label="Mixed precision", choices=("no", "fp16", "bf16"))
     gradient_checkpointing: bool = _f(False, label="Gradient checkpointing", advanced=True)
     min_snr_gamma: float = _f(0.0, label="Min-SNR gamma", min=0.0, max=100.0, advanced=True,
+                              ddpm=True,
                               help="0 disables min-SNR weighting (epsilon/v families only).")
     ema: bool = _f(False, label="EMA of weights", advanced=True)
     ema_decay: float = _f(0.999, label="EMA decay", min=0.0, max=1.0, advanced=True)
@@ -143,17 +144,19 @@ class TrainConfig:
                                 help="Share of samples trained on the empty caption (the "
                                      "model learns the images unconditioned too, which "
                                      "classifier-free guidance uses); 0 disables.")
-    noise_offset: float = _f(0.0, label="Noise offset", min=0.0, max=1.0, advanced=True,
+    noise_offset: float = _f(0.0, label="Noise offset", ddpm=True, min=0.0, max=1.0, advanced=True,
                              help="Adds offset x N(0, 1) per image and channel to the noise, "
                                   "so the model learns very dark and very bright images "
                                   "(epsilon/v families; 0.05-0.1 is usual); 0 disables.")
-    text_encoder_lora: bool = _f(False, label="Train text encoder (LoRA)", advanced=True,
+    text_encoder_lora: bool = _f(False, label="Train text encoder (LoRA)", lora=True, ddpm=True,
+                                 advanced=True,
                                  help="sd15/sd2/sdxl: LoRA on the CLIP text encoder(s) too; "
                                       "captions are then encoded at train time, not from "
                                       "the text cache.")
     text_encoder_lr: float = _f(0.0, label="Text-encoder learning rate", min=0.0, max=1.0,
-                                advanced=True, help="0 uses the main learning rate.")
-    save_every_epochs: int = _f(0, label="Save LoRA every (epochs)", min=0, max=100000,
+                                lora=True, ddpm=True, advanced=True,
+                                help="0 uses the main learning rate.")
+    save_every_epochs: int = _f(0, label="Save LoRA every (epochs)", lora=True, min=0, max=100000,
                                 advanced=True,
                                 help="Also write lora/step_NNNNNN/ at the end of every N-th "
                                      "epoch (every checkpoint writes one too); 0 disables. "
@@ -165,7 +168,7 @@ class TrainConfig:
                                   help="Weight of the loss on regularization datasets "
                                        "(datasets.N.regularization); 1 weighs them like "
                                        "the others, 0 ignores them.")
-    init_lora: str = _f("", label="Start from LoRA", kind="path", advanced=True,
+    init_lora: str = _f("", label="Start from LoRA", lora=True, kind="path", advanced=True,
                         help="A LoRA file (diffusers pytorch_lora_weights.safetensors, or "
                              "the kohya/ComfyUI file this tool writes) loaded into the "
                              "adapter before step 1; its rank and target modules must "
@@ -195,7 +198,7 @@ class TrainConfig:
                                         advanced=True,
                                         help="prodigy: keep the step-size estimate from "
                                              "growing too fast during an LR warm-up.")
-    timestep_sampling: str = _f("auto", label="Timestep sampling",
+    timestep_sampling: str = _f("auto", label="Timestep sampling", flow=True,
                                 choices=("auto", *TIMESTEP_SAMPLINGS), advanced=True,
                                 help="Flow families: how training noise levels are drawn. "
                                      "auto: the family's own (logit_normal for sd3, flux, "
@@ -203,29 +206,30 @@ class TrainConfig:
                                      "logit_normal (SD3 paper), uniform, mode (SD3 paper's "
                                      "mode sampling, train.mode_scale), sigmoid (kohya's: "
                                      "logit-normal, never shifted).")
-    logit_mean: float = _f(0.0, label="Logit-normal mean", min=-10.0, max=10.0,
+    logit_mean: float = _f(0.0, label="Logit-normal mean", flow=True, min=-10.0, max=10.0,
                            advanced=True,
                            help="logit_normal/sigmoid sampling: above 0 trains more at "
                                 "high noise.")
-    logit_std: float = _f(1.0, label="Logit-normal std", min=0.0, max=10.0,
+    logit_std: float = _f(1.0, label="Logit-normal std", flow=True, min=0.0, max=10.0,
                           min_exclusive=True, advanced=True,
                           help="logit_normal/sigmoid sampling: its spread.")
-    mode_scale: float = _f(MODE_SCALE, label="Mode sampling scale", min=-1.0, max=1.75,
+    mode_scale: float = _f(MODE_SCALE, label="Mode sampling scale", flow=True, min=-1.0, max=1.75,
                            advanced=True,
                            help="mode sampling: above 0 trains more at middle noise, below "
                                 "at the ends (SD3 paper; diffusers' default 1.29).")
-    flow_shift: float = _f(0.0, label="Flow shift", min=0.0, max=100.0, advanced=True,
+    flow_shift: float = _f(0.0, label="Flow shift", flow=True, min=0.0, max=100.0, advanced=True,
                            help="Flow families: shift of the training noise levels, "
                                 "s*t/(1+(s-1)*t), above 1 for more noise. 0: the family's "
                                 "own (the scheduler's shift, e.g. 3 for SD3; none where "
                                 "the scheduler shifts by resolution at inference: flux, "
                                 "flux2, chroma, qwen_image).")
-    loss_weighting: str = _f("auto", label="Loss weighting",
+    loss_weighting: str = _f("auto", label="Loss weighting", flow=True,
                              choices=("auto", *LOSS_WEIGHTINGS), advanced=True,
                              help="Flow families: per-sample loss weights as diffusers' "
                                   "compute_loss_weighting_for_sd3; auto: the family's "
                                   "own (none).")
     guidance: float = _f(0.0, label="Training guidance", min=0.0, max=100.0, advanced=True,
+                         guidance=True,
                          help="Guidance-distilled flux/flux2 (FLUX.1-dev, FLUX.2-dev): the "
                               "guidance value given to the model in training. 0: the "
                               "family's own, 1.0 (diffusers' Flux script uses 3.5).")

@@ -14,8 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from core.data.images import BadImage, load_rgb, read_header
 from core.data.masks import mask_index, mask_key
-from core.problems import Problem, warning
+from core.problems import Problem, error, warning
 
 MAX_LISTED = 10
 CONTROL_KEYS = ("control", "control_2", "control_3")  # dataset keys, in reference order
@@ -71,6 +72,52 @@ def match_controls(images_root: Path, folders: list[tuple[str, Path]], images: l
                   for stem, path in sorted(index.items()) if stem not in targets]
         _listed(problems, key, unused, "control images have no target")
     return [tuple(f) if f is not None else None for f in found], problems
+
+
+def readable_controls(found: list[tuple[Path, ...] | None], images: list[Path],
+                      keys: list[str]) -> tuple[list[tuple[Path, ...] | None], list[Problem]]:
+    """`found` with each target whose control header does not read set to None (left
+    out, as the cache build would leave it), and a warning naming each such file against
+    its folder's key in `keys` ("datasets.0.control", ...): the check says so before
+    caching rather than in the build's log."""
+    out: list[tuple[Path, ...] | None] = []
+    bad: dict[str, list[str]] = {key: [] for key in keys}
+    for image, controls in zip(images, found, strict=True):
+        for key, control in zip(keys, controls or (), strict=False):
+            try:
+                read_header(control)
+            except BadImage as exc:
+                bad[key].append(f"{exc}; {image}, its target, is left out of training")
+                controls = None
+                break
+        out.append(controls)
+    problems: list[Problem] = []
+    for key, lines in bad.items():
+        _listed(problems, key, lines, "control images cannot be read")
+    return out, problems
+
+
+def validation_control_problems(entries: list[str], prompts: list[str]) -> list[Problem]:
+    """validation.control_images (resolved paths), each decoded as validation will: a file
+    that is missing or unreadable is an error naming the key, the entry and its prompt,
+    found at check instead of at the run's first validation (after the model loaded and
+    steps trained, with no checkpoint to resume from)."""
+    out = []
+    for n, entry in enumerate(entries):
+        prompt = f" (prompt {n + 1}: {prompts[n]!r})" if n < len(prompts) else ""
+        for path in split_controls(entry):
+            if not Path(path).is_file():
+                what = "is a folder" if Path(path).is_dir() else "does not exist"
+                out.append(error("validation.control_images",
+                                 f"entry {n + 1}{prompt}: {path} {what}; name an image "
+                                 "file to edit, e.g. one of your control folder's"))
+                continue
+            try:
+                load_rgb(path).close()
+            except BadImage as exc:
+                out.append(error("validation.control_images",
+                                 f"entry {n + 1}{prompt}: {exc}"))
+    return out
 
 
 def fit_control(image: Any, bucket: tuple[int, int]) -> Any:

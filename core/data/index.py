@@ -147,10 +147,12 @@ def _attach_masks(ds: DatasetEntry, dataset_key: str, out: DatasetIndex) -> None
     check's error, so nothing is matched here then."""
     if not ds.masks.strip() or not Path(ds.masks).is_dir() or not out.items:
         return
-    from core.data.masks import match_masks
+    from core.data.masks import match_masks, readable_masks
 
-    masks, problems = match_masks(out.root, Path(ds.masks), [i.path for i in out.items],
-                                  f"{dataset_key}.masks")
+    images, key = [i.path for i in out.items], f"{dataset_key}.masks"
+    masks, problems = match_masks(out.root, Path(ds.masks), images, key)
+    masks, unreadable = readable_masks(masks, images, key)
+    problems += unreadable
     out.items = [replace(item, mask=m) for item, m in zip(out.items, masks, strict=True)]
     out.problems.extend(problems)
 
@@ -158,14 +160,22 @@ def _attach_masks(ds: DatasetEntry, dataset_key: str, out: DatasetIndex) -> None
 def _attach_controls(ds: DatasetEntry, dataset_key: str, out: DatasetIndex) -> None:
     """Each item's control images (core/data/controls.py); items without all of them
     are left out. A missing control folder is the conflict check's error."""
-    from core.data.controls import CONTROL_KEYS, control_folders, match_controls
+    from core.data.controls import (
+        CONTROL_KEYS,
+        control_folders,
+        match_controls,
+        readable_controls,
+    )
 
     folders = [(f"{dataset_key}.{name}", Path(folder)) for name, folder in
                zip(CONTROL_KEYS, control_folders(ds), strict=False)]
     if not folders or not all(f.is_dir() for _, f in folders) or not out.items:
         return
 
-    found, problems = match_controls(out.root, folders, [i.path for i in out.items])
+    images = [i.path for i in out.items]
+    found, problems = match_controls(out.root, folders, images)
+    found, unreadable = readable_controls(found, images, [k for k, _ in folders])
+    problems += unreadable
     out.items = [replace(item, controls=c) for item, c in zip(out.items, found, strict=True)
                  if c is not None]
     out.problems.extend(problems)

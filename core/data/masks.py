@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from core.data.images import IMAGE_EXTENSIONS, load_rgb
+from core.data.images import IMAGE_EXTENSIONS, BadImage, load_rgb, read_header
 from core.problems import Problem, warning
 
 MAX_LISTED_NO_MASK = 10
@@ -63,6 +63,25 @@ def match_masks(images_root: Path, masks_root: Path, images: list[Path], key: st
                                      f"(the first {MAX_LISTED_NO_MASK} are listed above); "
                                      "they train unmasked"))
     return found, problems
+
+
+def readable_masks(found: list[Path | None], images: list[Path], key: str
+                   ) -> tuple[list[Path | None], list[Problem]]:
+    """`found` with each mask whose header does not read set to None (its image trains
+    unmasked, as the cache build would do), and a warning naming each, against `key`:
+    said at check, where the user can still fix the file, not in the build's log."""
+    out: list[Path | None] = []
+    problems: list[Problem] = []
+    for image, mask in zip(images, found, strict=True):
+        if mask is not None:
+            try:
+                read_header(mask)
+            except BadImage as exc:
+                if len(problems) < MAX_LISTED_NO_MASK:
+                    problems.append(warning(key, f"{exc}; {image} trains unmasked"))
+                mask = None
+        out.append(mask)
+    return out, problems
 
 
 def load_mask(mask: Path, image_size: tuple[int, int], box: tuple[int, int, int, int],

@@ -21,7 +21,7 @@ functions that use them.
 from __future__ import annotations
 
 from core.ops.caches import cache_files, cache_status, caches_complete, clear_cache, start_cache
-from core.ops.captions import caption_config, check_captioning, start_caption
+from core.ops.captions import caption_config, check_captioning, save_caption, start_caption
 from core.ops.checks import (
     PRESETS_DIR,
     CheckReport,
@@ -39,9 +39,14 @@ from core.ops.checks import (
 )
 from core.ops.datasets import (
     bucket_histogram,
+    has_swappable_blocks,
+    has_train_guidance,
     index_dataset,
+    is_ddpm_family,
     is_edit_family,
+    is_flow_family,
     is_video_family,
+    latest_demo_run,
     prepare_demo,
 )
 from core.ops.downloads import run_downloads, saved_loras, tensorboard_command
@@ -94,13 +99,15 @@ __all__ = [
     "cancel_queued", "caption_config", "check", "check_captioning", "check_model_source",
     "clear_cache", "clip_frames", "dataset_name", "delete_run", "edit_pair_thumbnail",
     "estimate_inputs", "estimate_memory", "extend",
-    "format_memory", "gated_note", "index_dataset", "is_demo", "is_edit_family",
+    "format_memory", "gated_note", "has_swappable_blocks", "has_train_guidance",
+    "index_dataset", "is_ddpm_family",
+    "is_demo", "is_edit_family", "is_flow_family",
     "is_video_family",
     "last_lines", "launch",
     "list_presets", "list_runs", "load_run_config", "merge", "merge_run", "move_queued",
-    "output_dir", "prepare_demo", "queue_entries", "queued_runs", "read_status",
+    "latest_demo_run", "output_dir", "prepare_demo", "queue_entries", "queued_runs", "read_status",
     "reconcile_runs", "require_ok", "require_workspace", "resume", "run_downloads",
-    "run_info", "run_status", "run_status_or_none", "saved_config", "saved_loras",
+    "run_info", "run_status", "run_status_or_none", "save_caption", "saved_config", "saved_loras",
     "start_cache", "start_caption", "start_next_queued", "stop", "tensorboard_command",
     "upload_images", "uploaded_dataset", "validation_controls", "validation_videos",
 ]

@@ -1,11 +1,12 @@
-"""Auto-captioning: the config it runs with, its check, starting it."""
+"""Captions: auto-captioning (the config it runs with, its check, starting it) and one
+caption written by hand (the Dataset tab's editor)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.config import Config
+from core.config import Config, resolved
 from core.exits import EXIT_FAILED
 from core.ops.errors import OpError
 from core.problems import Problem, blocking, errors
@@ -53,3 +54,30 @@ def start_caption(cfg: Config, workspace: Path, *, running: CaptionJob | None = 
         return start_caption_job(cfg, workspace)
     except RunStartError as exc:
         raise OpError(str(exc), exit_code=EXIT_FAILED) from None
+
+
+def save_caption(cfg: Config, workspace: Path, image: str, text: str) -> Path:
+    """Write `text` (whitespace collapsed) to `image`'s .txt, atomically; returns it.
+
+    `image` must be an image or clip inside the images folder of one of `cfg`'s
+    datasets, any of them: the editor keeps the image it was opened on while another
+    dataset is shown, so Save writes where the editor says instead of refusing and losing
+    what was typed. Anything else is refused (no .txt is written outside the datasets)."""
+    import os
+
+    from core.data.images import IMAGE_EXTENSIONS
+    from core.data.video import VIDEO_EXTENSIONS
+
+    path = Path(image).expanduser() if image else None
+    roots = [Path(ds.images).resolve() for ds in resolved(cfg, workspace).datasets
+             if ds.images.strip()]
+    if (path is None or not path.is_file()
+            or path.suffix.lower() not in IMAGE_EXTENSIONS + VIDEO_EXTENSIONS
+            or not any(path.resolve().is_relative_to(root) for root in roots)):
+        why = f": {image} is not an image of this config's datasets" if image else ""
+        raise OpError(f"click an image of the preview first{why}")
+    target = path.with_suffix(".txt")
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(" ".join(text.split()) + "\n", encoding="utf-8")
+    os.replace(tmp, target)
+    return target

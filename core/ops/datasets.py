@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from core.data.index import DatasetIndex
 
 __all__ = ["bucket_histogram", "index_dataset", "is_edit_family", "is_video_family",
+           "has_train_guidance", "is_ddpm_family", "is_flow_family", "latest_demo_run",
            "prepare_demo"]
 
 
@@ -48,6 +49,29 @@ def prepare_demo(cfg: Config, workspace: Path, *, new_output: bool) -> list[str]
     return notes
 
 
+def latest_demo_run(cfg: Config, workspace: Path) -> list[str]:
+    """Point cfg.output.dir at the demo run trained last, for `--stage merge` and
+    `--resume`: each new demo run moved on to a free `-N` sibling (prepare_demo), so the
+    preset's own output.dir is the first run, not the one just trained. The last one is
+    the folder whose config.toml was written last (launch writes it; a deleted `-2` may
+    be reused after `-3`, so the highest number is not it). Returns a note; none when the
+    preset's folder is the latest (or no run exists: the action says so)."""
+    import re
+
+    base = cfg.output.dir.rstrip("/")
+    root = workspace / base
+    sibling = re.compile(re.escape(root.name) + r"(-[0-9]+)?")
+    runs = [p for p in root.parent.glob(f"{root.name}*")
+            if sibling.fullmatch(p.name) and RunFolder(p).config.is_file()]
+    if not runs:
+        return []
+    latest = max(runs, key=lambda p: (RunFolder(p).config.stat().st_mtime_ns, p.name))
+    if latest == root:
+        return []
+    cfg.output.dir = str(Path(base).parent / latest.name)
+    return [f"the demo's latest run is {latest} (the preset names {root})"]
+
+
 def index_dataset(ds: DatasetConfig, dataset_key: str, family: str = "") -> DatasetIndex:
     """The images of `ds` (paths absolute) with their sizes and captions, read from the
     files' headers (core/data/index.py), and its clips for a video `family`; problems
@@ -71,3 +95,33 @@ def is_edit_family(family: str) -> bool:
     from core.models.registry import family_or_defaults
 
     return family_or_defaults(family).control_images > 0
+
+
+def is_flow_family(family: str) -> bool:
+    """Whether model.family `family` trains by flow matching (the train.timestep_sampling,
+    logit_*, mode_scale, flow_shift and loss_weighting keys); False for an unknown name."""
+    from core.models.registry import family_or_defaults
+
+    return family_or_defaults(family).prediction == "flow_matching"
+
+
+def is_ddpm_family(family: str) -> bool:
+    """Whether `family` predicts epsilon or v on a DDPM schedule (model.prediction_type,
+    train.noise_offset, train.min_snr_gamma); False for an unknown name."""
+    from core.models.registry import list_families
+
+    return family in list_families() and not is_flow_family(family)
+
+
+def has_swappable_blocks(family: str) -> bool:
+    """Whether `family` declares blocks that model.blocks_to_swap can keep on the host."""
+    from core.models.registry import family_or_defaults
+
+    return bool(family_or_defaults(family).block_lists)
+
+
+def has_train_guidance(family: str) -> bool:
+    """Whether `family` has guidance-distilled models (train.guidance)."""
+    from core.models.registry import family_or_defaults
+
+    return family_or_defaults(family).train_guidance is not None

@@ -3,12 +3,15 @@ and recorded in status.json and events.jsonl (`finalize_run`)."""
 
 from __future__ import annotations
 
+import json
 import signal
 
 from core.runs import pids
-from core.runs.folder import RunFolder
+from core.runs.folder import FolderKind, RunFolder
 from core.runs.status import RunStatus, append_event, read_status, write_status
 from core.runs.tail import last_lines
+
+STEP_EVENTS_READ = 200  # events from the end searched for the last step event
 
 
 def _describe_exit(returncode: int | None) -> str:
@@ -19,6 +22,14 @@ def _describe_exit(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
+# What a forced stop leaves, and the process's name, by folder kind: a cache build or
+# captioning job has no checkpoint, and its entries and captions are written whole.
+_KILLED_LEAVES = {"train": "the last checkpoint may be older than the last step",
+                  "cache": "the cache entries written so far are kept, each whole",
+                  "caption": "the captions written so far are kept"}
+_PROCESS = {"train": "training", "cache": "cache build", "caption": "captioning"}
+
+
 def decide_final_state(
     returncode: int | None,
     status: RunStatus | None,
@@ -26,9 +37,10 @@ def decide_final_state(
     stop_requested: bool = False,
     forced: bool = False,
     log: str = "its log",
+    kind: FolderKind = "train",
 ) -> tuple[str, str]:
-    """(state, reason) for a run whose processes have all ended; a failure's reason
-    points at `log`.
+    """(state, reason) for a run (or a `kind` job) whose processes have all ended; a
+    failure's reason points at `log`.
 
     A final state the trainer wrote itself is kept, except "done" with a failing exit
     code when nobody asked it to stop (one rank may have crashed). Otherwise the exit
@@ -52,10 +64,21 @@ def decide_final_state(
     if stop_requested:
         if forced:
             return "stopped", ("stopped by the user; it did not exit within the grace "
-                               "period and was killed, so the last checkpoint may be older "
-                               "than the last step")
+                               f"period and was killed, so {_KILLED_LEAVES[kind]}")
         return "stopped", "stopped by the user"
-    return "failed", f"the training process {_describe_exit(returncode)}; see {log}"
+    return "failed", f"the {_PROCESS[kind]} process {_describe_exit(returncode)}; see {log}"
+
+
+def last_step_event(folder: RunFolder) -> int | None:
+    """The step of the newest `step` event in events.jsonl (read from its end), or None."""
+    for line in reversed(last_lines(folder.events, STEP_EVENTS_READ)):
+        try:
+            event = json.loads(line)
+        except ValueError:  # a line cut by the read's start or a crash
+            continue
+        if isinstance(event, dict) and event.get("type") == "step":
+            return int(event.get("step", 0))
+    return None
 
 
 def finalize_run(
@@ -72,7 +95,7 @@ def finalize_run(
     manager knows better, e.g. that the other machines never joined)."""
     status = read_status(folder.root) or RunStatus()
     state, reason = decide_final_state(returncode, status, stop_requested=stop_requested,
-                                       forced=forced, log=str(folder.log))
+                                       forced=forced, log=str(folder.log), kind=folder.kind)
     if state == "failed" and failure and status.state != "failed":
         reason = failure
     if state == "failed":
@@ -80,6 +103,10 @@ def finalize_run(
         if tail and "last line:" not in reason:
             reason += f" (last line: {tail[-1].strip()[:200]})"
     stop_forced = True if forced else None
+    step = last_step_event(folder)
+    if step is not None and step > (status.step or 0):  # status.json is written at most
+        write_status(folder.root, step=step)  # once a second; events at every step
+        status.step = step
     if status.state == state and status.finalized_by != "manager":
         # the trainer said it already; add the exit code
         write_status(folder.root, exit_code=returncode, stop_forced=stop_forced)

@@ -92,6 +92,7 @@ class Reporter:
                         for kind, n in (every or {}).items()}
         self._earlier_step: float | None = None  # an earlier launch's step time
         self.startup: StartupClock | None = None  # until the first step is reported
+        self.last_step: int | None = None  # the newest step reported (status.json's end)
 
     def phase_done(self, phase: str) -> None:
         """A start-up phase (core/train/startup_clock.py) ended now."""
@@ -133,6 +134,11 @@ class Reporter:
             print(line, flush=True)
 
     def status(self, state: str, **fields: Any) -> None:
+        """status.json and a status event; the newest step goes with it, so a run that
+        ends between the (once a second) step updates shows its last step, not an older
+        one, in the Runs table."""
+        if self.last_step is not None and "step" not in fields:
+            fields["step"] = self.last_step
         if self.is_main:
             write_status(self.run_dir, state=state, pid=os.getpid(),
                          max_steps=self.max_steps, **fields)
@@ -193,6 +199,7 @@ class Reporter:
         if self._last_step_at is not None:
             self._step_times.append(max(0.0, now - self._last_step_at - self._not_steps))
         self._last_step_at, self._not_steps = now, 0.0
+        self.last_step = step
         if not self.is_main:
             return
         per_step = self.seconds_per_step()

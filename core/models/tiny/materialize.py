@@ -56,13 +56,24 @@ def tiny_family(name: str) -> str | None:
     return trained[name][0] if name in trained else None
 
 
-def tiny_builder(name: str) -> Callable[[Path, int], None]:
-    """The `build(out_dir, seed)` of the tiny model's module, imported on first use
-    (torch and diffusers load only then)."""
+def _builder_module(name: str) -> object:
     _require_known(name)
     trained = trained_tiny()
     module = trained[name][1] if name in trained else f"core.models.families.{name}.tiny"
-    return importlib.import_module(module).build
+    return importlib.import_module(module)
+
+
+def tiny_builder(name: str) -> Callable[[Path, int], None]:
+    """The `build(out_dir, seed)` of the tiny model's module, imported on first use
+    (torch and diffusers load only then: the modules import them inside build)."""
+    return _builder_module(name).build  # type: ignore[attr-defined]
+
+
+def _revision(name: str) -> int:
+    """The builder module's TINY_REVISION (0 without one): a family bumps it when its
+    tiny folder changes, so existing workspaces rebuild that family's alone (TINY_VERSION
+    rebuilds every tiny model, the demo's included)."""
+    return int(getattr(_builder_module(name), "TINY_REVISION", 0))
 
 
 def _require_known(name: str) -> None:
@@ -89,6 +100,8 @@ def _weights_digest(name: str) -> str | None:
 
 def _marker(name: str) -> dict[str, object]:
     marker: dict[str, object] = {"family": name, "seed": TINY_SEED, "version": TINY_VERSION}
+    if _revision(name):
+        marker["revision"] = _revision(name)
     digest = _weights_digest(name)
     if digest:
         marker["weights"] = digest

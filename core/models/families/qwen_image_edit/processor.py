@@ -21,6 +21,8 @@ Qwen/Qwen-Image-Edit* folders do, and loads anywhere.
 from __future__ import annotations
 
 import functools
+import json
+from pathlib import Path
 from typing import Any
 
 
@@ -48,11 +50,52 @@ def processor_class() -> Any:
             ProcessorMixin.__init__(self, image_processor, tokenizer,
                                     chat_template=chat_template, **kwargs)
 
+        def save_pretrained(self, save_directory: Any, *args: Any, **kwargs: Any) -> Any:
+            """Also the sub-processor files the real processor/ folders carry, so the
+            folder loads where torchvision is installed (see write_processor_files)."""
+            saved = super().save_pretrained(save_directory, *args, **kwargs)
+            write_processor_files(Path(save_directory))
+            return saved
+
     # Saved as the stock class (see the module docstring).
     Qwen2VLImageOnlyProcessor.__module__ = Qwen2VLProcessor.__module__
     Qwen2VLImageOnlyProcessor.__name__ = Qwen2VLImageOnlyProcessor.__qualname__ = (
         Qwen2VLProcessor.__name__)
     return Qwen2VLImageOnlyProcessor
+
+
+# Qwen2VLVideoProcessor's own settings (transformers' class defaults, as the real
+# Qwen/Qwen-Image-Edit* processor/video_preprocessor_config.json holds them); the sizes,
+# patching and normalisation are the image processor's, as in those files.
+VIDEO_DEFAULTS = {"do_sample_frames": False, "min_frames": 4, "max_frames": 768,
+                  "video_processor_type": "Qwen2VLVideoProcessor"}
+SHARED_WITH_VIDEO = ("do_convert_rgb", "do_normalize", "do_rescale", "do_resize",
+                     "image_mean", "image_std", "merge_size", "patch_size", "resample",
+                     "rescale_factor", "size", "temporal_patch_size")
+
+
+def write_processor_files(folder: Path) -> None:
+    """Beside transformers 5's processor_config.json (the image processor nested in it),
+    the files the real processor/ folders carry: preprocessor_config.json (the image
+    processor, which transformers 4 reads) and video_preprocessor_config.json. The
+    processor without torchvision has no video part to save, yet with torchvision
+    Qwen2VLProcessor.from_pretrained (and so DiffusionPipeline.from_pretrained) refuses a
+    folder without one of these. Files already there are kept."""
+    config = json.loads((folder / "processor_config.json").read_text(encoding="utf-8"))
+    image = config.get("image_processor")
+    if not isinstance(image, dict):
+        return
+    named = {"processor_class": config.get("processor_class", "Qwen2VLProcessor")}
+    size = image.get("size") or {}
+    pixels = {"min_pixels": size.get("shortest_edge"), "max_pixels": size.get("longest_edge")}
+    pixels = {k: v for k, v in pixels.items() if v is not None}
+    video = {k: image[k] for k in SHARED_WITH_VIDEO if k in image}
+    files = {"preprocessor_config.json": {**image, **pixels, **named},
+             "video_preprocessor_config.json": {**video, **pixels, **VIDEO_DEFAULTS, **named}}
+    for name, content in files.items():
+        if not (folder / name).exists():
+            (folder / name).write_text(json.dumps(content, indent=2, sort_keys=True) + "\n",
+                                       encoding="utf-8")
 
 
 def new_processor(tokenizer: Any, image_processor: dict[str, Any],

@@ -22,6 +22,9 @@ from core.models.tiny.qwen import (
 )
 
 EDIT_PIPELINE = "QwenImageEditPipeline"
+# 1: processor/ carries preprocessor_config.json and video_preprocessor_config.json, as
+# the real folders do (core/models/tiny/materialize.py rebuilds older folders).
+TINY_REVISION = 1
 
 
 def build_pipeline(out_dir: Path, seed: int, pipeline: str = EDIT_PIPELINE,

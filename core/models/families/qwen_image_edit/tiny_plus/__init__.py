@@ -11,6 +11,7 @@ from pathlib import Path
 
 WEIGHTS = Path(__file__).with_name("weights.safetensors")
 RECIPE = {"pipeline": "QwenImageEditPlusPipeline", "zero_cond_t": "true"}
+TINY_REVISION = 1  # as ../tiny.py's: its processor/ folder's files
 
 
 def write_recipe(path: Path = WEIGHTS) -> None:

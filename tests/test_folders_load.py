@@ -1,0 +1,77 @@
+"""The diffusers folders this tool writes load with `DiffusionPipeline.from_pretrained`,
+as a downstream tool loads them (issue 40 item 3): every tiny model's folder and every
+family's merged/ folder, in this venv (diffusers and transformers, no torchvision).
+
+Qwen-Image-Edit's pipeline needs torchvision for its processor (transformers 5 builds
+Qwen2VLProcessor's video part only with it), which this venv does not install: there the
+processor is loaded by processor.py and handed over, and transformers' own reader shows
+that processor/ holds the video config the stock class would read (the file whose
+absence made these folders fail with torchvision installed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from core import ops
+from core.models.registry import list_families
+from core.models.tiny import resolve_model_path
+from core.models.tiny.materialize import tiny_names
+
+# What the real Qwen/Qwen-Image-Edit* processor/ folders hold beside the tokenizer.
+PROCESSOR_FILES = ("chat_template.jinja", "preprocessor_config.json",
+                   "video_preprocessor_config.json")
+
+
+def load_as_downstream(folder: Path) -> object:
+    """DiffusionPipeline.from_pretrained(folder) of the class model_index.json names."""
+    from diffusers import DiffusionPipeline
+    from transformers.utils import is_torchvision_available
+
+    index = json.loads((folder / "model_index.json").read_text())
+    given = {}
+    if index.get("processor") == ["transformers", "Qwen2VLProcessor"]:
+        from transformers.video_processing_utils import BaseVideoProcessor
+
+        from core.models.families.qwen_image_edit.processor import load_processor
+
+        assert sorted(f for f in PROCESSOR_FILES if not (folder / "processor" / f).is_file()) \
+            == []
+        video, _ = BaseVideoProcessor.get_video_processor_dict(str(folder),
+                                                               subfolder="processor")
+        assert video["video_processor_type"] == "Qwen2VLVideoProcessor"
+        if not is_torchvision_available():  # the stock class cannot be built here
+            given["processor"] = load_processor(str(folder), True)
+    pipe = DiffusionPipeline.from_pretrained(str(folder), local_files_only=True, **given)
+    assert type(pipe).__name__ == index["_class_name"]
+    return pipe
+
+
+@pytest.mark.parametrize("name", tiny_names())
+def test_every_tiny_folder_loads_with_diffusers(name: str, tiny_workspace: Path) -> None:
+    load_as_downstream(Path(resolve_model_path(f"tiny:{name}", tiny_workspace)))
+
+
+@pytest.mark.parametrize("family", list_families())
+def test_every_familys_merged_folder_loads_with_diffusers(family: str, tmp_path: Path,
+                                                          tiny_workspace: Path) -> None:
+    from test_merge import make_run
+
+    merged = ops.merge_run(make_run(tmp_path, tiny_workspace, family), tiny_workspace)
+    load_as_downstream(merged)
+
+
+def test_a_tiny_edit_folder_built_before_its_revision_is_rebuilt(tmp_path: Path) -> None:
+    """A workspace's tiny:qwen_image_edit from before its processor files were written
+    (marker without the family's TINY_REVISION) is rebuilt on next use, with them."""
+    from core.models.tiny.materialize import MARKER, materialize_tiny
+
+    folder = materialize_tiny("qwen_image_edit", tmp_path)
+    (folder / "processor/video_preprocessor_config.json").unlink()
+    marker = json.loads((folder / MARKER).read_text())
+    marker.pop("revision")
+    (folder / MARKER).write_text(json.dumps(marker))
+    assert materialize_tiny("qwen_image_edit", tmp_path) == folder
+    assert (folder / "processor/video_preprocessor_config.json").is_file()

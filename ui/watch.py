@@ -150,7 +150,11 @@ def _start_observer(watcher: GalleryWatcher):
     class Handler(FileSystemEventHandler):
         def on_created(self, event) -> None:
             if event.is_directory:
-                for path in Path(event.src_path).glob("*.*"):  # filled before the watch
+                try:  # filled before the watch; a temporary folder may be renamed already
+                    found = list(Path(event.src_path).glob("*.*"))
+                except FileNotFoundError:
+                    found = []
+                for path in found:
                     watcher.add(path)
             else:
                 watcher.add(Path(event.src_path))

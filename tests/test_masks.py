@@ -104,6 +104,43 @@ def test_all_black_mask_gives_loss_zero_not_nan(tiny_sd15):
     assert family.loss(comps, prediction, black).item() == 0.0
 
 
+@pytest.mark.parametrize("name, frames", [("flux", None), ("wan", 3)])
+def test_flow_family_loss_learns_the_white_half_only(name: str, frames: int | None,
+                                                     tiny_workspace: Path):
+    """The flow objective (core/models/flow.py) applies the mask as sd15's does, with the
+    family's own sample and loss weights; a video's one mask weighs every frame."""
+    import torch
+
+    from core.models.objectives import FlowTraining
+    from core.models.registry import get_family
+    from core.models.tiny import materialize_tiny
+
+    family = get_family(name)
+    comps = family.load(str(materialize_tiny(name, tiny_workspace)))
+    comps.flow = FlowTraining(loss_weighting="sigma_sqrt")  # weights and mask together
+    channels = comps.vae.config.get("latent_channels") or comps.vae.config.z_dim
+    shape = (2, channels, *(() if frames is None else (frames,)), 8, 8)
+    latents = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    sample = family.noise_and_target(comps, latents, generator=torch.Generator().manual_seed(1))
+    assert sample.weights is not None and not torch.all(sample.weights == 1)
+    sample.mask = torch.zeros(2, 1, 8, 8)
+    sample.mask[..., :4] = 1.0
+    prediction = torch.zeros_like(sample.target, requires_grad=True)
+    loss = family.loss(comps, prediction, sample)
+    loss.backward()
+    grad = prediction.grad
+    assert torch.all(grad[..., 4:] == 0)  # every frame: the black half teaches nothing
+    assert torch.all(grad[..., :4] != 0)
+    per_item = (sample.target[..., :4] ** 2).reshape(2, -1).mean(dim=1)
+    assert loss.item() == pytest.approx((per_item * sample.weights).mean().item(), rel=1e-5)
+
+    sample.mask = torch.zeros(2, 1, 8, 8)
+    prediction.grad = None
+    black = family.loss(comps, prediction, sample)
+    black.backward()
+    assert black.item() == 0.0 and torch.all(prediction.grad == 0)
+
+
 def test_changed_mask_rebuilds_the_mask_only(tmp_path: Path, tiny_sd15):
     family, comps = tiny_sd15
     cfg = _config(tmp_path)

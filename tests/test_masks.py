@@ -160,6 +160,25 @@ def test_changed_mask_rebuilds_the_mask_only(tmp_path: Path, tiny_sd15):
     assert not list((tmp_path / "cache").rglob(".tmp-*"))  # written to temp, renamed
 
 
+def test_masks_match_by_relative_path_not_by_stem(tmp_path: Path, tiny_sd15):
+    """a/x.png and b/x.png share a stem: each takes the mask in its own subfolder."""
+    family, comps = tiny_sd15
+    cfg = small_config(tmp_path, images=1)
+    for p in (tmp_path / "data0").iterdir():
+        p.unlink()
+    cfg.datasets[0].masks = str(tmp_path / "masks")
+    for sub, white in (("a", (0, 32)), ("b", (32, 64))):
+        _image(tmp_path / f"data0/{sub}/x.png", (64, 64))
+        _mask(tmp_path / f"masks/{sub}/x.png", (64, 64), white)
+    report, dataset = _loaded(cfg, family, comps)
+    assert report.masks.written == 2 and not [p for p in report.problems if "no mask" in
+                                              p.message]
+    masks = {Path(item["path"]).parent.name: item["loss_mask"]
+             for item in map(dataset.load, range(2))}
+    assert masks["a"][..., :4].min() > 0.98 and masks["a"][..., 4:].max() < 0.02
+    assert masks["b"][..., 4:].min() > 0.98 and masks["b"][..., :4].max() < 0.02
+
+
 def test_image_without_a_mask_is_named_and_trains_unmasked(tmp_path: Path, tiny_sd15):
     family, comps = tiny_sd15
     cfg = small_config(tmp_path, images=2)

@@ -193,6 +193,28 @@ def test_image_without_a_mask_is_named_and_trains_unmasked(tmp_path: Path, tiny_
     assert batch["loss_mask"][1].min() == 1.0  # the image without a mask: all learned
 
 
+def test_eval_losses_stay_unmasked(tmp_path: Path, tiny_sd15):
+    """The eval compares captions over the whole image: all-black masks leave its losses
+    as they are without the masks (a masked eval would read 0)."""
+    import torch
+
+    from core.train.evaluation import build_eval_set, evaluate
+
+    family, comps = tiny_sd15
+    cfg = small_config(tmp_path, images=2)
+    cfg.datasets[0].masks = str(tmp_path / "masks")
+    for i in range(2):
+        _mask(tmp_path / f"masks/img_{i:03d}.png", (64, 64), (0, 0))
+    _, dataset = _loaded(cfg, family, comps)
+    eval_set = build_eval_set(family, comps, [dataset], 2, 2)
+    assert all(batch["loss_mask"].max() == 0 for batch in eval_set.batches)
+    masked = evaluate(family, comps, eval_set, "cpu", torch.float32)
+    for batch in (*eval_set.batches, *eval_set.shuffled):
+        del batch["loss_mask"]
+    plain = evaluate(family, comps, eval_set, "cpu", torch.float32)
+    assert masked["loss"] > 0 and masked == plain
+
+
 def test_training_on_all_black_masks_has_loss_zero_at_every_step(tmp_path: Path):
     from core.config import save_config
 

@@ -1,6 +1,6 @@
 """train.* keys that change the trained weights, each checked by what it does to them (so a
 test fails when its key is read nowhere): lora_alpha (the LoRA's scale),
-gradient_checkpointing, seed, text_encoder_lr, max_grad_norm, ema_decay and optimizer =
+gradient_checkpointing, seed, eval_images, text_encoder_lr, max_grad_norm, ema_decay and optimizer =
 "adamw8bit" (bitsandbytes, which runs on the CPU).
 
 The trainer runs in this process on tiny SD1.5 (tests/conftest.py train_in_process)."""
@@ -105,6 +105,26 @@ def test_another_seed_draws_another_first_step(tmp_path: Path, tiny_workspace: P
     assert step_losses(runs[0]) != step_losses(runs[1])
     weights = [tensors(runs[seed] / "lora/pytorch_lora_weights.safetensors") for seed in runs]
     assert any(not torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+# ---------------------------------------------------------------- eval_images
+
+
+def test_eval_images_sets_how_many_images_the_eval_scores(tmp_path: Path, tiny_workspace: Path,
+                                                          monkeypatch) -> None:
+    from core.train import loop
+
+    scored: list[int] = []
+    build = loop.build_eval_set
+
+    def recording(*args, **kwargs):
+        eval_set = build(*args, **kwargs)
+        scored.append(sum(len(batch["latents"]) for batch in eval_set.batches))
+        return eval_set
+
+    monkeypatch.setattr(loop, "build_eval_set", recording)
+    run(tmp_path, tiny_workspace, steps=1, images=4, eval_images=3)
+    assert scored == [3]
 
 
 # ---------------------------------------------------------------- text_encoder_lr

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -51,6 +53,53 @@ def test_first_build_writes_everything_second_writes_nothing(tmp_path: Path, sd1
     tensors, meta = load_entry(next(iter((tmp_path / "cache/vae0").glob("*.safetensors"))))
     assert tensors["latents"].shape == (4, 8, 8)
     assert meta["family"] == "sd15" and meta["bucket"] == "64x64"
+
+
+def test_two_processes_each_encode_their_own_share(tmp_path: Path, sd15, monkeypatch):
+    """build_caches as two processes of one group (two threads meeting at the group's
+    barriers): each encodes its own half of the stale entries, none encodes another's.
+    The entry lock would hide duplicate work in the written counts, so the encoder calls
+    are counted, per process."""
+    import threading
+    from collections import Counter
+
+    from core.startup import ProcessGroup
+
+    family, comps = sd15
+    cfg = small_config(tmp_path, datasets=2, images=7)
+    encoded: dict[str, Counter] = {"vae": Counter(), "text": Counter()}
+    one_at_a_time = threading.Lock()  # the shared tokenizers are not thread-safe
+    encode_images, encode_prompts = family.encode_images, family.encode_prompts
+
+    def counted_images(c, pixels, *args, **kwargs):
+        encoded["vae"][threading.current_thread().name] += pixels.shape[0]
+        with one_at_a_time:
+            return encode_images(c, pixels, *args, **kwargs)
+
+    def counted_prompts(c, prompts, *args, **kwargs):
+        encoded["text"][threading.current_thread().name] += len(prompts)
+        with one_at_a_time:
+            return encode_prompts(c, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(family, "encode_images", counted_images)
+    monkeypatch.setattr(family, "encode_prompts", counted_prompts)
+    barrier = threading.Barrier(2, timeout=120)
+    reports: dict[str, object] = {}
+
+    def process(index: int) -> None:
+        group = ProcessGroup(index=index, count=2, barrier=barrier.wait)
+        reports[f"p{index}"] = build_caches(cfg, family, comps, group)
+
+    threads = [threading.Thread(target=process, args=(i,), name=f"p{i}") for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=240)
+    assert sorted(reports) == ["p0", "p1"], "a process failed (see the thread's traceback)"
+    assert encoded["vae"] == {"p0": 7, "p1": 7}, encoded  # 14 images, 14 captions
+    assert encoded["text"] == {"p0": 7, "p1": 7}, encoded
+    assert [(r.vae.written, r.text.written) for r in reports.values()] == [(7, 7), (7, 7)]
+    assert len(entries(tmp_path / "cache")) == 28
 
 
 def test_changed_image_caption_or_setting_invalidates_exactly_those(tmp_path: Path, sd15):
@@ -126,8 +175,14 @@ def test_unwritable_cache_reports_and_leaves_no_partial(tmp_path: Path):
         atomic_save({"latents": torch.ones(2)}, {}, blocker / "sub" / "e.safetensors")
 
 
-def test_write_that_runs_out_of_space_removes_the_partial(tmp_path: Path):
-    """A file-size limit makes the write fail part-way, as a full disk does."""
+def test_write_that_runs_out_of_space_keeps_the_previous_entry(tmp_path: Path):
+    """A file-size limit makes the write of a new version fail part-way, as a full disk
+    does: the previous entry is still there and loads, and no partial or temp file
+    remains (an entry written in place would be cut off)."""
+    import torch
+
+    target = tmp_path / "e.safetensors"
+    atomic_save({"latents": torch.ones(4)}, {"source": "old"}, target)  # well under 4 KiB
     script = (
         "import resource, signal, sys, torch\n"
         "from pathlib import Path\n"
@@ -135,8 +190,8 @@ def test_write_that_runs_out_of_space_removes_the_partial(tmp_path: Path):
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
         "try:\n"
-        f"    target = Path({str(tmp_path)!r}) / 'e.safetensors'\n"
-        "    atomic_save({'latents': torch.ones(64, 64)}, {}, target)\n"
+        f"    atomic_save({{'latents': torch.zeros(64, 64)}}, {{'source': 'new'}}, "
+        f"Path({str(target)!r}))\n"
         "except CacheWriteError as exc:\n"
         "    print(exc); sys.exit(3)\n"
     )
@@ -144,7 +199,34 @@ def test_write_that_runs_out_of_space_removes_the_partial(tmp_path: Path):
                           timeout=120)
     assert done.returncode == 3, done.stderr
     assert "the partial file was removed" in done.stdout
-    assert list(tmp_path.iterdir()) == [], "no partial or temp file may remain"
+    assert list(tmp_path.iterdir()) == [target], "no partial or temp file may remain"
+    tensors, meta = load_entry(target)
+    assert meta["source"] == "old" and torch.equal(tensors["latents"], torch.ones(4))
+
+
+def test_a_rename_that_fails_keeps_the_previous_entry(tmp_path: Path, monkeypatch):
+    """The write fails between the finished temp file and the rename: the previous entry
+    is intact and readable, the temp file gone."""
+    import errno
+
+    import torch
+
+    from core.cache import store
+
+    target = tmp_path / "e.safetensors"
+    atomic_save({"latents": torch.ones(8)}, {"source": "old"}, target)
+
+    def failing_replace(src, dst):
+        assert Path(src).name.startswith(store.TMP_PREFIX) and Path(src).stat().st_size > 0
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store.os, "replace", failing_replace)
+    with pytest.raises(CacheWriteError, match="the disk is full"):
+        atomic_save({"latents": torch.zeros(8)}, {"source": "new"}, target)
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == [target]
+    tensors, meta = load_entry(target)
+    assert meta["source"] == "old" and torch.equal(tensors["latents"], torch.ones(8))
 
 
 def _cache_command(config: Path, workspace: Path) -> list[str]:
@@ -186,6 +268,9 @@ def test_two_process_accelerate_build_writes_each_entry_once(tmp_path: Path,
 
     materialize_tiny("sd15", tiny_workspace)
     cfg = small_config(tmp_path, datasets=2, images=7, shared_captions=True)
+    # launch.cpu as the launcher's ACCELERATE_USE_CPU says: with it false each process
+    # built alone, as "process 0/1" (the summed writes below hid that).
+    cfg.launch.cpu = True
     config = tmp_path / "run.toml"
     save_config(cfg, config)
     env = {**os.environ, "ACCELERATE_USE_CPU": "1"}
@@ -194,15 +279,19 @@ def test_two_process_accelerate_build_writes_each_entry_once(tmp_path: Path,
     command = [PYTHON, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
                "2", "--num_machines", "1", "--main_process_port", str(free_port()),
                "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "core.cache.main",
-               "--config", str(config), "--workspace", str(tiny_workspace)]
+               "--config", str(config), "--workspace", str(tiny_workspace),
+               "--events", str(tmp_path / "events.jsonl")]
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=400)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    writes = [line for line in done.stdout.splitlines() if line.startswith("process ")]
-    assert len(writes) == 2, done.stdout
-    vae = sum(int(line.split("wrote ")[1].split(" vae")[0]) for line in writes)
-    text = sum(int(line.split(", ")[1].split(" text")[0]) for line in writes)
-    assert (vae, text) == (14, 2), writes
+    # Each process's own progress: its share of the 14 images and 2 captions, not all.
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    shares = {(e["kind"], e["process"]): e["total"] for e in events}
+    assert shares == {("vae", 0): 7, ("vae", 1): 7, ("text", 0): 1, ("text", 1): 1}, shares
+    # (the two processes' lines may share a line of stdout: found by pattern)
+    writes = sorted(re.findall(r"process (\d)/(\d): wrote (\d+) vae, (\d+) text",
+                               done.stdout))
+    assert writes == [("0", "2", "7", "1"), ("1", "2", "7", "1")], done.stdout
     assert len(entries(tmp_path / "cache/vae0")) == 7
     assert len(entries(tmp_path / "cache/vae1")) == 7
     assert len(entries(tmp_path / "cache/text")) == 2

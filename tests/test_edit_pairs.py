@@ -53,6 +53,30 @@ def test_check_names_unpaired_files_and_leaves_them_out(tmp_path: Path) -> None:
     assert "orphan.png has no target image" in out
 
 
+def test_controls_match_by_relative_path_not_by_stem(tmp_path: Path) -> None:
+    """a/x.png and b/x.png share a stem: each pairs with the control in its own subfolder
+    (the cache plan, no model)."""
+    from PIL import Image
+
+    from core.cache.plan import plan_caches
+
+    cfg = small_config(tmp_path, images=1, family="flux_kontext")
+    for folder in ("data0", "control0"):
+        for p in (tmp_path / folder).iterdir():
+            p.unlink()
+    for sub, color in (("a", "red"), ("b", "blue")):
+        for folder in ("data0", "control0"):
+            (tmp_path / folder / sub).mkdir()
+            Image.new("RGB", (64, 64), color).save(tmp_path / folder / sub / "x.png")
+        (tmp_path / "data0" / sub / "x.txt").write_text(f"a {color} picture")
+    plan = plan_caches(cfg, {"family": "flux_kontext", "model": "tiny"})
+    pairs = {job.image.relative_to(tmp_path / "data0").as_posix():
+             [c.relative_to(tmp_path / "control0").as_posix() for c in job.controls]
+             for job in plan.vae_jobs}
+    assert pairs == {"a/x.png": ["a/x.png"], "b/x.png": ["b/x.png"]}, pairs
+    assert not [p for p in plan.problems if "control" in p.message], plan.problems
+
+
 @pytest.mark.parametrize(("where", "message"), [
     ("images", "is the same folder as dataset 'd0' images"),
     ("inside_images", "is inside dataset 'd0' images"),

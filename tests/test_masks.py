@@ -104,6 +104,43 @@ def test_all_black_mask_gives_loss_zero_not_nan(tiny_sd15):
     assert family.loss(comps, prediction, black).item() == 0.0
 
 
+@pytest.mark.parametrize("name, frames", [("flux", None), ("wan", 3)])
+def test_flow_family_loss_learns_the_white_half_only(name: str, frames: int | None,
+                                                     tiny_workspace: Path):
+    """The flow objective (core/models/flow.py) applies the mask as sd15's does, with the
+    family's own sample and loss weights; a video's one mask weighs every frame."""
+    import torch
+
+    from core.models.objectives import FlowTraining
+    from core.models.registry import get_family
+    from core.models.tiny import materialize_tiny
+
+    family = get_family(name)
+    comps = family.load(str(materialize_tiny(name, tiny_workspace)))
+    comps.flow = FlowTraining(loss_weighting="sigma_sqrt")  # weights and mask together
+    channels = comps.vae.config.get("latent_channels") or comps.vae.config.z_dim
+    shape = (2, channels, *(() if frames is None else (frames,)), 8, 8)
+    latents = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    sample = family.noise_and_target(comps, latents, generator=torch.Generator().manual_seed(1))
+    assert sample.weights is not None and not torch.all(sample.weights == 1)
+    sample.mask = torch.zeros(2, 1, 8, 8)
+    sample.mask[..., :4] = 1.0
+    prediction = torch.zeros_like(sample.target, requires_grad=True)
+    loss = family.loss(comps, prediction, sample)
+    loss.backward()
+    grad = prediction.grad
+    assert torch.all(grad[..., 4:] == 0)  # every frame: the black half teaches nothing
+    assert torch.all(grad[..., :4] != 0)
+    per_item = (sample.target[..., :4] ** 2).reshape(2, -1).mean(dim=1)
+    assert loss.item() == pytest.approx((per_item * sample.weights).mean().item(), rel=1e-5)
+
+    sample.mask = torch.zeros(2, 1, 8, 8)
+    prediction.grad = None
+    black = family.loss(comps, prediction, sample)
+    black.backward()
+    assert black.item() == 0.0 and torch.all(prediction.grad == 0)
+
+
 def test_changed_mask_rebuilds_the_mask_only(tmp_path: Path, tiny_sd15):
     family, comps = tiny_sd15
     cfg = _config(tmp_path)
@@ -123,6 +160,25 @@ def test_changed_mask_rebuilds_the_mask_only(tmp_path: Path, tiny_sd15):
     assert not list((tmp_path / "cache").rglob(".tmp-*"))  # written to temp, renamed
 
 
+def test_masks_match_by_relative_path_not_by_stem(tmp_path: Path, tiny_sd15):
+    """a/x.png and b/x.png share a stem: each takes the mask in its own subfolder."""
+    family, comps = tiny_sd15
+    cfg = small_config(tmp_path, images=1)
+    for p in (tmp_path / "data0").iterdir():
+        p.unlink()
+    cfg.datasets[0].masks = str(tmp_path / "masks")
+    for sub, white in (("a", (0, 32)), ("b", (32, 64))):
+        _image(tmp_path / f"data0/{sub}/x.png", (64, 64))
+        _mask(tmp_path / f"masks/{sub}/x.png", (64, 64), white)
+    report, dataset = _loaded(cfg, family, comps)
+    assert report.masks.written == 2 and not [p for p in report.problems if "no mask" in
+                                              p.message]
+    masks = {Path(item["path"]).parent.name: item["loss_mask"]
+             for item in map(dataset.load, range(2))}
+    assert masks["a"][..., :4].min() > 0.98 and masks["a"][..., 4:].max() < 0.02
+    assert masks["b"][..., 4:].min() > 0.98 and masks["b"][..., :4].max() < 0.02
+
+
 def test_image_without_a_mask_is_named_and_trains_unmasked(tmp_path: Path, tiny_sd15):
     family, comps = tiny_sd15
     cfg = small_config(tmp_path, images=2)
@@ -135,6 +191,28 @@ def test_image_without_a_mask_is_named_and_trains_unmasked(tmp_path: Path, tiny_
     batch = collate([dataset.load(0), dataset.load(1)])
     assert batch["loss_mask"][0, ..., 4:].max() < 0.02
     assert batch["loss_mask"][1].min() == 1.0  # the image without a mask: all learned
+
+
+def test_eval_losses_stay_unmasked(tmp_path: Path, tiny_sd15):
+    """The eval compares captions over the whole image: all-black masks leave its losses
+    as they are without the masks (a masked eval would read 0)."""
+    import torch
+
+    from core.train.evaluation import build_eval_set, evaluate
+
+    family, comps = tiny_sd15
+    cfg = small_config(tmp_path, images=2)
+    cfg.datasets[0].masks = str(tmp_path / "masks")
+    for i in range(2):
+        _mask(tmp_path / f"masks/img_{i:03d}.png", (64, 64), (0, 0))
+    _, dataset = _loaded(cfg, family, comps)
+    eval_set = build_eval_set(family, comps, [dataset], 2, 2)
+    assert all(batch["loss_mask"].max() == 0 for batch in eval_set.batches)
+    masked = evaluate(family, comps, eval_set, "cpu", torch.float32)
+    for batch in (*eval_set.batches, *eval_set.shuffled):
+        del batch["loss_mask"]
+    plain = evaluate(family, comps, eval_set, "cpu", torch.float32)
+    assert masked["loss"] > 0 and masked == plain
 
 
 def test_training_on_all_black_masks_has_loss_zero_at_every_step(tmp_path: Path):

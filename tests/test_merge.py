@@ -151,14 +151,9 @@ def test_a_component_the_base_names_but_lacks_is_not_named_in_merged(
     assert merged["safety_checker"] == [None, None]
 
 
-def test_lora_scale_zero_merges_to_the_base(tmp_path: Path, tiny_workspace: Path):
-    from diffusers import DiffusionPipeline
-
-    run = make_run(tmp_path, tiny_workspace, "sd15")
-    merged = ops.merge_run(run, tiny_workspace, lora_scale=0.0)
-    base = image(base_pipeline("sd15", tiny_workspace), "sd15")
-    got = image(DiffusionPipeline.from_pretrained(str(merged), local_files_only=True), "sd15")
-    assert torch.allclose(got, base, atol=2e-4)
+@pytest.fixture(scope="module")
+def base_image(tiny_workspace: Path) -> torch.Tensor:
+    return image(base_pipeline("sd15", tiny_workspace), "sd15")
 
 
 def _cli(run: Path, workspace: Path, *extra: str) -> int:
@@ -166,6 +161,42 @@ def _cli(run: Path, workspace: Path, *extra: str) -> int:
 
     return main(["--no-ui", "--workspace", str(workspace), "--config",
                  str(run / "config.toml"), "--stage", "merge", *extra])
+
+
+# Each way a scale reaches the merge: ops.merge_run's argument, the run's own
+# merge.lora_scale (no argument), `--stage merge --set merge.lora_scale=0`, and the Runs
+# tab's handler given its field's value (the browser test below types it in the field).
+@pytest.mark.parametrize("how", ["argument", "run_config", "cli_set", "runs_tab"])
+def test_lora_scale_zero_merges_to_the_base(how: str, tmp_path: Path, tiny_workspace: Path,
+                                            base_image: torch.Tensor,
+                                            capsys: pytest.CaptureFixture[str]):
+    from diffusers import DiffusionPipeline
+
+    from core.config import load_config
+
+    run = make_run(tmp_path, tiny_workspace, "sd15")
+    if how == "argument":
+        ops.merge_run(run, tiny_workspace, lora_scale=0.0)
+    elif how == "run_config":
+        cfg = load_config(run / "config.toml")
+        cfg.merge.lora_scale = 0.0
+        save_config(cfg, run / "config.toml")
+        ops.merge_run(run, tiny_workspace)
+    elif how == "cli_set":
+        assert _cli(run, tiny_workspace, "--set", "merge.lora_scale=0") == 0
+        assert "merged model (base + LoRA at scale 0)" in capsys.readouterr().out
+    else:
+        from ui.context import AppContext
+        from ui.tab_runs_merge import merge_message
+
+        context = AppContext(tiny_workspace, monitor=False)
+        try:
+            assert "merged (base + LoRA at scale 0)" in merge_message(context, str(run), 0.0)
+        finally:
+            context.close()
+    got = image(DiffusionPipeline.from_pretrained(str(run / "merged"), local_files_only=True),
+                "sd15")
+    assert torch.allclose(got, base_image, atol=2e-4), (got - base_image).abs().max()
 
 
 def test_cli_merges_once_then_refuses_to_overwrite(tmp_path: Path, tiny_workspace: Path,
@@ -193,11 +224,14 @@ def test_cli_refuses_a_run_without_a_final_lora(tmp_path: Path, tiny_workspace: 
 
 
 @pytest.mark.slow
-def test_runs_tab_merge_button_merges_then_refuses_beside_the_button(tmp_path: Path):
-    """In Chromium: the Runs tab's button merges the chosen run; a second click is
-    refused in the message beside it (merged/ is kept), not in an error toast."""
+def test_runs_tab_merge_button_merges_then_refuses_beside_the_button(
+        tmp_path: Path, base_image: torch.Tensor):
+    """In Chromium: the Runs tab's button merges the chosen run at the scale typed in its
+    field (0: merged/ draws what the base draws); a second click is refused in the message
+    beside it (merged/ is kept), not in an error toast."""
     import time
 
+    from diffusers import DiffusionPipeline
     from playwright.sync_api import sync_playwright
     from test_ui_support import CHROMIUM_ARGS, chromium, running_app
 
@@ -219,11 +253,15 @@ def test_runs_tab_merge_button_merges_then_refuses_beside_the_button(tmp_path: P
             page.get_by_role("tab", name="Runs").click()
             page.wait_for_function("document.querySelector('#runs-table').innerText"
                                    ".includes('runs/run')")
+            page.fill("#f-merge-lora_scale input", "0")
+            page.press("#f-merge-lora_scale input", "Tab")
             page.click("#runs-merge")
             page.wait_for_function(f"{message}.includes('merged (base + LoRA')")
-            assert "runs/run/merged, a diffusers folder" in page.inner_text(
-                "#runs-merge-message")
-            assert (run / "merged" / "model_index.json").exists()
+            text = page.inner_text("#runs-merge-message")
+            assert "at scale 0): runs/run/merged, a diffusers folder" in text, text
+            got = image(DiffusionPipeline.from_pretrained(str(run / "merged"),
+                                                          local_files_only=True), "sd15")
+            assert torch.allclose(got, base_image, atol=2e-4), (got - base_image).abs().max()
             page.click("#runs-merge")
             page.wait_for_function(f"{message}.includes('exists already')")
             text = page.inner_text("#runs-merge-message")

@@ -125,6 +125,41 @@ def _run(tmp: Path, name: str, optimizer: str, max_steps: int, *extra: str,
     return {e["step"]: e["loss"] for e in map(json.loads, events) if e["type"] == "step"}
 
 
+def _record_optimizer(monkeypatch) -> list:
+    """The optimizer each micro_step of the next in-process run is given (the one the loop
+    really steps), unwrapped from accelerate's AcceleratedOptimizer."""
+    from core.train import loop
+
+    seen: list = []
+    micro_step = loop.micro_step
+
+    def recording(setup, cfg, batch_plan):
+        seen.append(getattr(setup.optimizer, "optimizer", setup.optimizer))
+        return micro_step(setup, cfg, batch_plan)
+
+    monkeypatch.setattr(loop, "micro_step", recording)
+    return seen
+
+
+def test_a_prodigy_run_steps_prodigy_and_its_step_size_grows(tmp_path: Path,
+                                                              tiny_workspace: Path,
+                                                              monkeypatch) -> None:
+    """A real tiny run steps the class train.optimizer names, with its option keys, and
+    Prodigy's step size d grows from d0 (d_coef 100 lifts the first estimates above d0)."""
+    seen = _record_optimizer(monkeypatch)
+    cfg = small_config(tmp_path, images=4)
+    cfg.train.optimizer, cfg.train.learning_rate, cfg.train.prodigy_d_coef = "prodigy", 1.0, 100
+    cfg.train.max_steps, cfg.train.eval_every, cfg.validation.every = 3, 100, 100
+    cfg.validation.prompts = []
+    cfg.launch.cpu = True
+    save_config(cfg, tmp_path / "config.toml")
+    assert train_in_process(tmp_path / "config.toml", tmp_path) == 0
+    assert len(seen) == 3 and all(o is seen[0] for o in seen)
+    assert type(seen[0]).__name__ == "Prodigy"
+    group = seen[0].param_groups[0]
+    assert group["d_coef"] == 100 and group["d"] > group["d0"], group
+
+
 def _sorted_values(path: Path) -> torch.Tensor:
     from safetensors.torch import load_file
 
@@ -135,12 +170,14 @@ def _sorted_values(path: Path) -> torch.Tensor:
 @pytest.mark.slow
 @pytest.mark.parametrize("optimizer", RUNNABLE)
 def test_resume_continues_exactly_the_uninterrupted_run(tmp_path: Path, tiny_workspace: Path,
-                                                        optimizer: str) -> None:
+                                                        optimizer: str, monkeypatch) -> None:
     """4 steps straight vs 2 steps, a stop, and a resume to 4 (checkpoint every 2, eval
     every step, so schedule-free switches weights around each step): the same losses,
     exactly. The saved LoRA is the averaged weights for schedule-free, the trained ones
-    otherwise."""
+    otherwise. The straight run steps the optimizer's own class."""
+    seen = _record_optimizer(monkeypatch)
     straight = _run(tmp_path, "straight", optimizer, 4)
+    assert {type(o).__name__ for o in seen} == {CLASSES[optimizer]}
     first = _run(tmp_path, "parted", optimizer, 2)
     resumed = _run(tmp_path, "parted", optimizer, 4, "--resume", "latest")
     assert sorted(straight) == [1, 2, 3, 4] and sorted(resumed) == [1, 2, 3, 4]

@@ -73,6 +73,19 @@ def test_queue_file_round_trips_and_a_corrupt_one_reads_as_empty(tmp_path: Path)
     assert load_queue(tmp_path) == []
 
 
+def test_the_pending_order_drops_runs_that_no_longer_say_queued(tmp_path: Path):
+    """status.json decides: an entry whose run started, ended or was cancelled elsewhere
+    (or lost its folder) is not pending, whatever the file says."""
+    from core.runs.queue import pending
+
+    order = [QueueEntry(str(tmp_path / f"runs/{name}"), None, float(i))
+             for i, name in enumerate(("a", "started", "b", "cancelled", "gone"))]
+    for entry, state in zip(order, ("queued", "running", "queued", "cancelled"), strict=False):
+        write_status(entry.run_dir, state=state)
+    save_queue(tmp_path, order)
+    assert [Path(e.run_dir).name for e in pending(tmp_path)] == ["a", "b"]
+
+
 # ---------------------------------------------------------------- the queue, end to end
 
 

@@ -94,6 +94,9 @@ def test_status_is_merged_atomically_and_read_tolerantly(tmp_path):
         (-signal.SIGINT, None, False, False, "stopped"),
         (1, {"state": "stopped"}, True, False, "stopped"),  # launcher turns 130 into 1
         (-signal.SIGKILL, {"state": "running"}, True, True, "stopped"),
+        # a user's stop the trainer never reported (it exited before writing its state)
+        (1, None, True, False, "stopped"),
+        (-signal.SIGTERM, {"state": "running"}, True, False, "stopped"),
         (-signal.SIGKILL, {"state": "running"}, False, False, "failed"),
         (None, {"state": "running"}, False, False, "failed"),
         (1, {"state": "failed", "finalized_by": "manager"}, False, False, "failed"),
@@ -107,6 +110,9 @@ def test_final_state_is_decided_from_exit_code_and_trainer_status(rc, status, st
     assert state == expected
     if expected == "failed" and rc not in (None,) and (status or {}).get("state") == "running":
         assert ("code 1" in reason) or ("SIGKILL" in reason)
+    if expected == "stopped" and (typed is None or typed.state != "stopped"):
+        assert reason.startswith("stopped by the user")
+        assert ("killed" in reason) == forced
     assert exit_code_for_state(state) == {"done": 0, "failed": 1, "stopped": 130}[state]
 
 

@@ -240,6 +240,11 @@ FAMILY_OPTIONS = {
 }
 
 
+# The learning rate each of the 3 steps reports, as a share of train.learning_rate: sd3's
+# cosine after 1 warm-up step, flux's linear decay, every other family's constant.
+LR_SCHEDULE = {"sd3": [1.0, 0.5, 0.0], "flux": [2 / 3, 1 / 3, 0.0]}
+
+
 @pytest.mark.parametrize("family", ["sd2", "sdxl", "sd3", "flux", "flux2", "chroma", "z_image",
                                     "qwen_image", "wan"])
 def test_each_family_trains_a_few_steps(tmp_path: Path, tiny_workspace: Path, family: str):
@@ -255,6 +260,9 @@ def test_each_family_trains_a_few_steps(tmp_path: Path, tiny_workspace: Path, fa
     assert train_in_process(tmp_path / "run.toml", tiny_workspace) == 0
     run_dir = Path(cfg.output.dir)
     assert sorted(step_losses(run_dir)) == [1, 2, 3]
+    lrs = [e["lr"] for e in events(run_dir) if e["type"] == "step"]
+    shares = LR_SCHEDULE.get(family, [1.0, 1.0, 1.0])
+    assert lrs == pytest.approx([f * cfg.train.learning_rate for f in shares], abs=1e-12), lrs
     assert (run_dir / "validation/step_000003/00.png").is_file()
     weights = "model/model_index.json" if cfg.train.method == "full" else \
         "lora/pytorch_lora_weights.safetensors"

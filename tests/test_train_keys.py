@@ -1,6 +1,7 @@
 """train.* keys that change the trained weights, each checked by what it does to them (so a
-test fails when its key is read nowhere): lora_alpha (the LoRA's scale), text_encoder_lr,
-max_grad_norm, ema_decay and optimizer = "adamw8bit" (bitsandbytes, which runs on the CPU).
+test fails when its key is read nowhere): lora_alpha (the LoRA's scale),
+gradient_checkpointing, seed, eval_images, text_encoder_lr, max_grad_norm, ema_decay and optimizer =
+"adamw8bit" (bitsandbytes, which runs on the CPU).
 
 The trainer runs in this process on tiny SD1.5 (tests/conftest.py train_in_process)."""
 
@@ -18,9 +19,9 @@ from core.models.registry import get_family
 from core.models.tiny import resolve_model_path
 
 
-def run(tmp_path: Path, workspace: Path, steps: int, **train: object) -> Path:
-    """A short tiny-SD1.5 LoRA run with `train` set; its run folder."""
-    cfg = small_config(tmp_path, images=2)
+def run(tmp_path: Path, workspace: Path, steps: int, images: int = 2, **train: object) -> Path:
+    """A short tiny-SD1.5 LoRA run on `images` images with `train` set; its run folder."""
+    cfg = small_config(tmp_path, images=images)
     cfg.train.max_steps, cfg.train.checkpoint_every, cfg.train.eval_every = steps, 1000, 1000
     cfg.validation.every, cfg.validation.prompts = 1000, []
     cfg.launch.cpu = True
@@ -74,6 +75,56 @@ def test_lora_alpha_sets_the_scale_of_every_adapter(tiny_workspace: Path) -> Non
             scales = {layer.scaling["default"] for layer in module.modules()
                       if isinstance(layer, LoraLayer)}
             assert scales == {scale}, (alpha, scales)
+
+
+# ---------------------------------------------------------------- gradient_checkpointing
+
+
+def test_gradient_checkpointing_is_turned_on_only_when_asked(tiny_workspace: Path) -> None:
+    from core.train.setup import add_trainable
+
+    family = get_family("sd15")
+    path = str(resolve_model_path("tiny:sd15", tiny_workspace))
+    for asked in (True, False):
+        c = family.load(path)
+        cfg = Config()
+        cfg.train.gradient_checkpointing = asked
+        assert add_trainable(family, c.denoiser, cfg)
+        assert c.denoiser.is_gradient_checkpointing == asked
+
+
+# ---------------------------------------------------------------- seed
+
+
+def test_another_seed_draws_another_first_step(tmp_path: Path, tiny_workspace: Path) -> None:
+    """train.seed seeds the noise, the timesteps and the LoRA's start: seed 1's first step
+    has another loss and moves the LoRA elsewhere than seed 0's. One image, so the batch
+    (it, twice) is the same at any seed. (The resume tests show one seed reproduces a run.)"""
+    runs = {seed: run(tmp_path / str(seed), tiny_workspace, steps=1, images=1, seed=seed)
+            for seed in (0, 1)}
+    assert step_losses(runs[0]) != step_losses(runs[1])
+    weights = [tensors(runs[seed] / "lora/pytorch_lora_weights.safetensors") for seed in runs]
+    assert any(not torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+# ---------------------------------------------------------------- eval_images
+
+
+def test_eval_images_sets_how_many_images_the_eval_scores(tmp_path: Path, tiny_workspace: Path,
+                                                          monkeypatch) -> None:
+    from core.train import loop
+
+    scored: list[int] = []
+    build = loop.build_eval_set
+
+    def recording(*args, **kwargs):
+        eval_set = build(*args, **kwargs)
+        scored.append(sum(len(batch["latents"]) for batch in eval_set.batches))
+        return eval_set
+
+    monkeypatch.setattr(loop, "build_eval_set", recording)
+    run(tmp_path, tiny_workspace, steps=1, images=4, eval_images=3)
+    assert scored == [3]
 
 
 # ---------------------------------------------------------------- text_encoder_lr

@@ -1,4 +1,5 @@
-"""Trainer set-up pieces that need no model: clear errors for options that cannot run."""
+"""Trainer set-up pieces: clear errors for options that cannot run (no model), and what
+prepare_data hands the loop (tiny SD1.5)."""
 
 from __future__ import annotations
 
@@ -60,3 +61,29 @@ def test_resume_without_a_checkpoint_is_a_user_error_that_says_what_to_do(tmp_pa
 
     with pytest.raises(TrainingError, match="no checkpoint in .*checkpoints.*another output.dir"):
         restore(None, tmp_path, "latest", print)  # fails before the setup is touched
+
+
+def test_prepare_data_hands_the_loop_each_datasets_repeats_probability_and_the_seed(
+        tmp_path, tiny_sd15):
+    """What the sampler and the caption draws get from the config (datasets.N.repeats and
+    probability, train.seed, train.batch_size and grad_accum); the sampler's own tests
+    start from these values."""
+    from types import SimpleNamespace
+
+    from conftest import small_config
+
+    from core.train.setup import prepare_data
+
+    family, comps = tiny_sd15
+    cfg = small_config(tmp_path, datasets=2, images=2)
+    cfg.datasets[0].repeats, cfg.datasets[1].probability = 3, 2.5
+    cfg.train.seed, cfg.train.batch_size, cfg.train.grad_accum = 7, 1, 2
+    cfg.train.caption_dropout = 0.1
+    accelerator = SimpleNamespace(process_index=0, num_processes=1, device="cpu",
+                                  wait_for_everyone=lambda: None)
+    datasets, sampler, texts = prepare_data(cfg, family, comps, accelerator, lambda _: None)
+    assert [ds.id for ds in datasets] == ["d0", "d1"]
+    assert [(d.repeats, d.probability) for d in sampler.datasets] == [(3, 1.0), (1, 2.5)]
+    assert [s.items_per_epoch for s in sampler.dataset_summaries()] == [6, 2]
+    assert (sampler.seed, sampler.batch_size, sampler.grad_accum) == (7, 1, 2)
+    assert (texts.seed, texts.dropout) == (7, 0.1)

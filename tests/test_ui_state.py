@@ -117,6 +117,9 @@ def test_cache_status_counts_cached_stale_missing_and_clear_keeps_images(tmp_pat
     assert len(find_cache_files(cfg.datasets[0], cfg).files) == 2
     removed = clear_dataset_cache(cfg.datasets[0], cfg)
     assert len(removed.files) == 2 and (cache_dir / "notes.md").exists()
+    assert not any(p.exists() for p in removed.files), "cleared: the entries are gone"
+    ds = cache_status(cfg, tmp_path).datasets[0]
+    assert (ds.vae.cached, ds.vae.stale, ds.vae.missing) == (0, 0, 4)
     assert sorted(p.name for p in (tmp_path / "data0").glob("*.png")) == [
         f"img_{i:03d}.png" for i in range(4)], "images untouched"
     cfg.datasets[0].vae_cache = str(tmp_path / "data0" / "latents")  # inside the images

@@ -264,7 +264,9 @@ def _meta_module(folder: Path, name: str, entry: list[str]) -> Any:
     return module
 
 
-def _size_of(module: Any, size: ComponentSize) -> ComponentSize:
+def _size_of(module: Any, size: Any) -> Any:
+    """Adds `module`'s floating-point and integer tensors to `size` (a ComponentSize or
+    a BlockSize) and returns it."""
     for tensor in (*module.parameters(), *module.buffers()):
         if tensor.is_floating_point():
             size.floats += tensor.numel()
@@ -276,21 +278,10 @@ def _size_of(module: Any, size: ComponentSize) -> ComponentSize:
 def _denoiser_size(source: ConfigSource, name: str, entry: list[str], lora_rank: int,
                    lora_scope: str, lora_kind: str | None) -> DenoiserSize:
     """lora_kind: the adapter to count, None for a full fine-tune."""
-    from core.models.quantize import quantizable
-
     module = _meta_module(source.folder, name, entry)
     size = _size_of(module, DenoiserSize(name, _full_config(module), 0))
     assert isinstance(size, DenoiserSize)
-    per_block: dict[str, int] = {}
-    for module_name, sub in module.named_modules():
-        weight = getattr(sub, "weight", None)
-        if weight is None or not quantizable(module_name, sub):
-            continue
-        size.quantizable += weight.numel()
-        size.quantizable_rows += weight.shape[0]
-        size.quantizable_blocks += math.ceil(weight.numel() / NF4_BLOCK)
-        block = _block_of(module_name)
-        per_block[block] = per_block.get(block, 0) + weight.numel()
+    per_block = _count_quantizable(module, size)
     size.quantizable_in_a_block = max(per_block.values(), default=0)
     size.blocks = [_block_size(block) for block in _repeated_blocks(module, source.family)]
     if lora_kind is not None:
@@ -313,21 +304,27 @@ def _repeated_blocks(module: Any, family: str) -> list[Any]:
 
 
 def _block_size(block: Any) -> BlockSize:
+    size = _size_of(block, BlockSize())
+    _count_quantizable(block, size)
+    return size
+
+
+def _count_quantizable(module: Any, size: Any) -> dict[str, int]:
+    """Adds `module`'s quantizable weights, their rows and nf4 blocks to `size`; returns
+    the quantizable weights per block (the stack's unit, _block_of)."""
     from core.models.quantize import quantizable
 
-    size = BlockSize()
-    for tensor in (*block.parameters(), *block.buffers()):
-        if tensor.is_floating_point():
-            size.floats += tensor.numel()
-        else:
-            size.other_bytes += tensor.numel() * tensor.element_size()
-    for name, sub in block.named_modules():
+    per_block: dict[str, int] = {}
+    for module_name, sub in module.named_modules():
         weight = getattr(sub, "weight", None)
-        if weight is not None and quantizable(name, sub):
-            size.quantizable += weight.numel()
-            size.quantizable_rows += weight.shape[0]
-            size.quantizable_blocks += math.ceil(weight.numel() / NF4_BLOCK)
-    return size
+        if weight is None or not quantizable(module_name, sub):
+            continue
+        size.quantizable += weight.numel()
+        size.quantizable_rows += weight.shape[0]
+        size.quantizable_blocks += math.ceil(weight.numel() / NF4_BLOCK)
+        block = _block_of(module_name)
+        per_block[block] = per_block.get(block, 0) + weight.numel()
+    return per_block
 
 
 def _block_of(module_name: str) -> str:

@@ -47,11 +47,6 @@ def swapped_bytes(cfg: Config, experts: list[DenoiserSize], wbytes: int) -> tupl
     return held, largest * (1 + len(experts)) if count else 0
 
 
-def block_count(sizes: ModelSizes) -> int:
-    """The most blocks model.blocks_to_swap can name: the blocks of one stack."""
-    return len(sizes.denoiser.blocks)
-
-
 def host_parts(cfg: Config, held: int, experts: int = 1) -> list[MemoryPart]:
     """Pinned host memory per machine: each process holds its own copy."""
     from core.config.block_swap import parks_inactive_expert
@@ -86,7 +81,7 @@ def smallest_fitting_swap(cfg: Config, sizes: ModelSizes, estimate: MemoryEstima
     trial = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model),
                                 train=dataclasses.replace(cfg.train,
                                                           gradient_checkpointing=True))
-    for count in range(cfg.model.blocks_to_swap + 1, block_count(sizes) + 1):
+    for count in range(cfg.model.blocks_to_swap + 1, (estimate.max_blocks or 0) + 1):
         trial.model.blocks_to_swap = count
         if any(p.level == "error" for p in block_swap_problems(trial)):
             return None

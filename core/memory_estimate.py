@@ -25,6 +25,7 @@ from core.memory_step import FP32, shape_text, step_frames, step_pixels, step_sh
 from core.memory_swap import host_parts, smallest_fitting_swap, stream_advice, swapped_bytes
 from core.models.gpu_probe import cuda_available, detect_gpu
 from core.models.quantize import frozen_bytes
+from core.models.registry import family_or_defaults
 from core.notices import quiet_libraries
 
 if TYPE_CHECKING:
@@ -184,7 +185,6 @@ def validation_parts(cfg: Config, sizes: ModelSizes, training: list[MemoryPart],
     than one process, the VAE comes to decode, and the sampling and decode at
     validation.resolution take their own share."""
     from core.models import memory_activations as act
-    from core.models.registry import family_or_defaults
 
     processes = cfg.launch.num_processes * cfg.launch.num_machines
     kept = [p if p.name != "gradients" else MemoryPart(p.name, p.bytes // 2)
@@ -242,9 +242,10 @@ def training_parts(cfg: Config, d: DenoiserSize, wbytes: int,
     """Frozen weights, trainable, gradients, optimizer, EMA: exact. LoRA and full
     fine-tunes keep trainable weights, their gradients and AdamW's states in fp32; DDP
     (more than one process) copies the gradients into its buckets, once more. A second
-    expert (`second`) is loaded too, and trains with model.experts = "both"."""
+    expert (`second`) is loaded too, and trains where the family says it does."""
     experts = [d] if second is None else [d, second]
-    trained = experts if cfg.model.experts == "both" else experts[:1]  # same shapes
+    family = family_or_defaults(cfg.model.family)
+    trained = experts[:family.trained_denoisers(cfg, len(experts))]  # same shapes
     if cfg.train.method == "lora":
         frozen = sum(frozen_bytes(e, cfg.model.quantize, wbytes) for e in experts)
         params = sum(e.lora for e in trained)

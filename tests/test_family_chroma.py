@@ -14,8 +14,8 @@ from safetensors import safe_open
 
 from core.config import ValidationConfig
 from core.models import loading
-from core.models.families.chroma import FAMILY as CHROMA
-from core.models.families.flux import FAMILY as FLUX
+from core.models.families.chroma.family import FAMILY as CHROMA
+from core.models.families.flux.family import FAMILY as FLUX
 from core.models.tiny import build_tiny_folder
 
 PROMPTS = ["a red circle on a white ground", "a"]

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from core.models import loading
-from core.models.families.flux2 import FAMILY as FLUX2
+from core.models.families.flux2.family import FAMILY as FLUX2
 from core.models.tiny import build_tiny_folder
 
 PROMPTS = ["a red circle", "a much longer prompt about blue squares"]
@@ -132,7 +132,7 @@ def test_training_sigmas_are_unshifted_like_the_script(folder: Path) -> None:
 
 def test_folder_is_told_apart_from_flux1(folder: Path) -> None:
     assert loading.folder_families(str(folder)) == ("flux2",)
-    from core.models.families.flux import FAMILY as FLUX
+    from core.models.families.flux.family import FAMILY as FLUX
 
     with pytest.raises(loading.ModelLoadError, match='model.family = "flux2"'):
         FLUX.load(str(folder))

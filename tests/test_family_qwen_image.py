@@ -13,7 +13,7 @@ from safetensors import safe_open
 
 from core.data.collate import collate
 from core.models import loading
-from core.models.families.qwen_image import FAMILY as QWEN
+from core.models.families.qwen_image.family import FAMILY as QWEN
 from core.models.tiny import build_tiny_folder
 
 PROMPTS = ["a red circle", "a much longer prompt about blue squares and green triangles"]

@@ -18,7 +18,7 @@ from PIL import Image
 from test_family_qwen_image import batch_of, pixels
 
 from core.models import loading
-from core.models.families.qwen_image_edit import FAMILY as EDIT
+from core.models.families.qwen_image_edit.family import FAMILY as EDIT
 from core.models.families.qwen_image_edit.processor import load_processor
 from core.models.tiny import build_tiny_folder
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from core.data.collate import collate
-from core.models.families.wan import FAMILY as WAN
+from core.models.families.wan.family import FAMILY as WAN
 from core.models.tiny import build_tiny_folder
 
 PROMPTS = ["a red circle moving left", "a blue square"]

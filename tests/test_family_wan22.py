@@ -16,8 +16,8 @@ from test_family_wan import add_lora  # on each trained expert: the wrapper's ad
 
 from core.config import Config, save_config
 from core.data.collate import collate
-from core.models.families.wan import FAMILY as WAN
 from core.models.families.wan.experts import WanExperts
+from core.models.families.wan.family import FAMILY as WAN
 from core.models.tiny import resolve_model_path, tiny_family, tiny_names
 
 LOW_FILE = "pytorch_lora_weights_low_noise.safetensors"

@@ -16,7 +16,7 @@ from test_family_wan import two_clip_config
 
 from core.config import save_config
 from core.data.collate import collate
-from core.models.families.wan import FAMILY as WAN
+from core.models.families.wan.family import FAMILY as WAN
 from core.models.families.wan.i2v import CONDITION, IMAGE_EMBEDS, WanI2VComponents
 from core.models.tiny import resolve_model_path, tiny_family
 

@@ -19,7 +19,7 @@ from test_family_wan import PROMPTS, add_lora, batch_of, clip, two_clip_config
 
 from core.config import save_config
 from core.models import loading
-from core.models.families.wan import FAMILY as WAN
+from core.models.families.wan.family import FAMILY as WAN
 from core.models.families.wan.ti2v import WanTI2VComponents
 from core.models.tiny import resolve_model_path, tiny_family
 

@@ -15,7 +15,7 @@ from safetensors.torch import save_file
 
 from core.data.collate import collate
 from core.models import loading
-from core.models.families.z_image import FAMILY as Z
+from core.models.families.z_image.family import FAMILY as Z
 from core.models.registry import get_family
 from core.models.tiny import build_tiny_folder
 

@@ -18,8 +18,8 @@ import torch
 from safetensors import safe_open
 
 from core.models import loading
-from core.models.families.flux import FAMILY as FLUX
-from core.models.families.sd3 import FAMILY as SD3
+from core.models.families.flux.family import FAMILY as FLUX
+from core.models.families.sd3.family import FAMILY as SD3
 from core.models.registry import get_family
 from core.models.tiny import build_tiny_folder
 

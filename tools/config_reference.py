@@ -66,6 +66,8 @@ def section_rows(name: str, cls: type) -> list[str]:
         text = info.get("label", "")
         if info.get("help"):
             text += f": {info['help']}"
+        if info.get("family"):
+            text += f" *({info['family']} only: its options.py)*"
         if info.get("advanced"):
             text += " *(advanced)*"
         text = text.replace("|", "\\|")

@@ -57,7 +57,7 @@ def make_component(spec: FieldSpec, value: Any = None, **extra: Any) -> gr.compo
     return gr.Textbox(**common)
 
 
-# Keys that apply to some runs only carry a metadata tag (core/config/fields.py: video,
+# Keys that apply to some runs only carry a metadata tag (core/fields.py: video,
 # edit, flow, ddpm, guidance for some families; lora for an adapter run). Each tag has
 # its predicate on (model.family, train.method); a tagged key shows while its predicate
 # holds (`Form.wire_family_keys`), so a new tagged key, or a new tag here, needs no
@@ -74,15 +74,22 @@ FAMILY_TAGS: dict[str, Callable[[str, str], bool]] = {
 _DEFAULTS = Config()  # the form's first view, before any fill (an sd15 LoRA run)
 
 
+# A family's own key (core/config/family_options.py) carries the tag OWNED + its name.
+OWNED = "family:"
+
+
 def family_tags(spec: FieldSpec) -> tuple[str, ...]:
-    """The tags of FAMILY_TAGS that `spec`'s metadata carries."""
-    return tuple(tag for tag in FAMILY_TAGS if spec.meta.get(tag))
+    """The tags of FAMILY_TAGS that `spec`'s metadata carries, and OWNED + the family
+    that declares the key, for a family's own key."""
+    owner = (f"{OWNED}{spec.meta['family']}",) if spec.meta.get("family") else ()
+    return tuple(tag for tag in FAMILY_TAGS if spec.meta.get(tag)) + owner
 
 
 def shown_for(tags: tuple[str, ...], family: str, method: str = "lora") -> bool:
     """Whether a key with `tags` applies to model.family `family` and train.method
     `method` (every tag's predicate holds; an untagged key always applies)."""
-    return all(FAMILY_TAGS[tag](family, method) for tag in tags)
+    return all(tag == OWNED + family if tag.startswith(OWNED) else
+               FAMILY_TAGS[tag](family, method) for tag in tags)
 
 
 def _hidden_if_tagged(spec: FieldSpec) -> dict[str, Any]:

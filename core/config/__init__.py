@@ -11,7 +11,6 @@
 
 from core.config.checks import resolve_path, resolved, validate_config
 from core.config.dataset import CAPTION_STRATEGIES
-from core.config.fields import meta
 from core.config.files import (
     config_from_dict,
     config_to_dict,
@@ -36,6 +35,7 @@ from core.config.schema import (
     ValidationConfig,
 )
 from core.config.values import convert_value, type_name
+from core.fields import meta
 
 __all__ = [
     "CAPTION_STRATEGIES", "CONFIG_VERSION", "FAMILIES", "SECTIONS", "SECTION_TYPES", "Config",

@@ -11,6 +11,7 @@ from typing import Any
 from core.config.block_swap import block_swap_problems
 from core.config.control_checks import control_problems
 from core.config.distributed import distributed_problems
+from core.config.family_options import foreign_key_problems
 from core.config.optimizers import OPTIMIZERS, OPTION_DEFAULTS
 from core.config.schema import CONFIG_VERSION, FAMILIES, SECTION_TYPES, Config
 from core.models.objectives import MODE_SCALE
@@ -356,4 +357,5 @@ def validate_config(cfg: Config) -> list[Problem]:
         out += _check_section(getattr(cfg, name), name)
     out += _check_datasets(cfg)
     out += _check_cross(cfg)
+    out += foreign_key_problems(cfg)
     return out

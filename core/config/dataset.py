@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.config.fields import _f
 from core.data.video import CLIP_MODES as CLIP_CHOICES  # datasets.N.clips (video families)
+from core.fields import _f
 
 CAPTION_STRATEGIES = ("textfile", "filename", "jsonl", "instance_prompt")
 

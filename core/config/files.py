@@ -12,6 +12,7 @@ from typing import Any, get_type_hints
 
 import tomli_w
 
+from core.config.family_options import owner
 from core.config.schema import CONFIG_VERSION, SECTION_TYPES, SECTIONS, Config, DatasetConfig
 from core.config.values import convert_value, unknown_key
 from core.problems import ConfigError, Problem, error
@@ -96,8 +97,8 @@ def dumps_config(cfg: Config) -> str:
     """Canonical TOML: `version`, then every section with every key, in declaration order
     (no datasets: no `[[datasets]]` table). Presets are stored in this form. Keys that
     apply to a video family only (metadata `video`) are left out for any other family,
-    and an edit family's (metadata `edit`) for any but an edit family; loading gives them
-    their defaults."""
+    an edit family's (metadata `edit`) for any but an edit family, and a family's own
+    keys (its options.py) for any other family; loading gives them their defaults."""
     from core.models.registry import family_or_defaults
 
     data = config_to_dict(cfg)
@@ -106,7 +107,7 @@ def dumps_config(cfg: Config) -> str:
                                     ("edit", family.control_images > 0)) if not used]
     for section, table in [("datasets", d) for d in data["datasets"]] + [
             (name, data[name]) for name in SECTION_TYPES]:
-        for key in _tagged_keys(section, unused):
+        for key in _tagged_keys(section, unused) + _other_families_keys(section, cfg):
             table.pop(key, None)
     if not data["datasets"]:
         del data["datasets"]  # tomli_w would write `datasets = []` above [model]
@@ -118,6 +119,15 @@ def _tagged_keys(section: str, tags: list[str]) -> list[str]:
     ("video": they apply to video families only; "edit": to edit families)."""
     cls = DatasetConfig if section == "datasets" else SECTION_TYPES[section]
     return [f.name for f in dataclasses.fields(cls) if any(f.metadata.get(t) for t in tags)]
+
+
+def _other_families_keys(section: str, cfg: Config) -> list[str]:
+    """The keys of a section that another family than model.family declares (its
+    options.py), left out of the saved file as a video key is for a still family."""
+    if section == "datasets":
+        return []
+    return [f.name for f in dataclasses.fields(SECTION_TYPES[section])
+            if owner(f) not in ("", cfg.model.family)]
 
 
 def save_config(cfg: Config, path: str | Path) -> None:

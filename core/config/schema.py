@@ -7,26 +7,44 @@ A new key is one field here; a new section is one field of `Config` (and its dat
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import get_type_hints
+from typing import Any, get_type_hints
 
 from core.config.dataset import DatasetConfig
-from core.config.fields import _f
+from core.config.family_options import with_family_options
 from core.config.optimizers import OPTIMIZER_NAMES
+from core.fields import _f
 from core.models.adapters import LORA_KINDS
 from core.models.objectives import LOSS_WEIGHTINGS, MODE_SCALE, TIMESTEP_SAMPLINGS
-from core.models.registry import DEFAULT_FAMILY
+from core.models.registry import DEFAULT_FAMILY, families
 from core.models.registry import FAMILY_NAMES as FAMILIES
 
 CONFIG_VERSION = 1
 QUANTIZE_CHOICES = ("none", "int8", "fp8", "nf4")
 PREDICTION_TYPES = ("auto", "epsilon", "v_prediction")
 DISTRIBUTED_CHOICES = ("ddp", "fsdp", "deepspeed")  # launch.distributed (issue 26 item 7)
-EXPERT_CHOICES = ("both", "high_noise", "low_noise")  # model.experts (issue 23)
+
+
+def _where(holds: Callable[[Any], Any]) -> str:
+    """The families for which `holds(FAMILY)` is true, for a help text (from the
+    registry, so a new family is listed by itself)."""
+    return ", ".join(f.name for f in families() if holds(f)) or "none"
+
+
+def _auto_sampling() -> str:
+    """Each flow family's own timestep sampling, grouped: "logit_normal for sd3, ..."."""
+    laws: dict[str, list[str]] = {}
+    for f in families():
+        if f.prediction == "flow_matching":
+            laws.setdefault(f.timestep_sampling, []).append(f.name)  # type: ignore[attr-defined]
+    return "; ".join(f"{law} for {', '.join(names)}" for law, names in laws.items())
 
 
 @dataclass
-class ModelConfig:
+class SharedModelConfig:
+    """[model]: the keys every family reads; ModelConfig adds the families' own."""
+
     family: str = _f(DEFAULT_FAMILY, label="Model family", choices=FAMILIES,
                      help="Architecture of the base model.")
     path: str = _f(f"tiny:{DEFAULT_FAMILY}", label="Model path", kind="model_path",
@@ -48,14 +66,6 @@ class ModelConfig:
                               help="What the denoiser predicts (epsilon/v families): auto "
                                    "reads the scheduler config; set epsilon for SD2-base "
                                    "files, v_prediction for SD2-768 and v-pred fine-tunes.")
-    experts: str = _f("both", label="Experts to train", choices=EXPERT_CHOICES, video=True,
-                      advanced=True,
-                      help="Two-expert models (Wan 2.2 A14B: a high-noise transformer "
-                           "above the model's boundary_ratio, a low-noise one below): both "
-                           "trains a LoRA on each, every sample going to the expert of its "
-                           "noise level; high_noise or low_noise trains that expert alone, "
-                           "its noise levels drawn only from its range (the usual draw, "
-                           "renormalised inside it). One-transformer models take only both.")
     blocks_to_swap: int = _f(0, label="Blocks to swap", min=0, max=1000, blocks=True,
                              help="Keep this many of the denoiser's transformer blocks in "
                                   "host memory and copy each to the GPU just before it runs "
@@ -76,13 +86,18 @@ class ModelConfig:
                                          "Mistral, Qwen-Image's 7B on 16 GB).")
 
 
+ModelConfig = with_family_options("model", SharedModelConfig, "ModelConfig")
+
+
 @dataclass
 class TextCacheConfig:
     dir: str = _f("cache/text", label="Text-embedding cache folder", kind="path")
 
 
 @dataclass
-class TrainConfig:
+class SharedTrainConfig:
+    """[train]: the keys every family reads; TrainConfig adds the families' own."""
+
     method: str = _f("lora", label="Method", choices=("lora", "full"))
     lora_kind: str = _f("lora", label="Adapter kind", lora=True, choices=LORA_KINDS,
                         help="lora: low-rank update B x A (the usual LoRA). "
@@ -92,9 +107,9 @@ class TrainConfig:
                              "factors (few parameters). "
                              "loha: LyCORIS LoHa, the elementwise product of two "
                              "low-rank updates (more expressive at the same rank). "
-                             "diffusers loads lora and dora (and lokr on z_image and "
-                             "flux2); the others save only the kohya/LyCORIS "
-                             "(ComfyUI/A1111) file.")
+                             "diffusers loads lora and dora (and lokr on "
+                             f"{_where(lambda f: f.diffusers_lokr)}); the others save "
+                             "only the kohya/LyCORIS (ComfyUI/A1111) file.")
     lora_rank: int = _f(16, label="LoRA rank", lora=True, min=1, max=1024)
     lora_alpha: float = _f(0.0, label="LoRA alpha", lora=True, min=0.0, max=4096, advanced=True,
                            help="0 means alpha = rank.")
@@ -150,7 +165,8 @@ class TrainConfig:
                                   "(epsilon/v families; 0.05-0.1 is usual); 0 disables.")
     text_encoder_lora: bool = _f(False, label="Train text encoder (LoRA)", lora=True, ddpm=True,
                                  advanced=True,
-                                 help="sd15/sd2/sdxl: LoRA on the CLIP text encoder(s) too; "
+                                 help=f"{_where(lambda f: f.text_encoder_lora_targets)}: "
+                                      "LoRA on the CLIP text encoder(s) too; "
                                       "captions are then encoded at train time, not from "
                                       "the text cache.")
     text_encoder_lr: float = _f(0.0, label="Text-encoder learning rate", min=0.0, max=1.0,
@@ -201,8 +217,7 @@ class TrainConfig:
     timestep_sampling: str = _f("auto", label="Timestep sampling", flow=True,
                                 choices=("auto", *TIMESTEP_SAMPLINGS), advanced=True,
                                 help="Flow families: how training noise levels are drawn. "
-                                     "auto: the family's own (logit_normal for sd3, flux, "
-                                     "flux2, chroma; uniform for z_image, qwen_image); "
+                                     f"auto: the family's own ({_auto_sampling()}); "
                                      "logit_normal (SD3 paper), uniform, mode (SD3 paper's "
                                      "mode sampling, train.mode_scale), sigmoid (kohya's: "
                                      "logit-normal, never shifted).")
@@ -220,9 +235,9 @@ class TrainConfig:
     flow_shift: float = _f(0.0, label="Flow shift", flow=True, min=0.0, max=100.0, advanced=True,
                            help="Flow families: shift of the training noise levels, "
                                 "s*t/(1+(s-1)*t), above 1 for more noise. 0: the family's "
-                                "own (the scheduler's shift, e.g. 3 for SD3; none where "
-                                "the scheduler shifts by resolution at inference: flux, "
-                                "flux2, chroma, qwen_image).")
+                                "own (its scheduler config's shift, e.g. 3 for SD3; none "
+                                "where that scheduler shifts by resolution at inference, "
+                                "use_dynamic_shifting).")
     loss_weighting: str = _f("auto", label="Loss weighting", flow=True,
                              choices=("auto", *LOSS_WEIGHTINGS), advanced=True,
                              help="Flow families: per-sample loss weights as diffusers' "
@@ -230,9 +245,14 @@ class TrainConfig:
                                   "own (none).")
     guidance: float = _f(0.0, label="Training guidance", min=0.0, max=100.0, advanced=True,
                          guidance=True,
-                         help="Guidance-distilled flux/flux2 (FLUX.1-dev, FLUX.2-dev): the "
+                         help="Guidance-distilled models of "
+                              f"{_where(lambda f: f.train_guidance is not None)} "
+                              "(FLUX.1-dev, FLUX.2-dev): the "
                               "guidance value given to the model in training. 0: the "
                               "family's own, 1.0 (diffusers' Flux script uses 3.5).")
+
+
+TrainConfig = with_family_options("train", SharedTrainConfig, "TrainConfig")
 
 
 @dataclass

@@ -207,11 +207,12 @@ class FamilyDefaults:
         """The run's settings a family reads from the Config onto its loaded model, before
         the trainer adds what it trains (Wan 2.2: model.experts, which expert trains):
         `load` gets no Config. Raises ValueError, naming the key, for a setting the loaded
-        model cannot take; here (one-transformer families) any model.experts but "both"."""
-        if cfg.model.experts != "both":
-            raise ValueError(f"model.experts is {cfg.model.experts!r}, which picks one expert "
-                             f"of a two-expert model, but {self.name} models have one "
-                             "denoiser; set model.experts = \"both\"")
+        model cannot take."""
+
+    def trained_denoisers(self, cfg: Any, loaded: int) -> int:
+        """How many of the `loaded` denoisers (Wan 2.2: two experts) the run trains, for
+        the memory estimate: all by default."""
+        return loaded
 
 
 class ModelFamily(Protocol):
@@ -263,6 +264,9 @@ class ModelFamily(Protocol):
 
     def configure_run(self, c: Components, cfg: Any) -> None:
         """The run's family-read settings onto the loaded model (FamilyDefaults')."""
+
+    def trained_denoisers(self, cfg: Any, loaded: int) -> int:
+        """How many loaded denoisers the run trains (FamilyDefaults')."""
 
     def encode_controls(self, c: Components, controls: list[Any]) -> dict[str, Any]:
         """An edit family's cached control latents (FamilyDefaults')."""

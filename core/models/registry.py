@@ -2,14 +2,17 @@
 
 The families are the packages under core/models/families/ (one folder each, see that
 package's docstring), discovered with pkgutil: adding a folder adds a family, and no list
-of names is kept by hand. Importing a family package is cheap (torch, diffusers and
-transformers load inside its functions).
+of names is kept by hand. A family's package declares only ORDER; its family.py (FAMILY)
+is imported here on first use, and its options.py (OPTIONS, its own config keys) when
+the schema is built. Importing a family is cheap (torch, diffusers and transformers load
+inside its functions).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import pkgutil
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -47,8 +50,10 @@ def family_module(name: str) -> ModuleType:
 
 
 def get_family(name: str) -> ModelFamily:
-    """The `FAMILY` object of core.models.families.<name> (imports its family.py)."""
-    family = family_module(name).FAMILY
+    """The `FAMILY` object of core.models.families.<name>.family (imported on first use:
+    listing the families imports only their packages)."""
+    family_module(name)  # an unknown name is refused naming the known ones
+    family = importlib.import_module(f"{_PACKAGE}.{name}.family").FAMILY
     if family.name != name:
         raise RuntimeError(f"core/models/families/{name}: FAMILY.name is {family.name!r}, "
                            f"not its folder's name {name!r}; make them the same")
@@ -62,6 +67,22 @@ def family_or_defaults(name: str) -> ModelFamily:
     from core.models.base import FamilyDefaults
 
     return get_family(name) if name in _modules() else FamilyDefaults()  # type: ignore[return-value]
+
+
+def family_options(section: str) -> list[tuple[str, type]]:
+    """(family name, dataclass) of every family that declares its own keys of the config
+    section `section` ("model", "train", ...): the `OPTIONS` table of its options.py,
+    {section: dataclass}, which imports nothing heavy (core/config/family_options.py
+    merges them into the schema)."""
+    out = []
+    for name in _modules():
+        module_name = f"{_PACKAGE}.{name}.options"
+        if importlib.util.find_spec(module_name) is None:
+            continue
+        declared = importlib.import_module(module_name).OPTIONS
+        if section in declared:
+            out.append((name, declared[section]))
+    return out
 
 
 def families() -> list[ModelFamily]:

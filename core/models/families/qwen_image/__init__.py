@@ -1,14 +1,4 @@
 """The qwen_image family: family.py (FAMILY), tiny.py (tiny:qwen_image), full_size/
 (random:qwen_image)."""
 
-from typing import Any
-
 ORDER = 90  # place in the family lists (registry.list_families)
-
-
-def __getattr__(attr: str) -> Any:
-    # FAMILY imports family.py on first use: listing the families stays import-free.
-    if attr == "FAMILY":
-        from core.models.families.qwen_image.family import FAMILY
-        return FAMILY
-    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")

@@ -1,14 +1,4 @@
 """The sd2 family: family.py (FAMILY), tiny.py (tiny:sd2), full_size/
 (random:sd2)."""
 
-from typing import Any
-
 ORDER = 20  # place in the family lists (registry.list_families)
-
-
-def __getattr__(attr: str) -> Any:
-    # FAMILY imports family.py on first use: listing the families stays import-free.
-    if attr == "FAMILY":
-        from core.models.families.sd2.family import FAMILY
-        return FAMILY
-    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")

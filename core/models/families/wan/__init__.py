@@ -5,14 +5,4 @@ expert_files.py (a LoRA file per expert), expert_checks.py (model.experts), tiny
 (tiny:wan_i2v); Wan 2.2 TI2V-5B: ti2v.py (per-token timesteps), tiny_ti2v/
 (tiny:wan_ti2v); pipelines.py (the validation pipelines)."""
 
-from typing import Any
-
 ORDER = 100  # place in the family lists (registry.list_families)
-
-
-def __getattr__(attr: str) -> Any:
-    # FAMILY imports family.py on first use: listing the families stays import-free.
-    if attr == "FAMILY":
-        from core.models.families.wan.family import FAMILY
-        return FAMILY
-    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")

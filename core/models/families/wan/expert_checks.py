@@ -9,10 +9,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from core.models.families.wan.options import EXPERT_CHOICES
 from core.models.source import model_source
 from core.problems import Problem, error
 
-BOTH, HIGH, LOW = "both", "high_noise", "low_noise"  # model.experts
+BOTH, HIGH, LOW = EXPERT_CHOICES  # model.experts
 TWO_EXPERT_TINY = "wan22"  # tiny:wan22 (tiny22/); tiny:wan has one transformer
 
 

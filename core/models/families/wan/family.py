@@ -206,6 +206,10 @@ class WanFamily(FlowFamily):
         if experts is not None:
             experts.trained_expert = cfg.model.experts
 
+    def trained_denoisers(self, cfg: Any, loaded: int) -> int:
+        """Both experts with model.experts = "both", else the one it names."""
+        return loaded if cfg.model.experts == BOTH else 1
+
     def denoiser_stacks(self, denoiser: Any) -> list[list[Any]]:
         """One stack per expert of a two-expert model (each swaps its own blocks)."""
         from core.models.families.wan.experts import WanExperts

@@ -1,5 +1,7 @@
 """Field metadata, which drives conversion, validation, docs/config.md and the UI form:
-`meta` and `_f`, the dataclass field that carries it (core/config/schema.py)."""
+`meta` and `_f`, the dataclass field that carries it (core/config/schema.py, and a
+family's options.py). Outside the core.config package so that a family's options.py
+imports it without building the config first (the schema imports those options)."""
 
 from __future__ import annotations
 

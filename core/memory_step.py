@@ -4,6 +4,7 @@ frames (a video family's clips) and its shape in latents (core/memory_estimate.p
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -30,20 +31,23 @@ def step_shape(cfg: Config, sizes: ModelSizes, pixels: tuple[int, int] | None = 
                ) -> StepShape:
     """The largest step (`pixels`, else step_pixels(cfg)) in latents, the batch and
     dtype."""
-    from core.data.video import latent_frames
+    from core.models.geometry import vae_geometry
     from core.models.memory_activations import StepShape
+    from core.models.registry import family_or_defaults
 
     width, height = pixels or step_pixels(cfg)
-    vae = sizes.vae.config if sizes.vae else {}
-    # A VAE that says its spatial factor (Wan's: 8, Wan 2.2 TI2V-5B's 16, which packs
-    # 2x2 pixels before its 8x); else 2 per level after the first.
-    levels = len(vae.get("block_out_channels", (0,) * 4))
-    scale = int(vae.get("scale_factor_spatial") or 2 ** (levels - 1))
+    geometry = family_or_defaults(cfg.model.family).geometry
+    # The loaded model's VAE config says its factors (Wan 2.2 TI2V-5B's 16, where Wan's
+    # family declares 8); without one, the family's.
+    if sizes.vae:
+        _, scale, temporal = vae_geometry(sizes.vae.config)
+    else:
+        scale, temporal = geometry.spatial_compression, geometry.temporal_compression
+    frames = replace(geometry, temporal_compression=temporal).latent_frames(step_frames(cfg))
     half = cfg.train.mixed_precision in ("fp16", "bf16")
     return StepShape(math.ceil(height / scale), math.ceil(width / scale),
                      cfg.train.batch_size, 2 if half else FP32,
-                     cfg.train.gradient_checkpointing, latent_frames(step_frames(cfg)),
-                     1 + step_controls(cfg))
+                     cfg.train.gradient_checkpointing, frames, 1 + step_controls(cfg))
 
 
 def step_controls(cfg: Config) -> int:

@@ -17,14 +17,13 @@ from core.data.video import (
     BadClip,
     ClipInfo,
     clip_sample_count,
-    frame_count_hint,
     frame_indices,
     probe_clip,
     read_frames,
-    valid_frame_count,
     write_synthetic_clip,
     write_video,
 )
+from core.models.registry import get_family
 
 
 def _centre(image: Image.Image, color: tuple[int, int, int], tol: int = 60) -> tuple[float, float]:
@@ -333,8 +332,9 @@ def test_write_video_refuses_nothing_to_write_and_leaves_no_file(tmp_path: Path)
 # ---------------------------------------------------------------- frame counts
 
 
-def test_valid_frame_count_is_4k_plus_1():
-    assert [n for n in range(0, 22) if valid_frame_count(n)] == [1, 5, 9, 13, 17, 21]
-    assert frame_count_hint(16).endswith("use 13 or 17")
-    assert frame_count_hint(18).endswith("use 17 or 21")
-    assert frame_count_hint(0).endswith("use 1")
+def test_wans_frame_rule_is_4k_plus_1():
+    wan = get_family("wan").geometry
+    assert [n for n in range(0, 22) if wan.valid_frames(n)] == [1, 5, 9, 13, 17, 21]
+    assert wan.frames_hint(16).endswith("use 13 or 17")
+    assert wan.frames_hint(18).endswith("use 17 or 21")
+    assert wan.frames_hint(0).endswith("use 1")

@@ -98,6 +98,30 @@ class CachePlan:
         return [job for ds in self.datasets for job in ds.mask_jobs if job is not None]
 
 
+# How each dataset key reaches a VAE entry: the metadata key that records it (a change
+# there makes the entry stale, so it is rebuilt), or why the latents do not depend on it.
+# A new dataset key goes in one of the two; tests/test_seams.py fails otherwise.
+IN_ENTRY_METADATA = {
+    "images": "source",  # the source file's path, size and mtime
+    "resolution": "resolution",
+    "bucketing": "bucket",
+    "crop": "box",
+    "frames": "frames", "fps": "frames", "clips": "frames", "clip_count": "frames",
+    "control": "control0_source", "control_2": "control1_source",
+    "control_3": "control2_source",
+}
+NOT_IN_LATENTS = {
+    "id": "names the dataset",
+    "vae_cache": "is where the entries are",
+    "caption": "captions go to the text cache, keyed by their text",
+    "instance_prompt": "captions go to the text cache, keyed by their text",
+    "repeats": "sampling only", "probability": "sampling only",
+    "shuffle_tags": "captions at train time", "keep_tokens": "captions at train time",
+    "masks": "mask entries carry their own file's stamps (mask_source)",
+    "regularization": "weighs the loss only",
+}
+
+
 def text_entry_path(text_dir: Path, caption: str, images: tuple[Path, ...] = ()) -> Path:
     """The entry of a caption, or of a caption read with control images (keyed by their
     paths too: the same caption with another control image is another embedding)."""

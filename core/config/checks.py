@@ -333,11 +333,11 @@ def _check_lora_kind(cfg: Config) -> list[Problem]:
 
 
 def _check_frames(cfg: Config) -> list[Problem]:
-    """Frame counts a video family's VAE takes (4k + 1); a still-image family ignores
-    them, and says so for validation.frames, the one a user sets for stills by mistake."""
-    from core.data.video import frame_count_hint, valid_frame_count
-
-    if not _family(cfg).video:
+    """Frame counts a video family's VAE takes (its geometry's rule); a still-image
+    family ignores them, and says so for validation.frames, the one a user sets for
+    stills by mistake."""
+    geometry = _family(cfg).geometry
+    if not geometry.video:
         if cfg.validation.frames > 1:
             return [Problem("warning", "validation.frames",
                             f"is {cfg.validation.frames}, but model.family = "
@@ -345,7 +345,8 @@ def _check_frames(cfg: Config) -> list[Problem]:
         return []
     keys = [(f"datasets.{i}.frames", ds.frames) for i, ds in enumerate(cfg.datasets)]
     keys.append(("validation.frames", cfg.validation.frames))
-    return [error(key, frame_count_hint(n)) for key, n in keys if not valid_frame_count(n)]
+    return [error(key, geometry.frames_hint(n)) for key, n in keys
+            if not geometry.valid_frames(n)]
 
 
 def validate_config(cfg: Config) -> list[Problem]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from core.data.video import CLIP_MODES as CLIP_CHOICES  # datasets.N.clips (video families)
 from core.fields import _f
+from core.models.registry import frame_rules
 
 CAPTION_STRATEGIES = ("textfile", "filename", "jsonl", "instance_prompt")
 
@@ -52,9 +53,9 @@ class DatasetConfig:
                          "names it). Must not be or lie inside an images or cache folder.")
     # Video families (issue 23): how clips become training samples.
     frames: int = _f(17, label="Frames per sample", min=1, max=1025, video=True,
-                     help="Frames each clip sample holds: 4k + 1 (1, 5, 9, 17, 33, 81), as "
-                          "the Wan VAE needs. Clips with fewer (after fps) are skipped; "
-                          "images in the folder train as one frame.")
+                     help="Frames each clip sample holds, as the family's VAE takes them "
+                          f"({frame_rules()}). Clips with fewer (after fps) are "
+                          "skipped; images in the folder train as one frame.")
     fps: float = _f(16.0, label="Frames per second", min=0.0, max=240.0, video=True,
                     help="Resample clips to this rate before taking frames (Wan is trained "
                          "at 16); 0 keeps each clip's own rate.")

@@ -17,7 +17,7 @@ from core.config.optimizers import OPTIMIZER_NAMES
 from core.fields import _f
 from core.models.adapters import LORA_KINDS
 from core.models.objectives import LOSS_WEIGHTINGS, MODE_SCALE, TIMESTEP_SAMPLINGS
-from core.models.registry import DEFAULT_FAMILY, families
+from core.models.registry import DEFAULT_FAMILY, families, frame_rules
 from core.models.registry import FAMILY_NAMES as FAMILIES
 
 CONFIG_VERSION = 1
@@ -267,7 +267,8 @@ class ValidationConfig:
     guidance_scale: float = _f(5.0, label="Guidance scale", min=0.0, max=100.0, advanced=True)
     resolution: int = _f(512, label="Validation resolution", min=64, max=4096, advanced=True)
     frames: int = _f(1, label="Validation frames", min=1, max=1025, video=True,
-                     help="Video families: frames per validation video (4k + 1), written "
+                     help=f"Video families: frames per validation video ({frame_rules()}), "
+                          "written "
                           "as validation/step_NNNNNN/NN.mp4 beside the first frame's NN.png; "
                           "1 draws stills.")
     fps: float = _f(16.0, label="Validation video fps", min=1.0, max=240.0, video=True,

@@ -259,25 +259,6 @@ def _to_image(path: Path, frame, sar: Fraction | None) -> Image.Image:
     return image.transpose(getattr(Image.Transpose, turn)) if turn else image
 
 
-def valid_frame_count(frames: int) -> bool:
-    """Wan's VAE keeps the first frame and packs each further 4 into one latent: 4k + 1."""
-    return frames >= 1 and (frames - 1) % 4 == 0
-
-
-def latent_frames(frames: int) -> int:
-    """Latent frames of a clip of `frames` (4k + 1) frames: the video VAE keeps the first
-    and packs each further 4 into one."""
-    return 1 + max(frames - 1, 0) // 4
-
-
-def frame_count_hint(frames: int) -> str:
-    """Why `frames` is refused and the nearest values that work, for a check message."""
-    below = (frames - 1) // 4 * 4 + 1
-    choices = f"{below} or {below + 4}" if below >= 1 else "1"
-    return (f"{frames} frames is not 4k + 1 (1, 5, 9, 13, 17, ...; Wan's VAE keeps the first "
-            f"frame and packs each further 4 into one latent); use {choices}")
-
-
 def pick_encoder() -> str:
     """The first of ENCODERS this PyAV build has; RuntimeError naming the fix otherwise."""
     import av

@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from core.models.geometry import STILLS, Geometry
+
 
 @dataclass
 class Components:
@@ -83,9 +85,15 @@ class FamilyDefaults:
     never a family's name, so a new family folder needs no change outside it."""
 
     name: str = ""
-    # A video family (Wan): its datasets may hold clips (datasets.N.frames), its latents
-    # keep a frame axis, and validation samples validation.frames frames.
-    video: bool = False
+    # What the VAE and denoiser do to a sample's shape (core/models/geometry.py): stills
+    # by default; a video family (Wan) declares its frame rule and compression.
+    geometry: Geometry = STILLS
+
+    @property
+    def video(self) -> bool:
+        """A video family: its datasets may hold clips (datasets.N.frames), its latents
+        keep a frame axis, and validation samples validation.frames frames."""
+        return self.geometry.video
     # flux/flux2: guidance value a guidance-distilled model gets in training (None: the
     # family has no guidance-distilled models, and train.guidance is refused at check).
     train_guidance: float | None = None
@@ -223,6 +231,7 @@ class ModelFamily(Protocol):
     # StableDiffusionFamily says True, FlowFamily False: a family on either inherits it.
     uses_min_snr: bool
     # Optional members with defaults in FamilyDefaults (see there).
+    geometry: Geometry
     video: bool
     train_guidance: float | None
     max_sequence_length: int | None

@@ -35,6 +35,7 @@ from typing import Any
 from core.models import loading
 from core.models.adapters import adapter_kind, diffusers_kinds
 from core.models.base import Components, FamilyDefaults, NoiseSample
+from core.models.geometry import Geometry
 from core.models.lora_files import (
     adapter_weights,
     base_weights,
@@ -81,6 +82,8 @@ class FlowFamily(FamilyDefaults):
     parts. Training knobs are attributes so a trainer may override them per instance."""
 
     name = "flow"
+    # A 16-channel 8x VAE under a transformer that packs 2x2 latents (SD3, Flux, ...).
+    geometry = Geometry(latent_channels=16)
     prediction = "flow_matching"
     text_encoder_count = 2
     uses_min_snr = False  # min-SNR is not defined for flow matching: loss ignores it

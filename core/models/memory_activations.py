@@ -100,7 +100,7 @@ class StepShape:
     batch: int
     dtype_bytes: int  # the compute dtype's: 2 under fp16/bf16 autocast, else 4
     checkpointing: bool
-    # A video family's latent frames per sample (1 + (frames - 1) / 4 for Wan's VAE):
+    # A video family's latent frames per sample (Geometry.latent_frames):
     # the image tokens of every block, and a VAE encode, multiply by them.
     latent_frames: int = 1
     # An edit family joins each control image's tokens to the target's (FLUX.1 Kontext,

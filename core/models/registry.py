@@ -85,6 +85,12 @@ def family_options(section: str) -> list[tuple[str, type]]:
     return out
 
 
+def frame_rules() -> str:
+    """Each video family's frame rule, for help texts ("wan: 4k + 1")."""
+    return "; ".join(f"{f.name}: {f.geometry.frame_rule()}" for f in families()
+                     if f.geometry.video) or "no video family"
+
+
 def families() -> list[ModelFamily]:
     """Every FAMILY, in display order."""
     return [get_family(name) for name in _modules()]

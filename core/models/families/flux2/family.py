@@ -49,6 +49,7 @@ from typing import Any
 from core.models import loading
 from core.models.base import Components, NoiseSample
 from core.models.flow import FlowFamily
+from core.models.geometry import Geometry
 from core.models.modules import freeze, unwrap
 from core.models.objectives import standard_noise
 
@@ -71,6 +72,7 @@ LORA_EXTRA = ["attn.add_k_proj", "attn.add_q_proj", "attn.add_v_proj", "attn.to_
 
 class Flux2Family(FlowFamily):
     name = "flux2"
+    geometry = Geometry(latent_channels=32)  # its own 32-channel VAE
     block_lists = ("transformer_blocks", "single_transformer_blocks")
     # Original-format single files and diffusers folders (core/models/loading.py).
     # before flux: FLUX.2 has double_blocks too

@@ -47,6 +47,7 @@ from typing import Any
 from core.models import loading
 from core.models.base import Components, NoiseSample
 from core.models.flow import FlowFamily
+from core.models.geometry import Geometry
 from core.models.modules import encode_causal_latents, unwrap
 
 # diffusers' train_dreambooth_lora_qwen_image.py default (--lora_layers unset).
@@ -97,6 +98,8 @@ def validation_call_kwargs(transformer: Any, guidance_scale: float | None,
 
 class QwenImageFamily(FlowFamily):
     name = "qwen_image"
+    # Wan's causal video VAE, given one frame (its temporal factor unused for stills).
+    geometry = Geometry(latent_channels=16, temporal_compression=4)
     block_lists = ("transformer_blocks",)
     # Original-format single files and diffusers folders (core/models/loading.py).
     # its text RMSNorm (diffusers and ComfyUI names)

@@ -22,6 +22,7 @@ from typing import Any
 from core.models import loading
 from core.models.adapters import DIFFUSERS_KINDS, adapter_kind
 from core.models.base import Components, FamilyDefaults, NoiseSample
+from core.models.geometry import Geometry
 from core.models.lora_files import (
     adapter_weights,
     base_weights,
@@ -48,6 +49,8 @@ class StableDiffusionFamily(FamilyDefaults):
     """SD 1.x; subclasses change the class attributes and override what differs."""
 
     name = "sd15"
+    # The UNet halves its latent three times: pixel sides a multiple of 8 x 8.
+    geometry = Geometry(spatial_multiple=64)
     # Original-format single files and diffusers folders (core/models/loading.py).
     # last: any SD UNet's keys
     single_file_markers = ("cond_stage_model.transformer.", "model.diffusion_model.input_blocks.")
@@ -274,4 +277,4 @@ def _text_model_names(peft_sd: dict[str, Any], encoder: Any) -> dict[str, Any]:
 FAMILY = StableDiffusionFamily()
 # The demo's base, tiny:sd15-shapes: this architecture with committed trained weights. On
 # the instance, so sd2 and sdxl (subclasses) do not inherit it.
-FAMILY.trained_tiny = (("sd15-shapes", "core.models.tiny.shapes"),)
+FAMILY.trained_tiny = (("sd15-shapes", "core.models.families.sd15.shapes"),)

@@ -83,6 +83,7 @@ from core.models.families.wan.ti2v import (
     token_timesteps,
 )
 from core.models.flow import FlowFamily
+from core.models.geometry import Geometry
 from core.models.modules import encode_causal_latents, freeze, unwrap
 
 ATTENTION = ["attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
@@ -131,7 +132,10 @@ def save_comfy(module: Any, peft_sd: dict[str, Any], config: Any, path: Path) ->
 class WanFamily(FlowFamily):
     name = "wan"
     block_lists = ("blocks",)
-    video = True
+    # Wan's causal VAE: 4k + 1 frames, 4 to a latent frame, 8x8 pixels to a latent; the
+    # transformer packs 2x2 latents (TI2V-5B's VAE packs 2x2 pixels first: 16x16).
+    geometry = Geometry(video=True, frame_step=4, temporal_compression=4,
+                        latent_channels=16, spatial_multiple=16)
     # Original-format single files (the diffusion model alone) and diffusers folders.
     single_file_markers = ("head.modulation",)
     single_file_rank = 40

@@ -1,8 +1,8 @@
 """Train the demo's base model, `tiny:sd15-shapes`, and write weights.safetensors beside
 this file. Run once by a developer; the demo only loads the result.
 
-    .venv/bin/python -m core.models.tiny.shapes.pretrain            # ~20 min on 2 CPU cores
-    .venv/bin/python -m core.models.tiny.shapes.pretrain --preview grid.png
+    .venv/bin/python -m core.models.families.sd15.shapes.pretrain            # ~20 min on 2 CPU cores
+    .venv/bin/python -m core.models.families.sd15.shapes.pretrain --preview grid.png
 
 Two phases, each from a fixed seed:
 1. The autoencoder (the tiny SD1.5 VAE's architecture) learns to reconstruct the
@@ -160,7 +160,7 @@ def reuse_vae(path: Path, s: PretrainSettings) -> Any:
     import torch
 
     from core.models.families.sd15.tiny import SD_VAE_SCALING
-    from core.models.tiny.shapes import load_weights
+    from core.models.families.sd15.shapes import load_weights
     from core.models.tiny.vae import tiny_vae
 
     state, metadata = load_weights(path)
@@ -220,7 +220,7 @@ def train_unet(s: PretrainSettings, latents: Any, captions: list[str],
     import torch.nn.functional as F
 
     from core.models.families.sd15.tiny import tiny_unet
-    from core.models.tiny.shapes import zero_snr_scheduler
+    from core.models.families.sd15.shapes import zero_snr_scheduler
 
     torch.manual_seed(s.seed)
     unet = tiny_unet()
@@ -282,7 +282,7 @@ def text_side(seed: int, workdir: Path) -> tuple[Any, Any]:
     from transformers import CLIPTextModel
 
     from core.models.tiny.clip import clip_tokenizer, tiny_clip_config
-    from core.models.tiny.shapes import WORDS
+    from core.models.families.sd15.shapes import WORDS
 
     torch.manual_seed(seed + 2)
     text_encoder = CLIPTextModel(tiny_clip_config(words=WORDS))
@@ -302,7 +302,7 @@ def save_weights(path: Path, parts: dict[str, Any], s: PretrainSettings,
     meta = {"settings": json.dumps(asdict(s)),
             "vae_scaling_factor": str(parts["vae"].config.scaling_factor),
             "train_seconds": f"{seconds:.0f}",
-            "script": "core/models/tiny/shapes/pretrain.py"}
+            "script": "core/models/families/sd15/shapes/pretrain.py"}
     save_file(tensors, str(path), metadata=meta)
 
 

@@ -11,14 +11,9 @@ import sys
 from pathlib import Path
 
 from core import ops
-from core.check import CheckReport
 from core.config import Config, LaunchConfig
 from core.exits import EXIT_INVALID, EXIT_OK, EXIT_STOPPED
 from core.libraries import leave_out_unused_libraries
-from core.models.adapters import LYCORIS_ONLY_NOTE
-from core.presets import is_demo
-from core.runs.folder import RunFolder
-from core.runs.outputs import saved_loras, tensorboard_command
 
 FOLLOW_GRACE_S = 120.0  # a Ctrl-C gives the trainer this long to save
 
@@ -37,69 +32,23 @@ def complain(exc: ops.OpError) -> int:
 def summarize_run(run_dir: Path, state: str, workspace: Path,
                   launch: LaunchConfig | None = None) -> None:
     """Where the results are, and how to resume; `launch`: this machine's place."""
-    launch = launch or LaunchConfig()
-    several = launch.num_machines > 1
-    folder = RunFolder(run_dir)
-    say(f"run {state}: {run_dir}" + (f" (machine {launch.machine_rank} of "
-                                     f"{launch.num_machines})" if several else ""))
-    if folder.lora_weights.exists():
-        say(f"LoRA: {folder.lora_weights}")
-    else:
-        lycoris = sorted(folder.lora.glob("*.safetensors")) if folder.lora.is_dir() else []
-        if lycoris:  # train.lora_kind = lokr/loha: no diffusers file (adapters.py)
-            say(f"LoRA: {lycoris[0]} ({LYCORIS_ONLY_NOTE})")
-    saved = saved_loras(folder)
-    if saved:
-        steps = (f"step {saved[0].step}" if len(saved) == 1 else
-                 f"{len(saved)} saves, steps {saved[0].step} to {saved[-1].step}")
-        say(f"LoRAs by step: {folder.lora}/step_NNNNNN/ ({steps})")
-    if folder.tensorboard.is_dir():
-        say(f"TensorBoard: {tensorboard_command(folder)}")
-    rounds = folder.validation_rounds()
-    if rounds:
-        say(f"validation images: {rounds[-1]}")
-    if folder.validation_grid.exists():
-        say(f"before/after grid: {folder.validation_grid}")
-    # The saved config's relative paths resolve against this run's workspace.
-    command = (f"python app.py --no-ui --workspace {workspace} --config {folder.config} "
-               "--resume")
-    resumable = bool(folder.checkpoint_folders())  # --resume refuses a run without one
-    if state == "done" and not several and resumable:
-        say(f"train it further with: {command} --set train.max_steps=N (N above the last "
-            "step)")
-    if state in ("stopped", "failed") and not resumable:
-        say("no checkpoint was saved, so it cannot be resumed; start it again with "
-            "another output.dir")
-    elif state in ("stopped", "failed"):
-        if several:  # the saved config says machine 0: each machine gives its own rank
-            say(f"resume on every machine with: {command} --set launch.machine_rank=N "
-                f"(this is machine {launch.machine_rank})")
-        else:
-            say(f"resume with: {command}")
+    for line in ops.run_summary(run_dir, state, workspace, launch):
+        say(line)
 
 
-def stage_cache(cfg: Config, workspace: Path, checked: CheckReport) -> int:
+def stage_cache(cfg: Config, workspace: Path, checked: ops.CheckReport) -> int:
     """Build the caches under the run manager, echoing the builder's log."""
-    from core.runs.console import make_console
-    from core.runs.foreground import follow_run
-    from core.runs.status import exit_code_for_state
-
     job = ops.start_cache(cfg, workspace, checked=checked)
     say(f"== cache (log: {job.log_path})")
-    state = follow_run(job.handle, make_console(sys.stdout), grace_s=FOLLOW_GRACE_S)
+    state, code = ops.follow_in_terminal(job.handle, sys.stdout, FOLLOW_GRACE_S)
     if state == "stopped":
         say("cache build stopped; entries written so far are kept")
-    if job.handle.returncode == EXIT_INVALID:
-        return EXIT_INVALID
-    return exit_code_for_state(state)
+    return EXIT_INVALID if job.handle.returncode == EXIT_INVALID else code
 
 
 def stage_caption(cfg: Config, workspace: Path) -> int:
     """Check `[captioning]`, then write captions in a job, echoing its log."""
     from core.problems import errors, errors_first
-    from core.runs.console import make_console
-    from core.runs.foreground import follow_run
-    from core.runs.status import exit_code_for_state
 
     say("== check (captioning)")
     problems = ops.check_captioning(cfg, workspace)
@@ -110,28 +59,21 @@ def stage_caption(cfg: Config, workspace: Path) -> int:
         return EXIT_INVALID
     job = ops.start_caption(cfg, workspace)
     say(f"== caption (log: {job.log_path})")
-    state = follow_run(job.handle, make_console(sys.stdout), grace_s=FOLLOW_GRACE_S)
-    if job.handle.returncode == EXIT_INVALID:
-        return EXIT_INVALID
-    return exit_code_for_state(state)
+    _, code = ops.follow_in_terminal(job.handle, sys.stdout, FOLLOW_GRACE_S)
+    return EXIT_INVALID if job.handle.returncode == EXIT_INVALID else code
 
 
 def stage_train(cfg: Config, workspace: Path, resume: str | None,
-                checked: CheckReport) -> int:
+                checked: ops.CheckReport) -> int:
     """Start the trainer under accelerate launch (it builds missing cache entries first)."""
-    from core.runs.console import make_console
-    from core.runs.foreground import follow_run
-    from core.runs.status import exit_code_for_state
-
     launched = ops.launch(cfg, workspace, resume=resume, checked=checked)
     for problem in launched.folder_notes:  # the check's warnings are printed already
         say(str(problem))
     say(f"== train: {launched.run_dir} (log: {launched.handle.folder.log})")
-    # A terminal gets one progress line redrawn in place, a log one every N steps.
-    state = follow_run(launched.handle, make_console(sys.stdout), grace_s=FOLLOW_GRACE_S)
+    state, code = ops.follow_in_terminal(launched.handle, sys.stdout, FOLLOW_GRACE_S)
     # Machine N > 0 follows its own folder; the results are in the run folder.
     summarize_run(ops.output_dir(cfg, workspace), state, workspace, cfg.launch)
-    return exit_code_for_state(state)
+    return code
 
 
 def stage_merge(cfg: Config, workspace: Path) -> int:
@@ -146,7 +88,7 @@ def stage_merge(cfg: Config, workspace: Path) -> int:
 def demo_notes(args: argparse.Namespace, cfg: Config, workspace: Path) -> list[str]:
     """The demo presets' set-up, which may change cfg.output.dir: a new run moves on to a
     free `-N` folder; a merge or a resume acts on the demo run trained last."""
-    if not is_demo(args.preset) or args.stage == "check":
+    if not ops.is_demo(args.preset) or args.stage == "check":
         return []
     if args.stage == "merge":  # reads only the run and its base: no images needed
         return ops.latest_demo_run(cfg, workspace)

@@ -50,8 +50,8 @@ def test_hue_share_tells_the_demo_colours_apart():
 def test_the_bases_tokenizer_has_the_demo_words_and_still_spells_anything(tmp_path: Path):
     """The demo base reads "green" as one token (a 3-layer encoder confused the spelled
     out colours); other tiny models keep the letter-only vocabulary."""
-    from core.models.tiny.clip import clip_tokenizer, tiny_clip_config
     from core.models.families.sd15.shapes import WORDS
+    from core.models.tiny.clip import clip_tokenizer, tiny_clip_config
 
     words = clip_tokenizer(tmp_path / "words", words=WORDS)
     assert words.tokenize("a green triangle on a black background") == [
@@ -90,8 +90,8 @@ def test_shapes_autoencoder_gives_back_the_shape_and_its_colour(tmp_path: Path):
     from diffusers import AutoencoderKL
 
     from core.data.synthetic import BACKGROUNDS, COLORS, draw_shape
-    from core.models.tiny import build_tiny_folder
     from core.models.families.sd15.shapes.pretrain import to_pixels
+    from core.models.tiny import build_tiny_folder
 
     build_tiny_folder("sd15-shapes", tmp_path)
     vae = AutoencoderKL.from_pretrained(str(tmp_path / "vae"), local_files_only=True)

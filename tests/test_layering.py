@@ -88,6 +88,17 @@ def test_ui_imports_core_only_through_the_actions() -> None:
     assert not outside, "the UI goes through core.ops:\n" + "\n".join(outside)
 
 
+def test_headless_goes_through_the_actions_as_the_ui_does() -> None:
+    """core/headless.py reaches core through core.ops (and the UI's type modules, and
+    core.libraries to leave out what its own process will not use)."""
+    allowed = (*UI_MAY_IMPORT, "core.libraries")
+    outside = [f"core/headless.py:{line} imports {name}"
+               for line, name in sorted(set(imported(REPO / "core" / "headless.py")))
+               if name.split(".")[0] == "core" and name != "core"
+               and not any(name == ok or name.startswith(ok + ".") for ok in allowed)]
+    assert not outside, "headless goes through core.ops:\n" + "\n".join(outside)
+
+
 def test_core_has_no_import_circles() -> None:
     cycle = find_cycle(core_graph())
     assert cycle is None, "import circle in core: " + " -> ".join(cycle or [])
@@ -107,7 +118,7 @@ def test_the_checks_see_a_circle_and_a_ui_import() -> None:
 # the cache, caption and training jobs are launched into; the check and the memory
 # estimate read everything the run will; the actions and the headless CLI sit on top.
 LAYERS = (
-    ("core.problems", "core.exits", "core.notices", "core.libraries"),
+    ("core.problems", "core.exits", "core.notices", "core.libraries", "core.fields"),
     ("core.data", "core.models"),
     ("core.config",),
     ("core.runs",),

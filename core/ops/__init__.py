@@ -89,11 +89,13 @@ from core.ops.runs import (
     saved_config,
     stop,
 )
+from core.ops.terminal import follow_in_terminal, run_summary
 from core.ops.uploads import dataset_name, upload_images, uploaded_dataset
 from core.ops.videos import clip_frames, validation_videos
 
 __all__ = [
     "LIVE_STATES", "PRESETS_DIR", "SERIES", "CacheJob", "CaptionJob", "CheckReport",
+    "follow_in_terminal", "run_summary",
     "Launched", "LogTail", "OpError", "RunFolder", "RunFollower", "RunHandle", "RunInfo",
     "attach", "bucket_histogram", "cache_files", "cache_status", "caches_complete",
     "cancel_queued", "caption_config", "check", "check_captioning", "check_model_source",

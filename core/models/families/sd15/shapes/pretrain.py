@@ -1,7 +1,7 @@
 """Train the demo's base model, `tiny:sd15-shapes`, and write weights.safetensors beside
 this file. Run once by a developer; the demo only loads the result.
 
-    .venv/bin/python -m core.models.families.sd15.shapes.pretrain            # ~20 min on 2 CPU cores
+    .venv/bin/python -m core.models.families.sd15.shapes.pretrain   # ~20 min on 2 CPU cores
     .venv/bin/python -m core.models.families.sd15.shapes.pretrain --preview grid.png
 
 Two phases, each from a fixed seed:
@@ -159,8 +159,8 @@ def reuse_vae(path: Path, s: PretrainSettings) -> Any:
     these VAE settings (the metadata must keep describing the file)."""
     import torch
 
-    from core.models.families.sd15.tiny import SD_VAE_SCALING
     from core.models.families.sd15.shapes import load_weights
+    from core.models.families.sd15.tiny import SD_VAE_SCALING
     from core.models.tiny.vae import tiny_vae
 
     state, metadata = load_weights(path)
@@ -219,8 +219,8 @@ def train_unet(s: PretrainSettings, latents: Any, captions: list[str],
     import torch
     import torch.nn.functional as F
 
-    from core.models.families.sd15.tiny import tiny_unet
     from core.models.families.sd15.shapes import zero_snr_scheduler
+    from core.models.families.sd15.tiny import tiny_unet
 
     torch.manual_seed(s.seed)
     unet = tiny_unet()
@@ -281,8 +281,8 @@ def text_side(seed: int, workdir: Path) -> tuple[Any, Any]:
     import torch
     from transformers import CLIPTextModel
 
-    from core.models.tiny.clip import clip_tokenizer, tiny_clip_config
     from core.models.families.sd15.shapes import WORDS
+    from core.models.tiny.clip import clip_tokenizer, tiny_clip_config
 
     torch.manual_seed(seed + 2)
     text_encoder = CLIPTextModel(tiny_clip_config(words=WORDS))

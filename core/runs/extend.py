@@ -10,11 +10,11 @@ config.toml get the new max_steps, which the resumed trainer reads.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 from core.config import Config, load_config, save_config
+from core.files import atomic_path
 from core.problems import Problem, error, warning
 from core.runs.folder import RunFolder, step_name
 from core.runs.prepare import RunDirError
@@ -57,12 +57,10 @@ def keep_final_outputs(run_dir: Path, step: int, method: str) -> list[str]:
     files = sorted(p for p in folder.lora.glob("*.safetensors") if p.is_file())
     if not files:
         return []
-    tmp = target.with_name(f".tmp-{target.name}")  # complete or absent, as the trainer's
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for path in files:
-        shutil.copy2(path, tmp / path.name)
-    os.replace(tmp, target)
+    # complete or absent, as the trainer's
+    with atomic_path(target, temp=f".tmp-{target.name}", folder=True) as tmp:
+        for path in files:
+            shutil.copy2(path, tmp / path.name)
     append_event(run_dir, {"type": "lora_saved", "step": step,
                            "folder": f"lora/{target.name}",
                            "paths": [str(target / p.name) for p in files]})

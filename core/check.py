@@ -159,11 +159,6 @@ def logging_problems(cfg: Config) -> list[Problem]:
     return problems
 
 
-ADAMW8BIT_MISSING = ("\"adamw8bit\" needs the bitsandbytes package, which is not "
-                     "installed: pip install bitsandbytes, or use "
-                     "optimizer \"adamw\"")
-
-
 def optimizer_problems(cfg: Config) -> list[Problem]:
     """The optimizer's package, found here rather than seconds into a run (the trainer
     imports it only after loading the model)."""
@@ -175,12 +170,7 @@ def optimizer_problems(cfg: Config) -> list[Problem]:
     spec = OPTIMIZERS.get(name)
     if spec is None or find_spec(spec.module.split(".")[0]) is not None:
         return []
-    if name == "adamw8bit":
-        return [error("train.optimizer", ADAMW8BIT_MISSING)]
-    package = spec.package.split(" ")[0]
-    return [error("train.optimizer", f"\"{name}\" needs the {package} package, which is "
-                                     f"not installed: pip install {package}, or use "
-                                     "optimizer \"adamw\"")]
+    return [error("train.optimizer", spec.missing(name))]
 
 
 def init_lora_problems(cfg: Config) -> list[Problem]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.config.memory_advice import lower_memory_settings
+from core.config.optimizers import OPTIMIZERS
 from core.memory_report import CUDA_CONTEXT, GIB, MemoryEstimate, MemoryPart
 from core.memory_step import FP32, shape_text, step_frames, step_pixels, step_shape
 from core.memory_swap import host_parts, smallest_fitting_swap, stream_advice, swapped_bytes
@@ -44,13 +45,6 @@ CLIP_TOKENS = 77
 # Decoder LMs used as text encoders (Z-Image's and FLUX.2-klein's Qwen3, FLUX.2-dev's
 # Mistral3): padded to the family's text length, not read at their context window.
 LLM_ENCODERS = ("qwen3", "mistral3")
-# Optimizer state bytes per trained weight: adamw, adamw8bit and adamw_schedulefree keep two
-# states (schedule-free: z and the second moment), prodigy four (two moments, its s and the
-# starting weights), lion one. adafactor and came factor their second moment into a row
-# and a column vector: per weight about 0.25 and 4.5 on LoRA-shaped matrices (measured
-# with pytorch-optimizer 4.1.0 and transformers 5.23 on 16 x 3072), rounded up here.
-OPTIMIZER_BYTES_PER_PARAM = {"adamw": 8, "adamw8bit": 2, "adamw_schedulefree": 8,
-                             "prodigy": 16, "lion": 4, "came": 5, "adafactor": 1}
 
 
 # ---------------------------------------------------------------- the estimate
@@ -258,8 +252,8 @@ def training_parts(cfg: Config, d: DenoiserSize, wbytes: int,
     parts = [MemoryPart("frozen weights", frozen - held),
              MemoryPart("trainable", params * FP32),
              MemoryPart("gradients", params * FP32 * (2 if processes > 1 else 1)),
-             MemoryPart("optimizer", params * OPTIMIZER_BYTES_PER_PARAM.get(
-                 cfg.train.optimizer, 8))]
+             MemoryPart("optimizer",
+                        int(params * OPTIMIZERS[cfg.train.optimizer].state_bytes))]
     if cfg.train.ema:
         parts.append(MemoryPart("EMA", params * FP32))
     if buffers:

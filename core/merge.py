@@ -20,7 +20,6 @@ a temp name and renamed, so merged/ is complete or absent.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from core.config import Config, load_config, resolved
+from core.files import atomic_path
 from core.problems import ConfigError, Problem, error
 from core.runs.folder import LORA_WEIGHTS_NAME, RunFolder
 
@@ -105,9 +105,7 @@ def merge_run(run_dir: Path, workspace: Path, lora_scale: float | None = None) -
     scale = cfg.merge.lora_scale if lora_scale is None else lora_scale
     folder = RunFolder(run_dir)
     pipe = fused_pipeline(cfg, workspace, folder.lora, scale)
-    tmp = folder.merged.with_name(f".tmp-{folder.merged.name}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    with atomic_path(folder.merged, temp=f".tmp-{folder.merged.name}") as tmp:
         pipe.save_pretrained(str(tmp), safe_serialization=True)
         base = base_folder(cfg, workspace)
         if base is not None:
@@ -115,9 +113,6 @@ def merge_run(run_dir: Path, workspace: Path, lora_scale: float | None = None) -
         if folder.merged.exists():  # made while this merge ran: keep the other one
             raise _refuse(str(folder.merged), f"{folder.merged} appeared while merging; "
                           "nothing was overwritten")
-        os.replace(tmp, folder.merged)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return Merged(folder.merged, folder.lora_weights, cfg.model.path, scale)
 
 

@@ -118,7 +118,8 @@ def test_the_checks_see_a_circle_and_a_ui_import() -> None:
 # the cache, caption and training jobs are launched into; the check and the memory
 # estimate read everything the run will; the actions and the headless CLI sit on top.
 LAYERS = (
-    ("core.problems", "core.exits", "core.notices", "core.libraries", "core.fields"),
+    ("core.problems", "core.exits", "core.notices", "core.libraries", "core.fields",
+     "core.files"),
     ("core.data", "core.models"),
     ("core.config",),
     ("core.runs",),

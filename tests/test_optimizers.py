@@ -191,6 +191,23 @@ def test_resume_continues_exactly_the_uninterrupted_run(tmp_path: Path, tiny_wor
     assert torch.equal(lora, trained) == (optimizer != "adamw_schedulefree")
 
 
+def test_every_optimizer_has_a_complete_spec() -> None:
+    """Issue 38 item 3: an optimizer added to OPTIMIZERS without its facts fails here, not
+    as an estimate that guesses its memory or a help text that leaves it out."""
+    from dataclasses import fields
+
+    from core.config.optimizers import OPTIMIZERS, OPTION_DEFAULTS
+    from core.config.schema import TrainConfig
+
+    helps = {f.name: f.metadata["help"] for f in fields(TrainConfig)}
+    for name, spec in OPTIMIZERS.items():
+        assert spec.state_bytes > 0 and spec.help.strip() and spec.package, name
+        assert f"{name} ({spec.package}; {spec.help})" in helps["optimizer"], name
+        assert set(spec.keys) <= set(OPTION_DEFAULTS), name  # the check warns on the rest
+        assert set(spec.options.values()) <= set(spec.keys), name
+        assert spec.package in spec.missing(name) and f'"{name}"' in spec.missing(name)
+
+
 def test_check_says_which_package_a_missing_optimizer_needs(monkeypatch) -> None:
     """`--stage check` names the package (pytorch-optimizer) before a run would fail on it;
     the package is installed here, so its absence is simulated."""

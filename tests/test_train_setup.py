@@ -20,7 +20,8 @@ def test_adamw8bit_without_bitsandbytes_says_what_to_do(monkeypatch):
         monkeypatch.setitem(sys.modules, name, None)
     cfg = Config()
     cfg.train.optimizer = "adamw8bit"
-    with pytest.raises(TrainingError, match="needs bitsandbytes: pip install bitsandbytes, or use"):
+    with pytest.raises(TrainingError, match="needs the bitsandbytes package, which is not "
+                                            "installed: pip install bitsandbytes, or use"):
         make_optimizer([torch.nn.Parameter(torch.zeros(2))], cfg)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import re
 import shlex
 import sys
 from collections.abc import Iterator
@@ -20,8 +19,9 @@ from pathlib import Path
 from core import ops
 from core.config import Config, resolved
 from core.ops import CheckReport, RunFolder
-from core.problems import Problem
+from core.problems import Hint, Problem
 from ui.context import AppContext
+from ui.state import field_label
 
 STOP_GRACE_S = 60.0
 
@@ -30,20 +30,20 @@ class ActionError(ops.OpError):
     """A refusal worded for the browser (the UI shows `message` and the problems)."""
 
 
-EXTEND_HINT = re.compile(r"Extend it: give a larger train\.max_steps "
-                         r"\(--set train\.max_steps=(\d+)\)")
+# Where the browser shows the problems behind a refusal (the CLI prints them below it).
+LISTED = " (each is marked at its field; the check panel on the Dataset tab lists them)"
 
 
-def _for_the_browser(message: str) -> str:
-    """CLI wording in core's messages, said as the UI's controls are named."""
-    message = EXTEND_HINT.sub(r"set Max steps higher (e.g. \1) and click Extend to Max "
-                              r"steps", message)
-    message = re.sub(r"\btrain\.max_steps = (\d+)", r"Max steps = \1", message)
-    message = message.replace("--set output.dir=", "Output folder = ")
-    message = message.replace("with --resume", "with Resume")
-    message = message.replace("(--set train.max_steps=", "(set Max steps, e.g. to ")
-    return re.sub(r"; fix (it|them) first", r"; fix \1 first (each is marked at its field; "
-                  r"the check panel on the Dataset tab lists them)", message)
+def _for_the_browser(message: str, hint: Hint | None) -> str:
+    """A refusal said with the form's controls: core's hint (the key, the value it
+    suggests) worded with the key's label and the UI's buttons; one without a hint as
+    core says it."""
+    if hint is None:
+        return message
+    label = field_label(hint.key) or hint.key
+    return hint.say({"key": label, "set": f"{label} = {hint.value}", "resume": "Resume",
+                     "extend": f"set {label} higher (e.g. {hint.value}) and click Extend "
+                               f"to {label}", "listed": LISTED})
 
 
 @contextlib.contextmanager
@@ -52,9 +52,9 @@ def refusals() -> Iterator[None]:
     try:
         yield
     except ops.OpError as exc:
-        problems = [dataclasses.replace(p, message=_for_the_browser(p.message))
+        problems = [dataclasses.replace(p, message=_for_the_browser(p.message, p.hint))
                     for p in exc.problems]
-        raise ActionError(_for_the_browser(exc.message), problems) from None
+        raise ActionError(_for_the_browser(exc.message, exc.hint), problems) from None
 
 
 def check(ctx: AppContext, cfg: Config, form_problems: list[Problem] | None = None,

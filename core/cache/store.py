@@ -14,12 +14,13 @@ import errno
 import fcntl
 import json
 import os
-import tempfile
 import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from core.files import write_bytes
 
 CACHE_FORMAT = "1"
 TMP_PREFIX = ".tmp-"
@@ -64,15 +65,6 @@ def is_fresh(path: Path, expected: dict[str, str]) -> bool:
     return meta is not None and all(meta.get(k) == v for k, v in expected.items())
 
 
-def _fsync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def atomic_save(tensors: dict[str, Any], metadata: dict[str, str], path: Path) -> None:
     """Write tensors + metadata to `path` so that no reader ever sees a partial file."""
     from safetensors.torch import save
@@ -84,24 +76,14 @@ def atomic_save(tensors: dict[str, Any], metadata: dict[str, str], path: Path) -
                               f"{exc.strerror or exc}; pick a writable folder") from exc
     meta = {"cache_format": CACHE_FORMAT, **{k: str(v) for k, v in metadata.items()}}
     data = save({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, metadata=meta)
-    tmp: Path | None = None
     try:  # creating the temp file fails too on a read-only folder
-        fd, tmp_name = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=".part", dir=path.parent)
-        tmp = Path(tmp_name)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        # a unique `.tmp-*.part` name: remove_stale_temp_files and the cache clear find it
+        write_bytes(path, data, unique=(TMP_PREFIX, ".part"), fsync=True)
     except OSError as exc:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
         reason = "the disk is full" if exc.errno == errno.ENOSPC else exc.strerror or str(exc)
         raise CacheWriteError(f"cannot write cache file {path}: {reason}; the partial file "
                               "was removed. Free space or pick another cache folder, then "
                               "run again: finished entries are kept.") from exc
-    _fsync_dir(path.parent)
 
 
 def load_entry(path: Path) -> tuple[dict[str, Any], dict[str, str]]:

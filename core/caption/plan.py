@@ -11,13 +11,13 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.caption.tiny import is_tiny_captioner, materialize_tiny_captioner
 from core.config import Config, DatasetConfig
 from core.config.checks import resolve_path
+from core.files import write_text
 from core.problems import Problem, error
 
 KEY = "captioning"
@@ -221,7 +221,5 @@ def write_caption(image: Path, caption: str, overwrite: bool) -> tuple[Path | No
         if not overwrite and has_caption(image):
             return None, None
         backup = _keep_backup(txt, old)
-    tmp = txt.with_name(f".{txt.name}.captioning.tmp")
-    tmp.write_text(caption + "\n", encoding="utf-8")
-    os.replace(tmp, txt)
+    write_text(txt, caption + "\n", temp=f".{txt.name}.captioning.tmp")
     return txt, backup

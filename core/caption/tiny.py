@@ -16,11 +16,10 @@ dropped when decoding, so the head's bias keeps it on words: every caption is no
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
+from core.files import atomic_path, keep_first
 from core.models.empty import MODEL_BUILD_LOCK
 
 TINY_CAPTIONER = "tiny:blip"
@@ -89,14 +88,11 @@ def materialize_tiny_captioner(workspace: Path) -> Path:
     if (final / DONE).is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tiny-blip.", suffix=".tmp", dir=final.parent))
-    try:
+    # keep_first: another process's complete build, finished meanwhile, stays
+    with atomic_path(final, unique=(".tiny-blip.", ".tmp"), folder=True,
+                     swap=keep_first) as tmp:
         build_tiny_blip(tmp)
         (tmp / DONE).write_text("tiny BLIP captioner\n", encoding="utf-8")
         if final.exists() and not (final / DONE).is_file():
             shutil.rmtree(final, ignore_errors=True)  # an interrupted build
-        if not final.exists():
-            os.replace(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return final

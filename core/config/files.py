@@ -15,6 +15,7 @@ import tomli_w
 from core.config.family_options import owner
 from core.config.schema import CONFIG_VERSION, SECTION_TYPES, SECTIONS, Config, DatasetConfig
 from core.config.values import convert_value, unknown_key
+from core.files import write_text
 from core.problems import ConfigError, Problem, error
 
 # ---------------------------------------------------------------- reading
@@ -133,6 +134,5 @@ def _other_families_keys(section: str, cfg: Config) -> list[str]:
 def save_config(cfg: Config, path: str | Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # two writers never share one
-    tmp.write_text(dumps_config(cfg), encoding="utf-8")
-    tmp.replace(path)
+    # a temp name per process: two writers never share one
+    write_text(path, dumps_config(cfg), temp=f".{path.name}.{os.getpid()}.tmp")

@@ -13,7 +13,7 @@ from typing import Any, get_type_hints
 
 from core.config.dataset import DatasetConfig
 from core.config.family_options import with_family_options
-from core.config.optimizers import OPTIMIZER_NAMES
+from core.config.optimizers import BETAS, OPTIMIZER_NAMES, optimizer_help, reading
 from core.fields import _f
 from core.models.adapters import LORA_KINDS
 from core.models.objectives import LOSS_WEIGHTINGS, MODE_SCALE, TIMESTEP_SAMPLINGS
@@ -126,15 +126,7 @@ class SharedTrainConfig:
     lr_warmup_steps: int = _f(0, label="Warm-up steps", min=0, max=10_000_000, advanced=True)
     optimizer: str = _f("adamw", label="Optimizer", choices=OPTIMIZER_NAMES,
                         advanced=True,
-                        help="adamw (torch); adamw8bit (bitsandbytes, CUDA); prodigy "
-                             "(estimates its own step size: learning_rate is a multiplier, "
-                             "usually 1.0); adafactor (transformers; factored second "
-                             "moments, little memory); lion (one state, sign updates: use "
-                             "a rate 3-10x below AdamW's); came (confidence-guided, "
-                             "factored); adamw_schedulefree (no decay schedule needed: "
-                             "eval, validation and saved weights use its averaged "
-                             "weights). The last four come from pytorch-optimizer; the "
-                             "train.optimizer_* keys set their options.")
+                        help=optimizer_help())
     weight_decay: float = _f(0.01, label="Weight decay", min=0.0, max=10.0, advanced=True)
     max_grad_norm: float = _f(1.0, label="Gradient clip norm", min=0.0, max=1e6, advanced=True,
                               help="0 disables clipping.")
@@ -195,17 +187,17 @@ class SharedTrainConfig:
     # train exactly as before.
     optimizer_beta1: float = _f(0.0, label="Optimizer beta1", min=0.0, max=1.0,
                                 advanced=True,
-                                help="First-moment decay of adamw, adamw8bit, prodigy, "
-                                     "lion, came, adamw_schedulefree (adafactor: turns its "
-                                     "first moment on); 0 keeps the optimizer's default.")
+                                help=f"First-moment decay of {reading(*BETAS)} (adafactor: "
+                                     "turns its first moment on); 0 keeps the optimizer's "
+                                     "default.")
     optimizer_beta2: float = _f(0.0, label="Optimizer beta2", min=0.0, max=1.0,
                                 advanced=True,
                                 help="Second-moment decay (lion: its update interpolation); "
                                      "0 keeps the optimizer's default.")
     optimizer_eps: float = _f(0.0, label="Optimizer epsilon", min=0.0, max=1.0,
                               advanced=True,
-                              help="adamw, adamw8bit, prodigy, adamw_schedulefree: the "
-                                   "denominator's epsilon; 0 keeps the optimizer's default.")
+                              help=f"{reading('optimizer_eps')}: the denominator's epsilon; 0 "
+                                   "keeps the optimizer's default.")
     prodigy_d_coef: float = _f(1.0, label="Prodigy d_coef", min=0.0, max=1000.0,
                                min_exclusive=True, advanced=True,
                                help="prodigy: scales its estimated step size (below 1 for "

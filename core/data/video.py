@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -25,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from core.data.images import BadImage
 from core.data.synthetic import BACKGROUNDS, COLORS, SHAPES
+from core.files import atomic_path
 
 if TYPE_CHECKING:
     import numpy as np
@@ -304,25 +303,19 @@ def write_video(path: Path | str, frames: list[Image.Image] | np.ndarray, fps: f
     array = _as_array(frames)
     rate = Fraction(fps).limit_denominator(1001)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".mp4.tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        # faststart puts the index first, so a browser starts playing before the download ends
-        with av.open(tmp_name, "w", format="mp4", options={"movflags": "+faststart"}) as out:
-            stream = out.add_stream(pick_encoder(), rate=rate)
-            stream.width, stream.height = array.shape[2], array.shape[1]
-            stream.pix_fmt = "yuv420p"
-            if stream.codec_context.name == "libx264":
-                stream.options = {"crf": "18", "preset": "medium"}  # near-lossless to the eye
-            for i, pixels in enumerate(array):
-                frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
-                frame.pts, frame.time_base = i, 1 / rate
-                out.mux(stream.encode(frame))
-            out.mux(stream.encode(None))
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    with atomic_path(path, unique=(f".{path.stem}.", ".mp4.tmp")) as tmp, \
+            av.open(str(tmp), "w", format="mp4", options={"movflags": "+faststart"}) as out:
+        # faststart (above) puts the index first, so a browser plays before the download ends
+        stream = out.add_stream(pick_encoder(), rate=rate)
+        stream.width, stream.height = array.shape[2], array.shape[1]
+        stream.pix_fmt = "yuv420p"
+        if stream.codec_context.name == "libx264":
+            stream.options = {"crf": "18", "preset": "medium"}  # near-lossless to the eye
+        for i, pixels in enumerate(array):
+            frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
+            frame.pts, frame.time_base = i, 1 / rate
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
     return path
 
 

@@ -19,11 +19,11 @@ Files are written to a temporary name and renamed, so a crash never leaves half 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from core.files import atomic_path
 from core.models.adapters import (
     adapter_kind,
     config_alpha,
@@ -201,7 +201,6 @@ def _write(tensors: dict[str, Any], path: Path, config: Any, metadata: dict[str,
     cpu = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
     meta = {"format": "pt", **metadata, "ss_network_dim": str(config.r),
             "ss_network_alpha": str(config_alpha(config))}
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(cpu, str(tmp), metadata=meta)
-    os.replace(tmp, path)
+    with atomic_path(path, temp=path.name + ".tmp") as tmp:
+        save_file(cpu, str(tmp), metadata=meta)
     return path

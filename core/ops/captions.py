@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from core.config import Config, resolved
 from core.exits import EXIT_FAILED
+from core.files import write_text
 from core.ops.errors import OpError
 from core.problems import Problem, blocking, errors
 
@@ -63,7 +64,6 @@ def save_caption(cfg: Config, workspace: Path, image: str, text: str) -> Path:
     datasets, any of them: the editor keeps the image it was opened on while another
     dataset is shown, so Save writes where the editor says instead of refusing and losing
     what was typed. Anything else is refused (no .txt is written outside the datasets)."""
-    import os
 
     from core.data.images import IMAGE_EXTENSIONS
     from core.data.video import VIDEO_EXTENSIONS
@@ -77,7 +77,5 @@ def save_caption(cfg: Config, workspace: Path, image: str, text: str) -> Path:
         why = f": {image} is not an image of this config's datasets" if image else ""
         raise OpError(f"click an image of the preview first{why}")
     target = path.with_suffix(".txt")
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(" ".join(text.split()) + "\n", encoding="utf-8")
-    os.replace(tmp, target)
+    write_text(target, " ".join(text.split()) + "\n")
     return target

@@ -10,7 +10,7 @@ from core.check import CheckReport, run_check
 from core.config import Config, apply_overrides, load_config, resolved
 from core.ops.errors import OpError
 from core.presets import PRESETS_DIR, gated_note, is_demo, list_presets, preset_path
-from core.problems import ConfigError, Problem, blocking, error, errors
+from core.problems import ConfigError, Hint, Problem, blocking, error, errors
 
 if TYPE_CHECKING:
     from core.memory_estimate import MemoryEstimate
@@ -73,7 +73,8 @@ def require_ok(cfg: Config, workspace: Path, what: str,
     found = errors(report.problems)
     if found:
         them = "it" if len(found) == 1 else "them"
-        raise OpError(f"{blocking(len(found), what)}; fix {them} first", found)
+        hint = Hint(f"{blocking(len(found), what)}; fix {them} first{{listed}}")
+        raise OpError(hint.cli(), found, hint=hint)
     return report
 
 

@@ -162,9 +162,11 @@ def _prepare_folder(cfg: Config, run_dir: Path, resume: str | None
             folder = RunFolder(run_dir)
             launch_cfg = with_machine_keys(saved_config(run_dir), cfg) if resume else cfg
     except ConfigError as exc:
-        message = exc.problems[0].message if exc.problems else "the folder cannot be used"
-        raise OpError(f"cannot {'resume' if resume else 'launch'}: {message}",
-                      exc.problems) from None
+        lead = f"cannot {'resume' if resume else 'launch'}: "
+        first = exc.problems[0] if exc.problems else None
+        message = first.message if first else "the folder cannot be used"
+        hint = first.hint.after(lead) if first and first.hint else None
+        raise OpError(lead + message, exc.problems, hint=hint) from None
     return launch_cfg, folder, notes
 
 

@@ -10,12 +10,12 @@ config.toml get the new max_steps, which the resumed trainer reads.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 from core.config import Config, load_config, save_config
-from core.problems import Problem, error, warning
+from core.files import atomic_path
+from core.problems import Hint, Problem, hinted, warning
 from core.runs.folder import RunFolder, step_name
 from core.runs.prepare import RunDirError
 from core.runs.status import append_event, read_status
@@ -33,11 +33,10 @@ def final_step(run_dir: Path) -> int | None:
 
 def refusal(run_dir: Path, step: int, asked: int) -> RunDirError:
     """A done run asked to resume to a max_steps it already reached."""
-    return RunDirError([error("train.max_steps", (
-        f"{run_dir} is done: it trained all {step} steps, and train.max_steps = {asked} "
-        f"adds none. Resuming it would only rewrite its final checkpoint and LoRA; to "
-        f"train it further, Extend it: give a larger train.max_steps "
-        f"(--set train.max_steps={max(step * 2, step + 1)})"))])
+    return RunDirError([hinted("train.max_steps", Hint(
+        f"{run_dir} is done: it trained all {step} steps, and {{key}} = {asked} adds none. "
+        "Resuming it would only rewrite its final checkpoint and LoRA; to train it "
+        "further, {extend}", "train.max_steps", str(max(step * 2, step + 1))))])
 
 
 def keep_final_outputs(run_dir: Path, step: int, method: str) -> list[str]:
@@ -57,12 +56,10 @@ def keep_final_outputs(run_dir: Path, step: int, method: str) -> list[str]:
     files = sorted(p for p in folder.lora.glob("*.safetensors") if p.is_file())
     if not files:
         return []
-    tmp = target.with_name(f".tmp-{target.name}")  # complete or absent, as the trainer's
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for path in files:
-        shutil.copy2(path, tmp / path.name)
-    os.replace(tmp, target)
+    # complete or absent, as the trainer's
+    with atomic_path(target, temp=f".tmp-{target.name}", folder=True) as tmp:
+        for path in files:
+            shutil.copy2(path, tmp / path.name)
     append_event(run_dir, {"type": "lora_saved", "step": step,
                            "folder": f"lora/{target.name}",
                            "paths": [str(target / p.name) for p in files]})

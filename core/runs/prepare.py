@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from core.config import Config, config_to_dict, load_config, save_config
-from core.problems import ConfigError, Problem, error, warning
+from core.problems import ConfigError, Hint, Problem, error, hinted, warning
 from core.runs.folder import RunFolder
 from core.runs.registry import run_is_alive
 from core.runs.status import read_status
@@ -120,19 +120,19 @@ def prepare_run_dir(cfg: Config, run_dir: str | Path, resume: bool) -> list[Prob
     status = read_status(run_dir)
     if status and run_is_alive(status):
         other = _next_free_name(cfg, run_dir)
-        raise RunDirError([error("output.dir", (
+        raise RunDirError([hinted("output.dir", Hint(
             f"{run_dir}: a run is still going in this folder (pid {status.pid}); "
-            f"stop it first, or start a new run with --set output.dir={other}"))])
+            "stop it first, or start a new run with {set}", "output.dir", other))])
     if resume:
         if not folder.config.exists():
             raise RunDirError([error("output.dir", f"{run_dir}: nothing to resume (no "
                                      f"{folder.config.name}); start it without --resume")])
         problems = _resume_differences(cfg, folder.config)
     elif folder.holds_run():
-        raise RunDirError([error("output.dir", (
+        raise RunDirError([hinted("output.dir", Hint(
             f"{run_dir}: {_describe(run_dir)}; it is not overwritten. Start a new run in "
-            f"another folder with --set output.dir={_next_free_name(cfg, run_dir)}, or "
-            f"continue this one with --resume"))])
+            "another folder with {set}, or continue this one with {resume}", "output.dir",
+            _next_free_name(cfg, run_dir)))])
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, folder.config)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from core.exits import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
+from core.files import write_json
 from core.runs.folder import RunFolder
 
 # "queued": prepared, waiting in the workspace's run queue (core/runs/queue.py) for the
@@ -109,10 +110,7 @@ def read_json_file(path: Path) -> dict[str, Any] | None:
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     """Write to a temp name unique to this process, then rename over `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(_finite(data), indent=1, allow_nan=False) + "\n",
-                   encoding="utf-8")
-    os.replace(tmp, path)
+    write_json(path, _finite(data), temp=f".{path.name}.{os.getpid()}.tmp")
 
 
 def read_status(run_dir: str | Path) -> RunStatus | None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.config import Config, config_to_dict
+from core.files import write_text
 from core.runs.folder import SHARED_TOKEN_NAME
 from core.runs.prepare import PER_MACHINE_KEYS, flatten
 from core.train.errors import TrainingError
@@ -107,10 +108,7 @@ def shared_folders(cfg: Config) -> list[tuple[str, Path]]:
 
 def _write_token(folder: Path, token: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / SHARED_TOKEN_NAME
-    tmp = folder / f".{SHARED_TOKEN_NAME}.tmp"
-    tmp.write_text(token + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_text(folder / SHARED_TOKEN_NAME, token + "\n")
 
 
 def _reads_token(folder: Path, token: str) -> bool:

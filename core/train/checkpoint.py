@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.files import atomic_path, replace_folder
 from core.runs.folder import RunFolder, step_name
 
 
@@ -77,23 +77,20 @@ def save_checkpoint(run_dir: Path, step: int, rank: int, barrier: Any, *, gather
         barrier()
         return None
     final = RunFolder(run_dir).checkpoint(step)
-    tmp = final.with_name(f".tmp-{step_name(step)}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for index, rng in enumerate(rng_states):
-        torch.save(rng, tmp / f"rng_{index}.pt")
-    save_file({k: v.detach().contiguous().cpu() for k, v in trainable.items()},
-              tmp / "trainable.safetensors")
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-    if ema is not None:
-        torch.save(ema.state_dict(), tmp / "ema.pt")
-    (tmp / "sampler.json").write_text(json.dumps(state.sampler), encoding="utf-8")
-    (tmp / "meta.json").write_text(json.dumps({"step": step, "epoch": state.epoch, **meta},
-                                              indent=1), encoding="utf-8")
-    if final.exists():  # a resumed run passing the same step again
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    # replace_folder: a resumed run passing the same step again replaces its checkpoint
+    with atomic_path(final, temp=f".tmp-{step_name(step)}", folder=True,
+                     swap=replace_folder) as tmp:
+        for index, rng in enumerate(rng_states):
+            torch.save(rng, tmp / f"rng_{index}.pt")
+        save_file({k: v.detach().contiguous().cpu() for k, v in trainable.items()},
+                  tmp / "trainable.safetensors")
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+        if ema is not None:
+            torch.save(ema.state_dict(), tmp / "ema.pt")
+        (tmp / "sampler.json").write_text(json.dumps(state.sampler), encoding="utf-8")
+        (tmp / "meta.json").write_text(json.dumps({"step": step, "epoch": state.epoch,
+                                                   **meta}, indent=1), encoding="utf-8")
     _prune(run_dir, keep)
     barrier()
     return final

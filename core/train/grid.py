@@ -7,9 +7,9 @@ PIL on the files already written; the trainer calls it after each validation rou
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from core.files import atomic_path
 from core.runs.folder import STEP_RE, RunFolder
 
 MAX_COLUMNS = 6
@@ -69,9 +69,8 @@ def write_validation_grid(run_dir: Path, prompts: list[str],
                 grid.paste(image.resize((wide, side)),
                            (LABEL_WIDTH + col * wide, LABEL_HEIGHT + row * side))
     path = folder.validation_grid
-    tmp = path.with_name(f".{path.name}.tmp")
-    grid.save(tmp, format="PNG")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        grid.save(tmp, format="PNG")
     return path
 
 

@@ -36,9 +36,7 @@ def optimizer_class(name: str) -> Any:
     try:
         return getattr(importlib.import_module(spec.module), spec.cls)
     except ImportError:
-        raise OptimizerUnavailable(f"train.optimizer = \"{name}\" needs {spec.package}: pip "
-                                   f"install {spec.package.split(' ')[0]}, or use "
-                                   "\"adamw\"") from None
+        raise OptimizerUnavailable(f"train.optimizer: {spec.missing(name)}") from None
 
 
 def optimizer_kwargs(name: str, train: Any, cls: Any) -> dict[str, Any]:
@@ -58,9 +56,7 @@ def optimizer_kwargs(name: str, train: Any, cls: Any) -> dict[str, Any]:
         kwargs["beta1"] = beta1
     if "optimizer_eps" in spec.keys and train.optimizer_eps:
         kwargs["eps"] = train.optimizer_eps
-    if name == "prodigy":
-        kwargs.update(d_coef=train.prodigy_d_coef,
-                      safeguard_warmup=train.prodigy_safeguard_warmup)
+    kwargs.update({arg: getattr(train, key) for arg, key in spec.options.items()})
     return kwargs
 
 

@@ -9,12 +9,11 @@ each folder loads the same way. Only the main process calls this.
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from core.files import atomic_path, replace_folder
 from core.runs.folder import RunFolder
 
 WriteLora = Callable[[Path], dict[str, Path]]
@@ -24,12 +23,9 @@ def save_lora_step(run_dir: Path, step: int, write: WriteLora) -> dict[str, Path
     """`write(folder)` into a temp folder, then one rename: a step_* folder is always
     complete (as checkpoints are). Returns the files by format, at their final paths."""
     final = RunFolder(run_dir).lora_step(step)
-    tmp = final.with_name(f".tmp-{final.name}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    files = write(tmp)
-    if final.exists():  # this run's own save of the step (a resume passing it again)
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    # replace_folder: this run's own save of the step (a resume passing it again) goes
+    with atomic_path(final, temp=f".tmp-{final.name}", swap=replace_folder) as tmp:
+        files = write(tmp)
     return {kind: final / path.name for kind, path in files.items()}
 
 

@@ -12,11 +12,11 @@ VAE brought to the GPU only to decode.
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.config import ValidationConfig
+from core.files import atomic_path
 from core.models.modules import plain_forward, unwrap
 from core.runs.folder import RunFolder
 
@@ -150,7 +150,6 @@ def _one_image(pipe: Any, cfg: ValidationConfig, text_inputs: dict[str, Any], in
 
         write_video(folder / f"{index:02d}.mp4", out.frames[0], cfg.fps)
     path = folder / f"{index:02d}.png"
-    tmp = folder / f".{index:02d}.png.tmp"
-    image.save(tmp, format="PNG")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        image.save(tmp, format="PNG")
     return path

@@ -20,12 +20,10 @@ import hashlib
 import importlib
 import importlib.util
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from core.files import atomic_path, replace_folder
 from core.models.registry import list_families
 from core.models.source import TINY_PREFIX, model_source  # noqa: F401  (core.models.tiny re-exports the prefix)
 
@@ -165,27 +163,19 @@ def materialize_tiny(name: str, workspace: Path) -> Path:
     with _locked(final.parent / f".tiny-{name}.lock"):
         if _marker_ok(final, name):  # another process built it while we waited
             return final
-        tmp = Path(tempfile.mkdtemp(prefix=f".tiny-{name}.", suffix=".tmp", dir=final.parent))
-        try:
+        with atomic_path(final, unique=(f".tiny-{name}.", ".tmp"), folder=True,
+                         swap=functools.partial(_swap_in, name=name)) as tmp:
             _build_keeping_rng(name, tmp)
             (tmp / MARKER).write_text(json.dumps(_marker(name)), encoding="utf-8")
-            _swap_in(tmp, final, name)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 
 def _swap_in(tmp: Path, final: Path, name: str) -> None:
     """Rename the finished build into place; an old/broken folder is moved aside first."""
-    if final.exists():
-        if _marker_ok(final, name):
-            return  # lost a lock-free race: keep the winner's identical build
-        trash = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.replace(final, trash)
-        shutil.rmtree(trash, ignore_errors=True)
+    if final.exists() and _marker_ok(final, name):
+        return  # lost a lock-free race: keep the winner's identical build
     try:
-        os.replace(tmp, final)
+        replace_folder(tmp, final)
     except OSError:
         if not _marker_ok(final, name):
             raise

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from core.files import atomic_path
 from core.models.adapters import adapter_kind
 from core.models.families.wan.expert_checks import HIGH, LOW
 from core.models.file_names import LORA_WEIGHTS_NAME
@@ -86,9 +87,8 @@ def _mark_expert(path: Path, expert: str) -> Path:
     with safe_open(str(path), framework="pt") as fh:
         metadata = dict(fh.metadata() or {})
     tensors = load_file(str(path))
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(tensors, str(tmp), metadata={**metadata, EXPERT_KEY: expert})
-    os.replace(tmp, path)
+    with atomic_path(path, temp=path.name + ".tmp") as tmp:
+        save_file(tensors, str(tmp), metadata={**metadata, EXPERT_KEY: expert})
     return path
 
 

@@ -195,7 +195,7 @@ def _image(pipe: object) -> torch.Tensor:
 @pytest.mark.parametrize("family", ["sd15", "sdxl"])
 def test_single_file_checks_caches_trains_and_its_lora_reloads(family, models, tmp_path):
     """The whole flow a user of a downloaded checkpoint goes through, offline: the file
-    and its configs in the workspace, named relatively; check, cache, train; then the
+    and its configs in the workspace, named relatively; check, cache and train in one run; then the
     LoRA loads with diffusers' load_lora_weights onto the single file and changes it."""
     folder, file = models[family]
     shutil.copytree(folder, tmp_path / "models/configs")
@@ -207,14 +207,12 @@ def test_single_file_checks_caches_trains_and_its_lora_reloads(family, models, t
     cfg.train.eval_every, cfg.train.eval_images = 2, 2
     cfg.validation.every, cfg.validation.steps, cfg.validation.resolution = 2, 2, 64
     save_config(cfg, tmp_path / "run.toml")
-    outputs = {}
-    for stage in ("check", "cache", "train"):
-        done = _app(tmp_path, "--config", str(tmp_path / "run.toml"), "--stage", stage)
-        assert done.returncode == 0, f"{stage}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        outputs[stage] = done.stdout
-    assert "summary: 0 error(s), 0 warning(s)" in outputs["check"]
-    assert "4 image(s), 4 to build" in outputs["cache"]
-    assert "4 image(s), 0 to build" in outputs["train"], "the train run reuses the cache"
+    # One process, as a user runs it: the check, then the cache build, then training
+    # (the cache stage alone and its reuse are test_cache's).
+    done = _app(tmp_path, "--config", str(tmp_path / "run.toml"))
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert "summary: 0 error(s), 0 warning(s)" in done.stdout
+    assert "4 image(s), 4 to build" in done.stdout
     run = tmp_path / "runs/single-file"
     assert (run / "validation/step_000002/00.png").is_file()
 

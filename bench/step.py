@@ -195,8 +195,11 @@ def _first(events: list[dict[str, Any]], **match: Any) -> float | None:
     return None
 
 
-def run_trainer(mode: str, cfg: Any, ws: Path, timeout: float, warmup: int) -> dict[str, Any]:
-    """Start one run, wait for it, and read its timings from events.jsonl."""
+def run_trainer(mode: str, cfg: Any, ws: Path, timeout: float, warmup: int,
+                wrapper: list[str] | None = None) -> dict[str, Any]:
+    """Start one run, wait for it, and read its timings from events.jsonl. `wrapper`
+    (direct mode): a script and its arguments that run `-m core.train.main ...` in turn
+    (bench/steptimer.py, which bench/peers.py times both trainers with)."""
     import dataclasses
     import shutil
 
@@ -217,7 +220,7 @@ def run_trainer(mode: str, cfg: Any, ws: Path, timeout: float, warmup: int) -> d
                                                            os.environ.get("PYTHONPATH")]))}
         with open(RunFolder(run_dir).log, "ab") as log:
             proc = subprocess.run(
-                [sys.executable, "-m", "core.train.main", "--config",
+                [sys.executable, *(wrapper or []), "-m", "core.train.main", "--config",
                  str(RunFolder(run_dir).config), "--workspace", str(ws)],
                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout,
                 check=False)
@@ -240,7 +243,7 @@ def run_trainer(mode: str, cfg: Any, ws: Path, timeout: float, warmup: int) -> d
     starting = _first(events, type="status", state="starting")
     running = _first(events, type="status", state="running")
     return {
-        "mode": mode, "command": command, "total_s": total,
+        "mode": mode, "command": command, "total_s": total, "launched": launched,
         "intervals": step_intervals(events, warmup),
         "first_step_s": first_step - launched,
         "to_starting_s": (starting or launched) - launched,

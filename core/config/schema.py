@@ -23,6 +23,7 @@ QUANTIZE_CHOICES = ("none", "int8", "fp8", "nf4")
 PREDICTION_TYPES = ("auto", "epsilon", "v_prediction")
 DISTRIBUTED_CHOICES = ("ddp", "fsdp", "deepspeed")  # launch.distributed (issue 26 item 7)
 EXPERT_CHOICES = ("both", "high_noise", "low_noise")  # model.experts (issue 23)
+COMPILE_CHOICES = ("off", "blocks")  # train.compile (issue 37)
 
 
 @dataclass
@@ -126,6 +127,13 @@ class TrainConfig:
     seed: int = _f(42, label="Seed", min=0, max=2**63 - 1)
     mixed_precision: str = _f("no", label="Mixed precision", choices=("no", "fp16", "bf16"))
     gradient_checkpointing: bool = _f(False, label="Gradient checkpointing", advanced=True)
+    compile: str = _f("off", label="Compile blocks", choices=COMPILE_CHOICES, advanced=True,
+                      help="blocks: torch.compile each of the denoiser's repeated "
+                           "transformer blocks (the ones model.blocks_to_swap streams), "
+                           "with dynamic shapes so a new aspect bucket does not compile "
+                           "again. The first step takes longer (it compiles; the log "
+                           "says how long), the later ones less on a GPU. Not with "
+                           "model.quantize, model.blocks_to_swap or a UNet family.")
     min_snr_gamma: float = _f(0.0, label="Min-SNR gamma", min=0.0, max=100.0, advanced=True,
                               ddpm=True,
                               help="0 disables min-SNR weighting (epsilon/v families only).")
@@ -135,6 +143,13 @@ class TrainConfig:
     keep_checkpoints: int = _f(3, label="Checkpoints kept", min=1, max=1000,
                                help="The newest N checkpoints are kept; the LoRAs saved "
                                     "beside them (lora/step_NNNNNN/) always are.")
+    log_every: int = _f(0, label="Read the loss every (steps)", min=0, max=10_000,
+                        advanced=True,
+                        help="Steps between reads of the loss from the device, each read "
+                             "waiting for the device to finish: the step lines, events and "
+                             "loss checks of the steps between come together then. 0: "
+                             "every step on the CPU (a read costs nothing there), every 10 "
+                             "on a GPU.")
     eval_every: int = _f(50, label="Eval every (steps)", min=1, max=10_000_000, advanced=True)
     eval_images: int = _f(8, label="Eval images", min=1, max=1000, advanced=True)
     eval_before_training: bool = _f(False, label="Eval before training", advanced=True,

@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import REPO, add_omp_option, apply_omp_option, load_line, workspace, write_images
+from common import REPO, load_line, parse_run_options, workspace, write_images
 from step import run_trainer
 
 PEERS_DIR = REPO.parent / "shared" / "peers" / "diffusers-examples"
@@ -129,8 +129,9 @@ def image_folders(ws: Path, resolution: int) -> dict[str, Path]:
     """The same PNGs three ways: with .txt captions (this tool), with a metadata.jsonl
     (text-to-image examples, datasets' imagefolder) and alone (dreambooth examples,
     which open every file in their folder as an image)."""
-    folders = {kind: ws / f"images-{resolution}" / kind for kind in ("tool", "meta", "plain")}
-    if (folders["plain"] / "done").exists():
+    root = ws / f"images-{resolution}"
+    folders = {kind: root / kind for kind in ("tool", "meta", "plain")}
+    if (root / "done").exists():
         return folders
     paths = write_images(folders["tool"], IMAGES, resolution)
     for kind in ("meta", "plain"):
@@ -140,7 +141,7 @@ def image_folders(ws: Path, resolution: int) -> dict[str, Path]:
     lines = [json.dumps({"file_name": p.name, "text": p.with_suffix(".txt").read_text()})
              for p in paths]
     (folders["meta"] / "metadata.jsonl").write_text("\n".join(lines) + "\n")
-    (folders["plain"] / "done").touch()
+    (root / "done").touch()
     return folders
 
 
@@ -306,12 +307,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--peers-python", default=None,
                         help="a python with torchvision and datasets (default: "
                              "bench/.peers-venv, created on first use)")
-    parser.add_argument("--timeout", type=float, default=600, help="per run, seconds")
     parser.add_argument("--out", type=Path, default=None, help="the rows as JSON")
-    parser.add_argument("--workspace", type=Path, default=None, help="default: a temp dir")
-    add_omp_option(parser)
-    args = parser.parse_args(argv)
-    print(apply_omp_option(args.omp_passive))
+    args = parse_run_options(parser, argv, "per run, seconds")
     families = [f for f in args.families.split(",") if f]
     unknown = sorted(set(families) - set(PEERS))
     if unknown or args.warmup < 1 or args.steps <= args.warmup:

@@ -42,11 +42,10 @@ from typing import Any
 
 from common import (
     REPO,
-    add_omp_option,
-    apply_omp_option,
     demo_like_config,
     load_line,
     median,
+    parse_run_options,
     workspace,
 )
 
@@ -315,11 +314,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=3, help="steps left out on both sides")
     parser.add_argument("--modes", default=",".join(MODES),
                         help=f"trainer launches to time, from {', '.join(MODES)}")
-    parser.add_argument("--timeout", type=float, default=600, help="per trainer run, seconds")
-    parser.add_argument("--workspace", type=Path, default=None, help="default: a temp dir")
-    add_omp_option(parser)
-    args = parser.parse_args(argv)
-    print(apply_omp_option(args.omp_passive))
+    args = parse_run_options(parser, argv, "per trainer run, seconds")
     modes = [m for m in args.modes.split(",") if m]
     unknown = sorted(set(modes) - set(MODES))
     if unknown:

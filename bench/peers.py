@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import REPO, load_line, parse_run_options, workspace, write_images
+from common import REPO, load_line, median, parse_run_options, workspace, write_images
 from step import run_trainer
 
 PEERS_DIR = REPO.parent / "shared" / "peers" / "diffusers-examples"
@@ -234,7 +234,11 @@ def figures(stamps_file: Path, launched: float, warmup: int, name: str) -> dict[
     data = json.loads(stamps_file.read_text(encoding="utf-8"))
     stamps = data["stamps"]
     steady = (len(stamps) - warmup) / (stamps[-1] - stamps[warmup - 1])
-    return {"trainer": name, "steps_per_s": steady, "first_step_s": stamps[0] - launched,
+    # The median step too: on a shared machine a few steps stall behind other work and
+    # pull the mean down on one side only; on a GPU the two agree.
+    steps = [b - a for a, b in zip(stamps[warmup - 1:], stamps[warmup:], strict=False)]
+    return {"trainer": name, "steps_per_s": steady, "median_steps_per_s": 1 / median(steps),
+            "first_step_s": stamps[0] - launched,
             **{k: data[k] for k in ("device_allocated", "device_reserved", "host_rss")}}
 
 
@@ -250,20 +254,23 @@ def gib(value: float | None) -> str:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    print(f"\n{'family':<11}{'trainer':<48}{'steps/s':>8}{'alloc':>8}{'reserv.':>8}"
-          f"{'RSS':>7}{'1st step':>9}{'x steps/s':>10}{'x memory':>9}")
+    print(f"\n{'family':<11}{'trainer':<48}{'steps/s':>8}{'median':>8}{'alloc':>7}"
+          f"{'reserv.':>8}{'RSS':>6}{'1st step':>9}{'x steps/s':>10}{'x median':>9}"
+          f"{'x memory':>9}")
     peer: dict[str, Any] = {}
     for row in rows:
         if row["trainer"].startswith("diffusers"):
             peer = row
         speed = row["steps_per_s"] / peer["steps_per_s"]
+        typical = row["median_steps_per_s"] / peer["median_steps_per_s"]
         mine, theirs = memory_of(row), memory_of(peer)
         memory = f"{mine / theirs:.2f}" if mine and theirs else "-"
         print(f"{row['family']:<11}{row['trainer'][:47]:<48}{row['steps_per_s']:>8.3f}"
-              f"{gib(row['device_allocated']):>8}{gib(row['device_reserved']):>8}"
-              f"{gib(row['host_rss']):>7}{row['first_step_s']:>8.1f}s{speed:>10.2f}"
-              f"{memory:>9}")
-    print("alloc/reserv.: peak CUDA memory, GiB; RSS: the process's peak resident memory "
+              f"{row['median_steps_per_s']:>8.3f}{gib(row['device_allocated']):>7}"
+              f"{gib(row['device_reserved']):>8}{gib(row['host_rss']):>6}"
+              f"{row['first_step_s']:>8.1f}s{speed:>10.2f}{typical:>9.2f}{memory:>9}")
+    print("steps/s: steady state (steps over their time); median: 1 / the median step; "
+          "alloc/reserv.: peak CUDA memory, GiB; RSS: the process's peak resident memory "
           "(CPU runs), GiB; x: this tool / the diffusers example")
 
 

@@ -13,6 +13,7 @@ the same modules.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,16 @@ def compile_blocks(family: ModelFamily, denoiser: Any, mode: str, say: Any) -> C
     return CompileWatch()
 
 
+def eager(watch: CompileWatch | None) -> Any:
+    """Eval and validation run the blocks uncompiled: their no-grad forwards would each
+    compile graphs of their own (minutes of compiling for rounds that run rarely)."""
+    if watch is None:
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.compiler.set_stance("force_eager")
+
+
 def _graphs() -> int:
     from torch._dynamo.utils import counters
 
@@ -63,7 +74,7 @@ def _compile_seconds() -> float:
 class CompileWatch:
     """The graphs compiled so far and the time it took: the first step's compile goes
     into the log and a `compile` event; a later compile (a shape the dynamic graph does
-    not cover, the no-grad graphs of validation) too, at the next logged step."""
+    not cover) too, at the next logged step."""
 
     def __init__(self) -> None:
         self.graphs = _graphs()

@@ -18,6 +18,7 @@ from core.models.modules import unwrap
 from core.runs.folder import RunFolder
 from core.train.batches import to_device
 from core.train.checkpoint import TrainState, save_checkpoint
+from core.train.compiling import eager
 from core.train.evaluation import EvalSet, build_eval_set, evaluate
 from core.train.grid import write_validation_grid
 from core.train.optimizers import averaged_weights
@@ -110,7 +111,7 @@ class Loop:
 
     def eval(self, step: int) -> None:
         with self.memory_of("eval", self.eval_set is not None), \
-                self.out_of_memory_in("eval", step):
+                self.out_of_memory_in("eval", step), eager(self.compiled):
             self._eval(step)
 
     def _eval(self, step: int) -> None:
@@ -130,7 +131,7 @@ class Loop:
 
     def validate(self, step: int) -> None:
         with self.memory_of("validation", bool(self.cfg.validation.prompts)), \
-                self.out_of_memory_in("validation", step):
+                self.out_of_memory_in("validation", step), eager(self.compiled):
             self._validate(step)
 
     def _validate(self, step: int) -> None:

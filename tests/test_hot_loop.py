@@ -4,7 +4,6 @@ refused with what it cannot combine with)."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conftest import REPO, small_config, step_losses
+from tests.conftest import REPO, small_config, step_losses, train_events, write_shapes
 
 CORE = str(REPO / "core")
 LOOP = str(REPO / "core" / "train" / "loop.py")
@@ -52,19 +51,20 @@ def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return seen
 
 
-def test_the_loop_reads_the_loss_only_every_log_every_steps(tmp_path: Path,
-                                                            syncs: list[int]) -> None:
-    losses = step_losses(tmp_path, 6, log_every=3)
+def test_the_loop_reads_the_loss_only_every_log_every_steps(
+        tmp_path: Path, tiny_workspace: Path, syncs: list[int]) -> None:
+    losses = step_losses(tmp_path, 6, workspace=tiny_workspace, log_every=3)
     # Read at the first step (the start-up report), every third step and the last: the
     # steps between ran without the host waiting, and still report their own losses.
     assert sorted(syncs) == [1, 3, 6]
     assert len(losses) == 6 and all(loss > 0 for loss in losses)
 
 
-def test_a_cpu_run_still_reads_every_step(tmp_path: Path, syncs: list[int]) -> None:
+def test_a_cpu_run_still_reads_every_step(tmp_path: Path, tiny_workspace: Path,
+                                          syncs: list[int]) -> None:
     # train.log_every 0 (auto) on the CPU, where a read costs nothing: each step's loss
     # is read and reported as it ends, as before the setting existed.
-    assert len(step_losses(tmp_path, 3)) == 3
+    assert len(step_losses(tmp_path, 3, workspace=tiny_workspace)) == 3
     assert sorted(syncs) == [1, 2, 3]
 
 
@@ -89,20 +89,34 @@ def test_compile_is_refused_with_what_it_cannot_combine_with(tmp_path: Path) -> 
     assert any("model.blocks_to_swap" in e for e in errors)
 
 
+def _two_bucket_run(folder: Path, workspace: Path, compile_mode: str) -> list[dict[str, Any]]:
+    """Four steps of tiny SD3 (LoRA, gradient checkpointing) over two datasets of
+    different aspect ratios (square and 2:1 images: two buckets, two token counts);
+    the run's events."""
+    cfg = small_config(folder, datasets=2, images=2, family="sd3")
+    write_shapes(Path(cfg.datasets[1].images), 2, size=(64, 32))
+    t = cfg.train
+    t.max_steps, t.eval_every, t.eval_images, cfg.validation.every = 4, 100, 1, 100
+    t.gradient_checkpointing, t.compile = True, compile_mode
+    return train_events(cfg, folder, workspace)
+
+
 @pytest.mark.slow
-def test_compiled_blocks_train_to_the_same_losses(tmp_path: Path,
+def test_compiled_blocks_train_to_the_same_losses(tmp_path: Path, tiny_workspace: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # aot_eager: dynamo's graphs and AOT autograd's forward/backward, without inductor's
     # C++ build (minutes on a small CPU); the GPU bench runs inductor (bench/peers.py).
     monkeypatch.setenv("TRAIN_COMPILE_BACKEND", "aot_eager")
-    plain = step_losses(tmp_path / "plain", 3, family="sd3", gradient_checkpointing=True)
-    compiled = step_losses(tmp_path / "compiled", 3, family="sd3",
-                           gradient_checkpointing=True, compile="blocks")
-    assert compiled == pytest.approx(plain, rel=1e-4, abs=1e-5)
-    events = [json.loads(line) for line in
-              (tmp_path / "compiled/runs/run/events.jsonl").read_text().splitlines()]
-    compiles = [e for e in events if e["type"] == "compile"]
-    # One report, at the first step: its graphs (one per block class) serve every block
-    # and every later step; the first step's time says what compiling cost.
+    plain = _two_bucket_run(tmp_path / "plain", tiny_workspace, "off")
+    compiled = _two_bucket_run(tmp_path / "compiled", tiny_workspace, "blocks")
+    def losses(events: list[dict[str, Any]]) -> list[float]:
+        return [e["loss"] for e in events if e["type"] == "step"]
+
+    assert len(losses(compiled)) == 4
+    assert losses(compiled) == pytest.approx(losses(plain), rel=1e-4, abs=1e-5)
+    compiles = [e for e in compiled if e["type"] == "compile"]
+    # One report, at the first step: its graphs (one per block class) serve every block,
+    # both buckets and every later step (dynamic shapes); the eval at the end runs
+    # uncompiled. The first step's time says what compiling cost.
     assert [e["step"] for e in compiles] == [1]
     assert 1 <= compiles[0]["graphs"] <= 2 and compiles[0]["first_step_s"] > 0

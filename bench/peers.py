@@ -167,10 +167,16 @@ def peer_command(family: str, model: Path, images: dict[str, Path], out: Path,
     if not peer.dreambooth:  # their LoRA alpha is the rank, as this tool's default
         return [*command, "--train_data_dir", str(images["meta"]), "--caption_column", "text"]
     fam = get_family(family)
+    # Options only some of the dreambooth scripts have (SD3's alpha is always its rank).
+    optional = {"--lora_alpha": str(args.rank),
+                "--max_sequence_length": str(fam.max_sequence_length),
+                "--lora_layers": ",".join(fam.lora_target_modules("attention"))}
+    source = (PEERS_DIR / peer.script).read_text(encoding="utf-8")
+    for flag, value in optional.items():
+        if f'"{flag}"' in source:
+            command += [flag, value]
     return [*command, "--instance_data_dir", str(images["plain"]), "--instance_prompt",
-            PROMPT, "--lora_alpha", str(args.rank), "--max_sequence_length",
-            str(fam.max_sequence_length),
-            "--lora_layers", ",".join(fam.lora_target_modules("attention"))]
+            PROMPT]
 
 
 def tool_config(family: str, model: Path, images: dict[str, Path], ws: Path,

@@ -132,8 +132,9 @@ class TrainConfig:
                            "transformer blocks (the ones model.blocks_to_swap streams), "
                            "with dynamic shapes so a new aspect bucket does not compile "
                            "again. The first step takes longer (it compiles; the log "
-                           "says how long), the later ones less on a GPU. Not with "
-                           "model.quantize, model.blocks_to_swap or a UNet family.")
+                           "says how long); bench/peers.py measures what the later "
+                           "steps gain on a GPU. Not with model.quantize, "
+                           "model.blocks_to_swap or a UNet family.")
     min_snr_gamma: float = _f(0.0, label="Min-SNR gamma", min=0.0, max=100.0, advanced=True,
                               ddpm=True,
                               help="0 disables min-SNR weighting (epsilon/v families only).")

@@ -11,7 +11,8 @@
 #                                       example trainers on random:<family> folders, bf16,
 #                                       gradient checkpointing, train.compile off and blocks
 #                                       (PEERS_CASES family:resolution:batch, in order; a
-#                                       case left without time is skipped, and says so)
+#                                       case left without time is skipped, and says so;
+#                                       each run's train.log names its host syncs)
 #
 # Settings (environment): PY (python3), FAMILIES, MEMORY_S (500: the whole memory
 # stage), CASE_S (200: one family's run), FP8_S (unset: also Flux with an fp8 base, in
@@ -115,7 +116,7 @@ stage_peers() {
     IFS=: read -r fam res batch <<< "$case"
     left=$((deadline - SECONDS))
     if [ "$left" -lt 60 ]; then echo "peers: $case skipped, ${left} s left"; continue; fi
-    timeout "$left" "$PY" bench/peers.py --families "$fam" --models random \
+    STEPTIMER_SYNC_DEBUG=1 timeout "$left" "$PY" bench/peers.py --families "$fam" --models random \
       --resolution "$res" --batch "$batch" --precision bf16 --gradient-checkpointing \
       --steps "${PEERS_STEPS:-20}" --warmup 5 --compile off,blocks \
       --peers-python "${PEERS_PY:-$PY}" --timeout "$left" --workspace "$ws" \

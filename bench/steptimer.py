@@ -7,18 +7,24 @@ The same clock for a diffusers example and for this tool's trainer, so neither s
 timed by its own reporting: a global torch optimizer-step hook stamps every optimizer
 step. On CUDA the device is synchronised only at step 1, step WARMUP and step STEPS (the
 figures' end points), so the program's own host syncs, or their absence, stay what they
-are. At step STEPS, OUT.json gets the stamps and the peak memory so far (CUDA allocated
-and reserved, or the process's peak RSS), before the program saves anything.
+are (STEPTIMER_SYNC_DEBUG=1 has torch name each of them in the log). At step STEPS,
+OUT.json gets the stamps and the peak memory so far (CUDA allocated and reserved, or the
+process's peak RSS), before the program saves anything.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import runpy
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+# STEPTIMER_SYNC_DEBUG=1: torch warns at every host sync of the steady steps (CUDA), once
+# per place in the code (Python's warning filter), so the log names where each side waits.
+SYNC_DEBUG = "STEPTIMER_SYNC_DEBUG"
 
 
 def peak_memory() -> dict[str, int | None]:
@@ -40,11 +46,15 @@ def install_clock(out: Path, steps: int, warmup: int) -> None:
     stamps: list[float] = []
     synced = {1, warmup, steps}
 
+    debug = os.environ.get(SYNC_DEBUG) == "1" and torch.cuda.is_available()
+
     def after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
         # A program with a second optimizer (none of the timed ones) would count twice.
         if len(stamps) + 1 in synced and torch.cuda.is_available():
             torch.cuda.synchronize()
         stamps.append(time.time())
+        if debug and len(stamps) in (warmup, steps):  # the steady steps' syncs, each
+            torch.cuda.set_sync_debug_mode("warn" if len(stamps) == warmup else "default")
         if len(stamps) == steps:
             out.write_text(json.dumps({"stamps": stamps, **peak_memory()}), encoding="utf-8")
 

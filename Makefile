@@ -9,7 +9,7 @@ TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadfile
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-fast ui lint bench bench-ui bench-gpu clean-venv
+.PHONY: demo test test-fast ui lint bench bench-ui bench-peers bench-gpu clean-venv
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ bench: $(STAMP)
 
 bench-ui: $(STAMP)
 	$(PY) bench/ui_latency.py
+
+# This tool against diffusers' own LoRA trainers (tiny sd15 and flux on the CPU, minutes);
+# the examples' torchvision and datasets go to bench/.peers-venv, not requirements.txt.
+bench-peers: $(STAMP)
+	$(PY) bench/peers.py --omp-passive
 
 # Needs a CUDA GPU for measured figures; without one it prints the estimates only.
 # requirements-gpu.txt adds bitsandbytes (nf4, adamw8bit) for the GPU.

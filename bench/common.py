@@ -97,6 +97,18 @@ def add_omp_option(parser: Any) -> None:
              "on a busy machine libgomp's spinning threads otherwise slow torch several-fold")
 
 
+def parse_run_options(parser: Any, argv: list[str] | None, timeout_help: str) -> Any:
+    """The options of a benchmark that launches runs (--timeout, --workspace,
+    --omp-passive) added, the arguments parsed, and the OMP line printed (before torch
+    is imported)."""
+    parser.add_argument("--timeout", type=float, default=600, help=timeout_help)
+    parser.add_argument("--workspace", type=Path, default=None, help="default: a temp dir")
+    add_omp_option(parser)
+    args = parser.parse_args(argv)
+    print(apply_omp_option(args.omp_passive))
+    return args
+
+
 def apply_omp_option(passive: bool) -> str:
     """Call before torch is imported; returns a line saying what torch's threads will do."""
     if passive:

@@ -10,7 +10,8 @@ weights: no download), 8 generated images, and the real path, `python app.py --n
 --preset <p> --set ...` (check, caches, `accelerate launch`, validation images at the
 end). The trainer's `memory` events (docs/run-folder.md) give allocated device bytes: per
 phase the most held since the previous event, and the launch's peak. Seconds per step:
-the median interval between step events with nothing else between them.
+the trainer's own (the last step event's it_s: recent steps, eval, validation and
+checkpoints left out); bench/peers.py times steady state against diffusers' examples.
 
 Goals (peak of the whole run): Flux LoRA 512 px, batch 1, int8, gradient checkpointing
 <= 20 GiB; SDXL LoRA 1024 px, batch 1, bf16 <= 14 GiB; SD1.5 LoRA 512 px, batch 4
@@ -30,7 +31,6 @@ import argparse
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -149,16 +149,13 @@ def run_app(argv: list[str], log_path: Path, timeout: float) -> int | str:
 
 
 def seconds_per_step(events: list[dict[str, Any]]) -> float | None:
-    """Median interval between consecutive step events with no other event between."""
-    intervals, last = [], None
-    for event in events:
-        if event.get("type") != "step":
-            last = None
-            continue
-        if last is not None:
-            intervals.append(event["time"] - last)
-        last = event["time"]
-    return statistics.median(intervals) if intervals else None
+    """The trainer's own figure, 1 / it_s of the last step event: the median of its
+    recent step times, rounds (eval, validation, checkpoints) left out. On a GPU the
+    step events come in bursts of train.log_every, so their intervals time no step;
+    steady-state figures against diffusers' examples come from bench/peers.py."""
+    rates = [e.get("it_s") for e in events if e.get("type") == "step"]
+    rates = [r for r in rates if isinstance(r, (int, float)) and r > 0]
+    return 1.0 / rates[-1] if rates else None
 
 
 def measured(events: list[dict[str, Any]]) -> dict[str, float | None]:

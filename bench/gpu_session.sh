@@ -7,10 +7,19 @@
 #   bash bench/gpu_session.sh swap      model.blocks_to_swap: the 24 GB Qwen-Image preset
 #                                       with and without swapping (the s/step ratio) and
 #                                       Wan 2.1 14B's 24 GB preset (SWAP_CASES to change)
+#   bash bench/gpu_session.sh peers     bench/peers.py: this tool against diffusers' own
+#                                       example trainers on random:<family> folders, bf16,
+#                                       gradient checkpointing, train.compile off and blocks
+#                                       (PEERS_CASES family:resolution:batch, in order; a
+#                                       case left without time is skipped, and says so;
+#                                       each run's train.log names its host syncs)
 #
 # Settings (environment): PY (python3), FAMILIES, MEMORY_S (500: the whole memory
 # stage), CASE_S (200: one family's run), FP8_S (unset: also Flux with an fp8 base, in
-# that many seconds), OUT (/tmp/gpu-out: the log and the result files).
+# that many seconds), OUT (/tmp/gpu-out: the log and the result files), PEERS_S (480:
+# the whole peers stage), PEERS_STEPS (20), PEERS_PY (a python with torchvision and
+# datasets for the examples; default PY, whose .whl/ may add them: torchvision's wheel
+# must be the one made for that machine's torch).
 #
 # A machine without a registry gets the packages its python lacks as wheels in .whl/:
 # `pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
@@ -94,6 +103,27 @@ stage_swap() {
     --families "${SWAP_CASES:-qwen_image_24gb,qwen_image_noswap,wan14b_24gb}" \
     --steps 10 --timeout "${CASE_S:-240}" --workspace "$ws" --out "$OUT/gpu_swap.json"
   echo "gpu_memory swap exit $?"
+}
+
+stage_peers() {
+  local ws=/tmp/ws-peers deadline=$((SECONDS + ${PEERS_S:-480})) case fam res batch left
+  if ! "${PEERS_PY:-$PY}" -c "import torchvision, datasets" 2>/dev/null; then
+    echo "peers: ${PEERS_PY:-$PY} lacks torchvision or datasets (add their wheels to .whl/)"
+    return 1
+  fi
+  # Flux first: the case compile is for; the UNets (sd15, sdxl) have no blocks to compile.
+  for case in ${PEERS_CASES:-flux:512:1 sd15:512:4 sdxl:1024:1 z_image:1024:1}; do
+    IFS=: read -r fam res batch <<< "$case"
+    left=$((deadline - SECONDS))
+    if [ "$left" -lt 60 ]; then echo "peers: $case skipped, ${left} s left"; continue; fi
+    STEPTIMER_SYNC_DEBUG=1 timeout "$left" "$PY" bench/peers.py --families "$fam" --models random \
+      --resolution "$res" --batch "$batch" --precision bf16 --gradient-checkpointing \
+      --steps "${PEERS_STEPS:-20}" --warmup 5 --compile off,blocks \
+      --peers-python "${PEERS_PY:-$PY}" --timeout "$left" --workspace "$ws" \
+      --out "$OUT/peers-$fam.json"
+    echo "peers $case exit $?"
+    rm -rf "$ws/models" "$ws/peers" "$ws/tool"  # a full-size folder is tens of GB on disk
+  done
 }
 
 for stage in "$@"; do

@@ -42,11 +42,10 @@ from typing import Any
 
 from common import (
     REPO,
-    add_omp_option,
-    apply_omp_option,
     demo_like_config,
     load_line,
     median,
+    parse_run_options,
     workspace,
 )
 
@@ -195,8 +194,11 @@ def _first(events: list[dict[str, Any]], **match: Any) -> float | None:
     return None
 
 
-def run_trainer(mode: str, cfg: Any, ws: Path, timeout: float, warmup: int) -> dict[str, Any]:
-    """Start one run, wait for it, and read its timings from events.jsonl."""
+def run_trainer(mode: str, cfg: Any, ws: Path, timeout: float, warmup: int,
+                wrapper: list[str] | None = None) -> dict[str, Any]:
+    """Start one run, wait for it, and read its timings from events.jsonl. `wrapper`
+    (direct mode): a script and its arguments that run `-m core.train.main ...` in turn
+    (bench/steptimer.py, which bench/peers.py times both trainers with)."""
     import dataclasses
     import shutil
 
@@ -217,7 +219,7 @@ def run_trainer(mode: str, cfg: Any, ws: Path, timeout: float, warmup: int) -> d
                                                            os.environ.get("PYTHONPATH")]))}
         with open(RunFolder(run_dir).log, "ab") as log:
             proc = subprocess.run(
-                [sys.executable, "-m", "core.train.main", "--config",
+                [sys.executable, *(wrapper or []), "-m", "core.train.main", "--config",
                  str(RunFolder(run_dir).config), "--workspace", str(ws)],
                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout,
                 check=False)
@@ -240,7 +242,7 @@ def run_trainer(mode: str, cfg: Any, ws: Path, timeout: float, warmup: int) -> d
     starting = _first(events, type="status", state="starting")
     running = _first(events, type="status", state="running")
     return {
-        "mode": mode, "command": command, "total_s": total,
+        "mode": mode, "command": command, "total_s": total, "launched": launched,
         "intervals": step_intervals(events, warmup),
         "first_step_s": first_step - launched,
         "to_starting_s": (starting or launched) - launched,
@@ -312,11 +314,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=3, help="steps left out on both sides")
     parser.add_argument("--modes", default=",".join(MODES),
                         help=f"trainer launches to time, from {', '.join(MODES)}")
-    parser.add_argument("--timeout", type=float, default=600, help="per trainer run, seconds")
-    parser.add_argument("--workspace", type=Path, default=None, help="default: a temp dir")
-    add_omp_option(parser)
-    args = parser.parse_args(argv)
-    print(apply_omp_option(args.omp_passive))
+    args = parse_run_options(parser, argv, "per trainer run, seconds")
     modes = [m for m in args.modes.split(",") if m]
     unknown = sorted(set(modes) - set(MODES))
     if unknown:

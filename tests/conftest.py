@@ -135,23 +135,31 @@ def train_in_process(cfg_path: Path, workspace: Path, *extra: str) -> int:
             signal.signal(sig, handler)
 
 
-def step_losses(folder: Path, steps: int, family: str = "sd15", **train: object) -> list[float]:
-    """The loss of each of `steps` steps of small_config(folder) trained in-process on the
-    CPU with the `train.*` keys given (no eval, no validation)."""
+def train_events(cfg, folder: Path, workspace: Path | None = None) -> list[dict]:
+    """`cfg` trained in-process on the CPU without validation images (its config saved
+    in `folder`; tiny models built in `workspace`, default `folder`); the run's events."""
     import json
 
     from core.config import save_config
 
+    cfg.validation.prompts = []
+    cfg.launch.cpu = True
+    save_config(cfg, folder / "config.toml")
+    assert train_in_process(folder / "config.toml", workspace or folder) == 0
+    lines = (Path(cfg.output.dir) / "events.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def step_losses(folder: Path, steps: int, family: str = "sd15", workspace: Path | None = None,
+                **train: object) -> list[float]:
+    """The loss of each of `steps` steps of small_config(folder) trained in-process on the
+    CPU with the `train.*` keys given (no eval, no validation); tiny models built in
+    `workspace` (default `folder`: pass tiny_workspace to share the session's)."""
     cfg = small_config(folder, images=4, family=family)
     for key, value in train.items():
         setattr(cfg.train, key, value)
     cfg.train.max_steps, cfg.train.eval_every, cfg.validation.every = steps, 100, 100
-    cfg.validation.prompts = []
-    cfg.launch.cpu = True
-    save_config(cfg, folder / "config.toml")
-    assert train_in_process(folder / "config.toml", folder) == 0
-    events = (Path(cfg.output.dir) / "events.jsonl").read_text().splitlines()
-    return [e["loss"] for e in map(json.loads, events) if e["type"] == "step"]
+    return [e["loss"] for e in train_events(cfg, folder, workspace) if e["type"] == "step"]
 
 
 @pytest.fixture(scope="session")

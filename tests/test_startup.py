@@ -5,12 +5,11 @@ tests/test_train.py."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, REPO, app_and_loaded_modules, small_config, train_in_process
+from conftest import PYTHON, REPO, app_and_loaded_modules, small_config, train_events
 
 from core.config import save_config
 from core.libraries import unused_optional_libraries
@@ -24,12 +23,7 @@ def _train(folder: Path, **train: object) -> list[dict]:
     cfg.train.max_steps, cfg.train.eval_every, cfg.validation.every = 2, 100, 100
     for key, value in train.items():
         setattr(cfg.train, key, value)
-    cfg.validation.prompts = []
-    cfg.launch.cpu = True
-    save_config(cfg, folder / "config.toml")
-    assert train_in_process(folder / "config.toml", folder) == 0
-    lines = (Path(cfg.output.dir) / "events.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines]
+    return train_events(cfg, folder)
 
 
 def test_startup_event_names_each_phase_and_step_0_eval_only_when_asked(tmp_path, capsys):

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from core.config.block_swap import block_swap_problems
+from core.config.compiling import compile_problems
 from core.config.control_checks import control_problems
 from core.config.distributed import distributed_problems
 from core.config.family_options import foreign_key_problems
@@ -163,6 +164,7 @@ def _check_cross(cfg: Config) -> list[Problem]:
     out += _check_frames(cfg)
     out += distributed_problems(cfg)
     out += block_swap_problems(cfg)
+    out += compile_problems(cfg)
     if cfg.model.quantize != "none" and cfg.train.method == "full":
         out.append(error("model.quantize", f"{cfg.model.quantize} with train.method = \"full\": "
                                            "a quantized base cannot be fully fine-tuned; use "

@@ -24,6 +24,7 @@ CONFIG_VERSION = 1
 QUANTIZE_CHOICES = ("none", "int8", "fp8", "nf4")
 PREDICTION_TYPES = ("auto", "epsilon", "v_prediction")
 DISTRIBUTED_CHOICES = ("ddp", "fsdp", "deepspeed")  # launch.distributed (issue 26 item 7)
+COMPILE_CHOICES = ("off", "blocks")  # train.compile (issue 37)
 
 
 def _where(holds: Callable[[Any], Any]) -> str:
@@ -133,6 +134,14 @@ class SharedTrainConfig:
     seed: int = _f(42, label="Seed", min=0, max=2**63 - 1)
     mixed_precision: str = _f("no", label="Mixed precision", choices=("no", "fp16", "bf16"))
     gradient_checkpointing: bool = _f(False, label="Gradient checkpointing", advanced=True)
+    compile: str = _f("off", label="Compile blocks", choices=COMPILE_CHOICES, advanced=True,
+                      help="blocks: torch.compile each of the denoiser's repeated "
+                           "transformer blocks (the ones model.blocks_to_swap streams), "
+                           "with dynamic shapes so a new aspect bucket does not compile "
+                           "again. The first step takes longer (it compiles; the log "
+                           "says how long); bench/peers.py measures what the later "
+                           "steps gain on a GPU. Not with model.quantize, "
+                           "model.blocks_to_swap or a UNet family.")
     min_snr_gamma: float = _f(0.0, label="Min-SNR gamma", min=0.0, max=100.0, advanced=True,
                               ddpm=True,
                               help="0 disables min-SNR weighting (epsilon/v families only).")
@@ -142,6 +151,13 @@ class SharedTrainConfig:
     keep_checkpoints: int = _f(3, label="Checkpoints kept", min=1, max=1000,
                                help="The newest N checkpoints are kept; the LoRAs saved "
                                     "beside them (lora/step_NNNNNN/) always are.")
+    log_every: int = _f(0, label="Read the loss every (steps)", min=0, max=10_000,
+                        advanced=True,
+                        help="Steps between reads of the loss from the device, each read "
+                             "waiting for the device to finish: the step lines, events and "
+                             "loss checks of the steps between come together then. 0: "
+                             "every step on the CPU (a read costs nothing there), every 10 "
+                             "on a GPU.")
     eval_every: int = _f(50, label="Eval every (steps)", min=1, max=10_000_000, advanced=True)
     eval_images: int = _f(8, label="Eval images", min=1, max=1000, advanced=True)
     eval_before_training: bool = _f(False, label="Eval before training", advanced=True,

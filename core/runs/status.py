@@ -35,7 +35,8 @@ STATES = ("queued", "starting", "running", "stopping", "done", "failed", "stoppe
 FINAL_STATES = ("done", "failed", "stopped", "cancelled")
 LIVE_STATES = ("starting", "running", "stopping")
 EVENT_TYPES = ("step", "eval", "validation", "checkpoint", "status", "error", "memory",
-               "resume", "lora_saved", "extend", "quantized", "block_swap", "startup")
+               "resume", "lora_saved", "extend", "quantized", "block_swap", "startup",
+               "compile")
 
 
 @dataclass

@@ -18,6 +18,7 @@ from core.models.modules import unwrap
 from core.runs.folder import RunFolder
 from core.train.batches import to_device
 from core.train.checkpoint import TrainState, save_checkpoint
+from core.train.compiling import eager
 from core.train.evaluation import EvalSet, build_eval_set, evaluate
 from core.train.grid import write_validation_grid
 from core.train.optimizers import averaged_weights
@@ -25,6 +26,7 @@ from core.train.report import Reporter
 from core.train.resume import trainable_state
 from core.train.saves import ema_weights, epoch_save_due, save_lora_step
 from core.train.setup import Setup, TrainingError
+from core.train.stepping import PendingSteps, log_interval
 from core.train.texts import batch_encoder
 from core.train.validation import encode_validation_prompts, generate_validation_images
 
@@ -74,6 +76,7 @@ class Loop:
         self.last_saved_step = -1
         self.last_lora_step = -1
         self.measured_rounds: set[str] = set()
+        self.compiled = setup.compiled  # train.compile's watch, or None
 
     @property
     def acc(self) -> Any:
@@ -108,7 +111,7 @@ class Loop:
 
     def eval(self, step: int) -> None:
         with self.memory_of("eval", self.eval_set is not None), \
-                self.out_of_memory_in("eval", step):
+                self.out_of_memory_in("eval", step), eager(self.compiled):
             self._eval(step)
 
     def _eval(self, step: int) -> None:
@@ -128,7 +131,7 @@ class Loop:
 
     def validate(self, step: int) -> None:
         with self.memory_of("validation", bool(self.cfg.validation.prompts)), \
-                self.out_of_memory_in("validation", step):
+                self.out_of_memory_in("validation", step), eager(self.compiled):
             self._validate(step)
 
     def _validate(self, step: int) -> None:
@@ -243,33 +246,55 @@ class Loop:
             pipe.save_pretrained(str(model_dir), safe_serialization=True)
             self.reporter.say(f"model saved: {model_dir}")
 
-    def loss_and_stop(self, losses: list[Any]) -> tuple[float, bool]:
-        """The step's mean loss over every process and whether any process was asked to
-        stop, in one collective, so all processes stop at the same step."""
-        import torch
-
-        local = torch.stack(losses).mean().float()
-        wanted = 1.0 if self.stop.requested() else 0.0
-        if self.acc.num_processes == 1:
-            return float(local), wanted > 0
-        both = torch.stack([local, torch.tensor(wanted, device=local.device)])
-        gathered = self.acc.gather(both.unsqueeze(0))  # [processes, 2]
-        return float(gathered[:, 0].mean()), bool(gathered[:, 1].max() > 0)
+    def rounds_due(self, step: int, final: bool) -> list[str]:
+        """The rounds `periodic` runs after `step`."""
+        cfg, sampler = self.cfg, self.s.sampler
+        due = []
+        if final or step % cfg.train.eval_every == 0:
+            due.append("eval")
+        if final or step % cfg.validation.every == 0:
+            due.append("validation")
+        if not final and step % cfg.train.checkpoint_every == 0:
+            due.append("checkpoint")
+        if not final and epoch_save_due(cfg.train.save_every_epochs, sampler.epoch,
+                                        sampler.epoch_complete):
+            due.append("lora_save")
+        return due
 
     def periodic(self, step: int, final: bool) -> None:
-        if final or step % self.cfg.train.eval_every == 0:
-            self.eval(step)
         # Each round tells the reporter its time (`took`): kept out of it/s, counted in
         # the ETA.
-        if final or step % self.cfg.validation.every == 0:
-            self.validate(step)
-        if not final and step % self.cfg.train.checkpoint_every == 0:
-            self.checkpoint(step)
-        if not final and epoch_save_due(self.cfg.train.save_every_epochs, self.s.sampler.epoch,
-                                        self.s.sampler.epoch_complete):
-            started = time.monotonic()  # the last step's save comes with its checkpoint
-            self.save_lora_step(step)
-            self.reporter.took("lora_save", time.monotonic() - started)
+        for kind in self.rounds_due(step, final):
+            if kind == "eval":
+                self.eval(step)
+            elif kind == "validation":
+                self.validate(step)
+            elif kind == "checkpoint":
+                self.checkpoint(step)
+            else:
+                started = time.monotonic()  # the last step's save comes with its checkpoint
+                self.save_lora_step(step)
+                self.reporter.took("lora_save", time.monotonic() - started)
+
+    def report_steps(self, pending: PendingSteps, start_step: int, started: float) -> bool:
+        """Read the pending steps' losses (the one wait for the device between rounds)
+        and report them; returns whether to stop. The launch's first step also reports
+        the start-up, its memory and, compiling, how long it took."""
+        rows, stop = pending.read(self.acc, self.stop)
+        for step, loss, _, _ in rows:
+            if not math.isfinite(loss):
+                raise TrainingError(f"the loss became {loss} at step {step}; lower "
+                                    "train.learning_rate or use mixed_precision = \"bf16\"")
+        first = rows[0][0] == start_step + 1
+        if self.compiled is not None and not first:  # a recompile is not step time
+            self.reporter.took("compile", self.compiled.news(rows[-1][0], self.reporter))
+        self.reporter.steps(rows)
+        if first:
+            self.reporter.started()
+            self.reporter.memory(self.s.memory.snapshot("first_step"))
+            if self.compiled is not None:
+                self.compiled.news(start_step + 1, self.reporter, time.monotonic() - started)
+        return stop
 
     def run(self, start_step: int) -> str:
         """Train to max_steps; returns the final state: done or stopped."""
@@ -288,6 +313,9 @@ class Loop:
             self.reporter.phase_done("validation")
         batches = iter(s.sampler)
         step = start_step
+        pending = PendingSteps(log_interval(cfg.train.log_every, self.acc.device))
+        alone = self.acc.num_processes == 1  # a stop asked for here needs no collective
+        started = time.monotonic()
         while step < cfg.train.max_steps:
             with self.out_of_memory_in("step", step + 1):
                 losses = [micro_step(s, cfg, next(batches))
@@ -296,19 +324,17 @@ class Loop:
             if s.ema is not None:
                 s.ema.step(s.params)
             step += 1
-            loss, stop = self.loss_and_stop(losses)
-            if not math.isfinite(loss):
-                raise TrainingError(f"the loss became {loss} at step {step}; lower "
-                                    "train.learning_rate or use mixed_precision = \"bf16\"")
-            self.reporter.step(step, loss, s.lr_scheduler.get_last_lr()[0], s.sampler.epoch)
-            if step == start_step + 1:
-                self.reporter.started()
-                self.reporter.memory(s.memory.snapshot("first_step"))
-            if stop:
-                self.reporter.status("stopping", step=step)
-                self.finish(step)
-                return "stopped"
-            self.periodic(step, final=step == cfg.train.max_steps)
+            pending.add(step, losses, s.lr_scheduler.get_last_lr()[0], s.sampler.epoch)
+            final = step == cfg.train.max_steps
+            rounds = self.rounds_due(step, final)
+            if pending.due(step, step == start_step + 1,
+                           bool(rounds) or final or (alone and self.stop.requested())):
+                if self.report_steps(pending, start_step, started):
+                    self.reporter.status("stopping", step=step)
+                    self.finish(step)
+                    return "stopped"
+            if rounds:
+                self.periodic(step, final)
         self.finish(step)
         return "done"
 

@@ -195,24 +195,32 @@ class Reporter:
 
     def step(self, step: int, loss: float, lr: float, epoch: int) -> None:
         """One optimizer step finished: an event, a log line, status at most once a second."""
+        self.steps([(step, loss, lr, epoch)])
+
+    def steps(self, rows: list[tuple[int, float, float, int]]) -> None:
+        """Steps (step, loss, lr, epoch) whose losses were read together (train.log_every):
+        the time since the last report, less the rounds between, is shared evenly among
+        them, as the device ran them back to back; an event and a line each, status at
+        most once a second, for the newest."""
         now = time.monotonic()
         if self._last_step_at is not None:
-            self._step_times.append(max(0.0, now - self._last_step_at - self._not_steps))
+            each = max(0.0, now - self._last_step_at - self._not_steps) / len(rows)
+            self._step_times.extend([each] * len(rows))
         self._last_step_at, self._not_steps = now, 0.0
-        self.last_step = step
+        self.last_step = rows[-1][0]
         if not self.is_main:
             return
         per_step = self.seconds_per_step()
-        eta = self.eta(step)
         rate = None if not per_step else round(1.0 / per_step, 3)
-        append_event(self.run_dir, {"type": "step", "step": step, "loss": loss, "lr": lr,
-                                    "epoch": epoch, "it_s": rate, "eta_s": eta})
-        if self.tracking is not None:
-            self.tracking.scalars(step, {"train/loss": loss, "train/lr": lr})
+        for step, loss, lr, epoch in rows:
+            eta = self.eta(step)
+            append_event(self.run_dir, {"type": "step", "step": step, "loss": loss, "lr": lr,
+                                        "epoch": epoch, "it_s": rate, "eta_s": eta})
+            if self.tracking is not None:
+                self.tracking.scalars(step, {"train/loss": loss, "train/lr": lr})
+            # The line's format lives beside its parser (the CLI's progress line reads it).
+            print(format_step_line(step, self.max_steps, loss, lr, rate, eta), flush=True)
         if now - self._last_status >= STATUS_EVERY_S or step == self.max_steps:
             write_status(self.run_dir, state="running", pid=os.getpid(), step=step,
                          max_steps=self.max_steps, eta_s=eta, loss=loss, it_s=rate)
             self._last_status = now
-        # The line's format lives beside its parser (the CLI's progress line reads it).
-        print(format_step_line(step, self.max_steps, loss, lr, rate, eta), flush=True)
-

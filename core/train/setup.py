@@ -18,6 +18,7 @@ from core.models.loading import resolve_dtype
 from core.models.modules import cast_encoders, move_encoders, release_device_memory
 from core.models.quantize import quantize_frozen, quantized_layers
 from core.startup import load_model, process_group
+from core.train.compiling import CompileWatch, attention_line, compile_blocks
 from core.train.errors import TrainingError
 from core.train.memory import MemoryTracker
 from core.train.swapping import place_with_swap, start_swapping
@@ -49,6 +50,8 @@ class Setup:
     # launch.distributed = "fsdp": the denoiser's class before sharding (for the
     # unsharded copy model/ is saved from), else None (core/train/sharding.py).
     sharded_class: type | None = None
+    # train.compile = "blocks": what reports the compiles (core/train/compiling.py).
+    compiled: CompileWatch | None = None
 
 
 def _adapter(cfg: Config, targets: list[str]) -> Any:
@@ -306,6 +309,11 @@ def build_setup(cfg: Config, workspace: Path, accelerator: Any, reporter: Any) -
     params = add_trainable(family, base, cfg)
     swappers = start_swapping(family, base, cfg, accelerator.device, reporter)
     start_from_lora(base, cfg, reporter)
+    compiled = compile_blocks(family, base, cfg.train.compile, reporter.say)
+    attention = attention_line(base, resolve_dtype(accelerator.mixed_precision),
+                               accelerator.device)
+    if attention:
+        reporter.say(attention)
     text_params = add_text_encoder_lora(family, components, cfg)
     trained = list(components.text_encoders) if text_params else []
     optimizer = make_optimizer(params, cfg, text_params)
@@ -331,7 +339,7 @@ def build_setup(cfg: Config, workspace: Path, accelerator: Any, reporter: Any) -
                                      text_encoders=encoders or components.text_encoders)
     return Setup(accelerator, family, components, base, params, optimizer, lr_scheduler, ema,
                  datasets, sampler, resolve_dtype(accelerator.mixed_precision), texts,
-                 memory, train_texts, trained, model_class if sharded else None)
+                 memory, train_texts, trained, model_class if sharded else None, compiled)
 
 
 def _sharded(accelerator: Any) -> bool:

@@ -14,6 +14,13 @@ from typing import Any, get_type_hints
 from core.config.dataset import DatasetConfig
 from core.config.family_options import with_family_options
 from core.config.optimizers import BETAS, OPTIMIZER_NAMES, optimizer_help, reading
+from core.config.sections import (
+    CaptioningConfig,
+    LaunchConfig,
+    LoggingConfig,
+    OutputConfig,
+    TextCacheConfig,
+)
 from core.fields import _f
 from core.models.adapters import LORA_KINDS
 from core.models.objectives import LOSS_WEIGHTINGS, MODE_SCALE, TIMESTEP_SAMPLINGS
@@ -23,7 +30,6 @@ from core.models.registry import FAMILY_NAMES as FAMILIES
 CONFIG_VERSION = 1
 QUANTIZE_CHOICES = ("none", "int8", "fp8", "nf4")
 PREDICTION_TYPES = ("auto", "epsilon", "v_prediction")
-DISTRIBUTED_CHOICES = ("ddp", "fsdp", "deepspeed")  # launch.distributed (issue 26 item 7)
 COMPILE_CHOICES = ("off", "blocks")  # train.compile (issue 37)
 
 
@@ -88,11 +94,6 @@ class SharedModelConfig:
 
 
 ModelConfig = with_family_options("model", SharedModelConfig, "ModelConfig")
-
-
-@dataclass
-class TextCacheConfig:
-    dir: str = _f("cache/text", label="Text-embedding cache folder", kind="path")
 
 
 @dataclass
@@ -286,72 +287,6 @@ class ValidationConfig:
                                    help="Edit models: one control image per prompt, in "
                                         "order (a multi-reference model: several per "
                                         "prompt, separated by |).")
-
-
-@dataclass
-class LoggingConfig:
-    tensorboard: bool = _f(True, label="TensorBoard",
-                           help="Write loss, learning rate, eval losses and validation images "
-                                "to <output folder>/tensorboard/.")
-    wandb_project: str = _f("", label="Weights & Biases project", advanced=True,
-                            help="Also log to this W&B project (needs wandb installed and "
-                                 "logged in); empty disables.")
-
-
-@dataclass
-class CaptioningConfig:
-    model: str = _f("", label="Captioning model",
-                    help="A transformers image-to-text model (BLIP, Florence-2, ...): a hub "
-                         "id in the local cache or a folder; tiny:blip is a tiny random "
-                         "one built offline, to try captioning (random words).")
-    datasets: list[str] = _f([], label="Datasets to caption",
-                             help="Dataset ids; empty captions every dataset with textfile "
-                                  "captions.")
-    prefix: str = _f("", label="Caption prefix", help="Put before every caption (a trigger "
-                                                      "word, say).")
-    suffix: str = _f("", label="Caption suffix")
-    batch_size: int = _f(4, label="Captioning batch size", min=1, max=1024)
-    max_new_tokens: int = _f(40, label="Caption length (tokens)", min=1, max=1024,
-                             advanced=True)
-    overwrite: bool = _f(False, label="Overwrite captions",
-                         help="Off: only images without a caption get one. On: every image "
-                              "is captioned and old captions are kept as .txt.bak.")
-
-
-@dataclass
-class OutputConfig:
-    dir: str = _f("runs/run", label="Output folder", kind="path")
-
-
-@dataclass
-class LaunchConfig:
-    num_processes: int = _f(1, label="Processes", min=1, max=4096,
-                            help="Processes per machine (usually one per GPU).")
-    cpu: bool = _f(False, label="Force CPU")
-    num_machines: int = _f(1, label="Machines", min=1, max=4096, advanced=True)
-    machine_rank: int = _f(0, label="Machine rank", min=0, max=4095, advanced=True)
-    main_process_ip: str = _f("", label="Main process IP", advanced=True)
-    main_process_port: int = _f(29500, label="Main process port", min=1, max=65535,
-                                advanced=True)
-    timeout_minutes: int = _f(60, label="Collective timeout (minutes)", min=1, max=10080,
-                              advanced=True,
-                              help="How long processes wait for each other at a collective "
-                                   "(a long validation or full-model save on rank 0).")
-    join_timeout_minutes: int = _f(10, label="Join timeout (minutes)", min=1, max=10080,
-                                   advanced=True,
-                                   help="Multi-machine runs: how long a machine waits for "
-                                        "the others to join before it gives up.")
-    gpu_memory_gib: float = _f(0.0, label="Plan for a GPU of (GiB)", min=0.0, max=4096.0,
-                               advanced=True,
-                               help="The memory estimate compares with a card of this size "
-                                    "instead of this machine's GPU (0: the GPU found here), "
-                                    "to plan a run for another machine.")
-    distributed: str = _f("ddp", label="Distributed strategy", choices=DISTRIBUTED_CHOICES,
-                          advanced=True,
-                          help="Several processes: ddp keeps a whole copy of the model on "
-                               "every process; fsdp (accelerate's FSDP2) shards the weights, "
-                               "gradients and optimizer state across them (full fine-tunes "
-                               "only); deepspeed is not available (refused at check).")
 
 
 # ---- issue 26 items 6-7 (merge; launch.distributed is in LaunchConfig)

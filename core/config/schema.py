@@ -23,6 +23,9 @@ QUANTIZE_CHOICES = ("none", "int8", "fp8", "nf4")
 PREDICTION_TYPES = ("auto", "epsilon", "v_prediction")
 DISTRIBUTED_CHOICES = ("ddp", "fsdp", "deepspeed")  # launch.distributed (issue 26 item 7)
 EXPERT_CHOICES = ("both", "high_noise", "low_noise")  # model.experts (issue 23)
+# train.lr_scheduler: diffusers' get_scheduler names (piecewise_constant left out)
+LR_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine",
+                "cosine_with_restarts", "polynomial")
 
 
 @dataclass
@@ -107,8 +110,20 @@ class TrainConfig:
     grad_accum: int = _f(1, label="Gradient accumulation", min=1, max=4096)
     learning_rate: float = _f(1e-4, label="Learning rate", min=0.0, max=1.0, min_exclusive=True)
     lr_scheduler: str = _f("constant", label="LR schedule", advanced=True,
-                           choices=("constant", "linear", "cosine"))
+                           choices=LR_SCHEDULES,
+                           help="diffusers' get_scheduler: constant (no warm-up: use "
+                                "constant_with_warmup for one), constant_with_warmup, "
+                                "linear (to 0 at max_steps), cosine (to 0), "
+                                "cosine_with_restarts (train.lr_cycles hard restarts), "
+                                "polynomial (train.lr_power, to 1e-7). Each decaying one "
+                                "starts after train.lr_warmup_steps.")
     lr_warmup_steps: int = _f(0, label="Warm-up steps", min=0, max=10_000_000, advanced=True)
+    lr_cycles: int = _f(1, label="LR restarts (cycles)", min=1, max=10_000, advanced=True,
+                        help="cosine_with_restarts: the number of cosine cycles, each "
+                             "starting again from the full rate.")
+    lr_power: float = _f(1.0, label="LR polynomial power", min=0.0, max=100.0,
+                         min_exclusive=True, advanced=True,
+                         help="polynomial: the decay's power (1 is linear, 2 quadratic).")
     optimizer: str = _f("adamw", label="Optimizer", choices=OPTIMIZER_NAMES,
                         advanced=True,
                         help="adamw (torch); adamw8bit (bitsandbytes, CUDA); prodigy "

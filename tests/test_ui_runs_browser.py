@@ -22,7 +22,8 @@ RUN_MS = 300_000  # a tiny demo run on 2 busy CPU cores
 SMALL_RUN = (("f-output-dir", "runs/second"), ("f-train-max_steps", "2"),
              ("f-train-checkpoint_every", "2"), ("f-train-eval_every", "2"),
              ("f-train-eval_images", "4"), ("f-validation-every", "2"),
-             ("f-validation-steps", "2"), ("f-validation-resolution", "64"))
+             ("f-validation-steps", "2"), ("f-validation-resolution", "64"),
+             ("f-validation-width", "96"))  # 96x64: width and height are the form's
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +167,14 @@ def test_a_queued_launch_keeps_the_running_run_in_view_then_follows_the_queue(ap
     wait_text(page, "train-progress", "done", timeout=RUN_MS)
     page.locator("#train-progress").scroll_into_view_if_needed()
     page.screenshot(path=str(shots / "training-followed-next.png"))
+    # Issue 40 item 16: the prompt x step grid, its images served at the form's 96x64.
+    page.wait_for_function("[...document.querySelectorAll('#validation-grid img')]"
+                           ".filter(i => i.complete && i.naturalWidth === 96"
+                           " && i.naturalHeight === 64).length === 6", timeout=60_000)
+    grid = page.inner_text("#validation-grid")
+    assert "before (step 0)" in grid and "step 2" in grid and "triangle" in grid, grid
+    page.locator("#validation-grid").scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / "training-validation-grid.png"))
 
     tab(page, "Runs")
     choose_run(page, "runs/second")

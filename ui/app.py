@@ -50,6 +50,14 @@ CSS = """
   white-space: nowrap; }
 #runs-table td, #runs-loras td, #cache-table td, #runs-queue td {
   overflow-wrap: anywhere; word-break: break-word; }
+/* The validation grid: prompt x step, thumbnails that scroll sideways when many. */
+#validation-grid .dt-grid { overflow-x: auto; }
+#validation-grid table { border-collapse: collapse; }
+#validation-grid th, #validation-grid td { padding: 2px; font-weight: normal;
+  font-size: 12px; text-align: center; vertical-align: middle; }
+#validation-grid .dt-grid-prompt { max-width: 160px; text-align: left;
+  overflow-wrap: anywhere; }
+#validation-grid img { width: 128px; height: auto; display: block; }
 """
 
 

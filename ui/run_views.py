@@ -21,11 +21,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import gradio as gr
 
 from core import ops
-from core.config import load_config
+from core.config import load_config, prompt_text
 from core.ops import (
     LIVE_STATES,
     SERIES,
@@ -115,7 +116,8 @@ def follow(ctx: AppContext, run_dir: str | Path, log_offset: int | None = None) 
         ctx.handle(run_dir)
     try:
         cfg = load_config(RunFolder(run_dir).config)
-        prompts, controls = cfg.validation.prompts, ops.validation_controls(cfg, ctx.workspace)
+        prompts = [prompt_text(p) for p in cfg.validation.prompts]
+        controls = ops.validation_controls(cfg, ctx.workspace)
     except Exception:  # an old or hand-edited config: the gallery just shows no prompts
         prompts, controls = [], []
     return Following(RunFollower(run_dir, log_offset=log_offset), prompts, controls)
@@ -132,10 +134,13 @@ class RunView:
     gallery: gr.Gallery
     command: gr.Textbox
     tensorboard: gr.Markdown
+    # The prompt x step grid of the validation images (the Training tab's; None: none).
+    grid: gr.HTML | None = field(default=None, kw_only=True)
 
     def polled(self) -> list[gr.components.Component]:
         """What the timer updates."""
-        return [self.progress, self.log, self.plot, self.gallery]
+        grid = [self.grid] if self.grid is not None else []
+        return [self.progress, self.log, self.plot, self.gallery, *grid]
 
     def components(self) -> list[gr.components.Component]:
         """Everything opening a run updates."""
@@ -162,6 +167,24 @@ def gallery_items(ctx: AppContext, f: Following) -> tuple[int, list]:
     an .mp4 path as a video (a play mark on the thumbnail; it plays when opened). An edit
     run's control images come first, one per prompt (`control_items`)."""
     version, images = ctx.watchers.get(f.run_dir).snapshot()
+    return version, _gallery(ctx, f, images)
+
+
+def grid_html(ctx: AppContext, f: Following, images: list) -> str:
+    """The validation grid of `images` (the watcher's): a row per prompt, a column per
+    validation round (the first, the last and evenly spaced ones between, as
+    validation/grid.png picks them); the images by URL from the workspace (one outside
+    it is left blank)."""
+    steps = ops.grid_steps(sorted({im.step for im in images}), render.GRID_COLUMNS)
+    cells = {(im.index, im.step): "gradio_api/file=" + quote(str(im.path))
+             for im in images if im.step in steps and in_workspace(ctx, im.path)}
+    rows = max([len(f.prompts), *[im.index + 1 for im in images]])
+    labels = [f.prompts[n] if n < len(f.prompts) else f"prompt {n + 1}" for n in range(rows)]
+    return render.validation_grid_html(steps, labels, cells)
+
+
+def _gallery(ctx: AppContext, f: Following, images: list) -> list:
+    """`gallery_items`' items of the watcher's `images`."""
     if f.control_items is None:
         f.control_items = control_items(ctx, f)
     items = list(f.control_items)
@@ -169,7 +192,7 @@ def gallery_items(ctx: AppContext, f: Following) -> tuple[int, list]:
         prompt = f.prompts[image.index] if image.index < len(f.prompts) else ""
         caption = f"step {image.step} · {prompt}" if prompt else f"step {image.step}"
         items.append((shown_media(ctx, image.path, image.video), caption))
-    return version, items
+    return items
 
 
 def control_items(ctx: AppContext, f: Following) -> list:
@@ -268,9 +291,11 @@ def changed_views(ctx: AppContext, view: RunView, f: Following | None) -> dict[A
         # A lone point (the step-0 eval) draws no line: the plot waits for a second one.
         if drawable(f.follower.plot_rows()) and f.changed("plot", fol.plot_version):
             out[view.plot] = plot_frame(f)
-        version, items = gallery_items(ctx, f)
+        version, images = ctx.watchers.get(f.run_dir).snapshot()
         if f.changed("gallery", version):
-            out[view.gallery] = items
+            out[view.gallery] = _gallery(ctx, f, images)
+            if view.grid is not None:
+                out[view.grid] = grid_html(ctx, f, images)
         return out
     finally:
         f.busy.release()
@@ -312,7 +337,7 @@ def cleared(view: RunView, text: str) -> dict[Any, Any]:
     """Follow nothing: every view emptied, `text` in the progress panel."""
     return {view.following: None, view.progress: render.message_html(text, "info"),
             view.log: "", view.plot: None, view.gallery: [], view.command: "",
-            view.tensorboard: ""}
+            view.tensorboard: "", **({view.grid: ""} if view.grid is not None else {})}
 
 
 def gone(ctx: AppContext, view: RunView, run_dir: Path) -> dict[Any, Any]:

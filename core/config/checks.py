@@ -12,6 +12,7 @@ from core.config.block_swap import block_swap_problems
 from core.config.control_checks import control_problems
 from core.config.distributed import distributed_problems
 from core.config.optimizers import OPTIMIZERS, OPTION_DEFAULTS
+from core.config.prompts import negative_prompt_problems, prompt_problems
 from core.config.schema import CONFIG_VERSION, FAMILIES, SECTION_TYPES, Config
 from core.models.objectives import MODE_SCALE
 from core.models.quantize import DEQUANTIZED_FOR_BACKWARD
@@ -147,6 +148,8 @@ def _check_cross(cfg: Config) -> list[Problem]:
     if cfg.launch.machine_rank >= cfg.launch.num_machines:
         out.append(error("launch.machine_rank", "must be below launch.num_machines"))
     out += _check_lr_schedule(cfg)
+    out += prompt_problems(cfg.validation)
+    out += negative_prompt_problems(cfg.validation, _family(cfg))
     if cfg.launch.cpu and cfg.train.mixed_precision == "fp16":
         out.append(error("train.mixed_precision", "fp16 does not run on the CPU; use bf16 or no"))
     out += _check_flow_family(cfg)

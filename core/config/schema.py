@@ -252,7 +252,15 @@ class TrainConfig:
 
 @dataclass
 class ValidationConfig:
-    prompts: list[str] = _f(["a red circle"], label="Validation prompts")
+    prompts: list[str] = _f(["a red circle"], label="Validation prompts",
+                            help="One per line. A prompt may end in its own settings, "
+                                 "kohya's flags: --n negative prompt, --w width, --h "
+                                 "height, --d seed, --l guidance scale, --s steps (e.g. "
+                                 "\"a red circle --w 768 --h 512 --d 7\").")
+    negative_prompt: str = _f("", label="Negative prompt", advanced=True,
+                              help="What classifier-free guidance steers away from (empty: "
+                                   "the empty prompt); a prompt's --n replaces it. Families "
+                                   "drawn without one (guidance-distilled FLUX.1) warn.")
     every: int = _f(100, label="Validate every (steps)", min=1, max=10_000_000)
     before_training: bool = _f(False, label="Validate before training",
                                help="Also draw the prompts at step 0 with the untrained "
@@ -261,6 +269,12 @@ class ValidationConfig:
     seed: int = _f(0, label="Validation seed", min=0, max=2**63 - 1)
     guidance_scale: float = _f(5.0, label="Guidance scale", min=0.0, max=100.0, advanced=True)
     resolution: int = _f(512, label="Validation resolution", min=64, max=4096, advanced=True)
+    width: int = _f(0, label="Validation width", min=0, max=4096, advanced=True,
+                    help="0: validation.resolution (a square); else a multiple of 16. A "
+                         "prompt's --w replaces it.")
+    height: int = _f(0, label="Validation height", min=0, max=4096, advanced=True,
+                     help="0: validation.resolution; else a multiple of 16. A prompt's --h "
+                          "replaces it.")
     frames: int = _f(1, label="Validation frames", min=1, max=1025, video=True,
                      help="Video families: frames per validation video (4k + 1), written "
                           "as validation/step_NNNNNN/NN.mp4 beside the first frame's NN.png; "

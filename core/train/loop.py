@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.config import Config
+from core.config import Config, prompt_text
 from core.config.memory_advice import out_of_memory_becomes
 from core.data.collate import collate
 from core.models.adapters import LYCORIS_ONLY_NOTE
@@ -147,9 +147,9 @@ class Loop:
                                                    self.cfg.validation, folder, step,
                                                    self.acc.device, texts)
             if self.acc.is_main_process:
-                self.reporter.validation(step, paths, self.cfg.validation.prompts,
-                                         _since(started))
-                write_validation_grid(self.run_dir, self.cfg.validation.prompts,
+                labels = [prompt_text(p) for p in self.cfg.validation.prompts]
+                self.reporter.validation(step, paths, labels, _since(started))
+                write_validation_grid(self.run_dir, labels,
                                       self.cfg.validation.control_images
                                       if self.s.family.control_images else None)
         self.acc.wait_for_everyone()

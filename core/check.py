@@ -82,9 +82,16 @@ class CheckReport:
 
 
 def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummary], int | None]:
-    from core.data.buckets import bucket_for, check_resolution, check_settings, is_upscaled
+    from core.data.buckets import (
+        bucket_for,
+        check_resolution,
+        check_settings,
+        check_sides,
+        is_upscaled,
+    )
     from core.data.index import index_dataset
     from core.data.sampler import MultiDatasetSampler, SourceDataset
+    from core.data.tags import mirrored_captions
     from core.models.registry import family_or_defaults
 
     missing = {p.where for p in problems if p.level == "error"}
@@ -96,6 +103,8 @@ def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummar
             continue
         settings = check_resolution(ds.resolution, f"{key}.resolution")
         settings += check_settings(ds.bucketing, ds.crop, key)
+        settings += check_sides(ds.resolution, ds.bucket_min_side, ds.bucket_max_side,
+                                ds.bucketing, key)
         problems.extend(settings)
         if errors(settings):
             continue
@@ -103,7 +112,8 @@ def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummar
         problems.extend(index.problems)
         buckets, upscaled = [], []
         for item in index.items:
-            b = bucket_for(item.width, item.height, ds.resolution, ds.bucketing, ds.crop)
+            b = bucket_for(item.width, item.height, ds.resolution, ds.bucketing, ds.crop,
+                           ds.bucket_min_side, ds.bucket_max_side)
             buckets.append((b.width, b.height))
             if is_upscaled(item.width, item.height, b):
                 upscaled.append(item.path)
@@ -112,6 +122,11 @@ def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummar
             problems.append(warning(f"{key}.images", f"{len(upscaled)} {kind} are smaller "
                                     f"than their {ds.resolution}px bucket and get upscaled "
                                     f"(blurry), e.g. {upscaled[0]}"))
+        sided = mirrored_captions([item.caption for item in index.items]) if ds.flip else 0
+        if sided:
+            problems.append(warning(f"{key}.flip", f"{sided} caption(s) say left or right, "
+                                    "which a mirrored image contradicts; turn flip off for "
+                                    "this dataset or reword them"))
         frames = [max(1, len(item.frames)) for item in index.items] if video else []
         summary = DatasetSummary(ds.id, len(index.items), buckets, frames, ds.regularization,
                                  controls=max((len(i.controls) for i in index.items), default=0))

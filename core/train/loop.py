@@ -46,8 +46,11 @@ def micro_step(setup: Setup, cfg: Config, batch_plan: Any) -> Any:
     # Inside accumulate: a trained text encoder's forward is part of the step that
     # DDP synchronises (or not, between accumulation steps).
     with acc.accumulate(comps.denoiser, *trained):
-        items = setup.texts.apply(comps, batch_plan.dataset_index,
-                                  [dataset.load(i) for i in batch_plan.item_indices],
+        first = setup.texts.process_index * len(batch_plan.item_indices)  # global slot
+        loaded = [dataset.load(i, dataset.flips(i, cfg.train.seed, batch_plan.micro_step,
+                                                first + j))
+                  for j, i in enumerate(batch_plan.item_indices)]
+        items = setup.texts.apply(comps, batch_plan.dataset_index, loaded,
                                   batch_plan.micro_step)
         batch = to_device(collate(items), acc.device, setup.weight_dtype)
         sample = family.noise_and_target(comps, batch["latents"],

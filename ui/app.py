@@ -87,7 +87,7 @@ def build_app(ctx: AppContext) -> gr.Blocks:
         tab_caption.wire(ctx, form, caption, timer, after=[live, preview])
         tab_upload.wire(ctx, form, dataset.upload, after=[live, preview])
         tab_cache.wire(ctx, form, cache, timer, cache_tab)
-        tab_runs_merge.wire(ctx, merge_row, runs.choice)
+        tab_runs_merge.wire(ctx, merge_row, runs.choice, runs.file)
         timer.wire()
     return demo
 

@@ -141,6 +141,12 @@ class FamilyDefaults:
     # or "" where the pipeline's classifier-free guidance uses it.
     negative_prompt_note: str = ""
 
+    # The merged model as one original-layout (A1111/ComfyUI) checkpoint file
+    # (core/models/ldm_checkpoint.py, merged.safetensors): each text encoder's (component
+    # folder, key prefix, "clip" | "open_clip"); empty: no such layout (a transformer
+    # family's ComfyUI files split the model), and merge writes merged/ alone.
+    checkpoint_text_encoders: tuple[tuple[str, str, str], ...] = ()
+
     # The denoiser's repeated blocks, as the names of its nn.ModuleLists in the order the
     # forward runs them (Flux: double then single blocks): what model.blocks_to_swap
     # streams from host memory (core/models/block_swap.py) and the memory estimate sizes.
@@ -247,6 +253,7 @@ class ModelFamily(Protocol):
     control_images: int
     text_reads_controls: bool
     negative_prompt_note: str
+    checkpoint_text_encoders: tuple[tuple[str, str, str], ...]
     block_lists: tuple[str, ...]
 
     def denoiser_stacks(self, denoiser: Any) -> list[list[Any]]:

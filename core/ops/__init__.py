@@ -21,7 +21,18 @@ functions that use them.
 from __future__ import annotations
 
 from core.ops.caches import cache_files, cache_status, caches_complete, clear_cache, start_cache
-from core.ops.captions import caption_config, check_captioning, save_caption, start_caption
+from core.ops.captions import (
+    EDITS,
+    CaptionEdit,
+    apply_caption_edit,
+    caption_config,
+    check_captioning,
+    dataset_tags,
+    preview_caption_edit,
+    save_caption,
+    start_caption,
+    undo_caption_edit,
+)
 from core.ops.checks import (
     PRESETS_DIR,
     CheckReport,
@@ -97,7 +108,8 @@ __all__ = [
     "LIVE_STATES", "PRESETS_DIR", "SERIES", "CacheJob", "CaptionJob", "CheckReport",
     "Launched", "LogTail", "OpError", "RunFolder", "RunFollower", "RunHandle", "RunInfo",
     "attach", "bucket_histogram", "cache_files", "cache_status", "caches_complete",
-    "cancel_queued", "caption_config", "check", "check_captioning", "check_model_source",
+    "EDITS", "CaptionEdit", "apply_caption_edit", "cancel_queued", "caption_config", "dataset_tags",
+    "preview_caption_edit", "undo_caption_edit", "check", "check_captioning", "check_model_source",
     "clear_cache", "clip_frames", "dataset_name", "delete_run", "edit_pair_thumbnail",
     "estimate_inputs", "estimate_memory", "extend",
     "format_memory", "gated_note", "grid_steps", "has_swappable_blocks", "has_train_guidance",

@@ -41,6 +41,15 @@ class DatasetSummary:
         """The dataset's name in the summary and the histogram's legend."""
         return f"{self.id} (regularization)" if self.regularization else self.id
 
+    @property
+    def counted(self) -> str:
+        """What the dataset holds, as the summaries say it: "5 image(s)"; a video
+        family's "0 image(s), 3 clip sample(s)"."""
+        if not self.frames:
+            return f"{self.images} image(s)"
+        clips = sum(1 for f in self.frames if f > 1)
+        return f"{self.images - clips} image(s), {clips} clip sample(s)"
+
 
 @dataclass
 class CheckReport:
@@ -64,9 +73,7 @@ class CheckReport:
         out += [f"note: {note}" for note in self.notes]
         for ds in self.datasets:
             kind = " (regularization images)" if ds.regularization else ""
-            clips = sum(1 for f in ds.frames if f > 1)
-            what = f"{ds.images - clips} image(s), {clips} clip sample(s)" if ds.frames \
-                else f"{ds.images} image(s)"
+            what = ds.counted
             if ds.controls:
                 what += (f", each paired with {ds.controls} control image"
                          f"{'s' if ds.controls > 1 else ''}")

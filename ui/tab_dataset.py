@@ -118,7 +118,7 @@ def build(form: Form) -> DatasetTab:
                                 elem_id="preview-captions")
     with gr.Row():
         caption_path = gr.Textbox(label="Image", interactive=False, scale=2)
-        caption_text = gr.Textbox(label="Caption (saved to the image's .txt file)", scale=4,
+        caption_text = gr.Textbox(label="Caption (saved to its .txt, or metadata.jsonl)", scale=4,
                                   elem_id="caption-edit")
         caption_save = gr.Button("Save caption", scale=0, elem_id="caption-save")
     caption_message = gr.HTML("", elem_id="caption-save-message")
@@ -161,7 +161,7 @@ def check_view(ctx: AppContext, tab: DatasetTab, cfg: Config,
     they show (the Training tab shows its errors too)."""
     # The Training tab shows the memory estimate, cached; this panel re-checks on edits.
     report = actions.check(ctx, cfg, form_problems, estimate=False)
-    summary = [f"{ds.label}: {ds.images} image(s)" for ds in report.datasets]
+    summary = [f"{ds.label}: {ds.counted}" for ds in report.datasets]
     if report.steps_per_epoch is not None:
         summary.append(f"{report.steps_per_epoch} steps per epoch")
     ok = "Ready to cache and train. " + "; ".join(summary)
@@ -190,7 +190,7 @@ def preview_view(ctx: AppContext, tab: DatasetTab, cfg: Config, index: int,
     shown = found.items[first:first + PREVIEW_LIMIT]
     samples = Counter(i.path for i in found.items if i.frames)  # clips per video
     items, paths = [], []
-    for item, thumb in zip(shown, thumbnails(shown), strict=True):
+    for item, thumb in zip(shown, thumbnails(shown, ds.fps or 16.0), strict=True):
         if thumb is None:
             continue
         label = clip_label(item, samples[item.path] > 1) + pair_label(item)

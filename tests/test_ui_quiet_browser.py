@@ -10,11 +10,13 @@ One app and one browser for the module; each test opens its own page (a new sess
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from test_ui_browser import field, set_field
@@ -272,6 +274,39 @@ def test_the_demo_captions_new_images_offline_with_its_tiny_captioner(app, page)
     for path in new:  # the next tests open on the demo's own pictures
         path.unlink()
         path.with_suffix(".txt").unlink()
+
+
+def test_many_captions_are_edited_at_once_previewed_first_and_undone(app, page) -> None:
+    """Issue 40 item 20: a trigger word put first in every caption of the selected
+    dataset: Preview writes nothing, Apply writes every .txt (the preview table and the
+    tags show it), Undo puts every file back byte for byte."""
+    ctx, _, _ = app
+    folder = ctx.workspace / "demo/shapes"
+    before = {p.name: p.read_bytes() for p in sorted(folder.glob("*.txt"))}
+    message = "document.querySelector('#bulk-message')?.innerText"
+    page.click("#bulk-area button, #bulk-area .label-wrap")
+    page.wait_for_selector("#bulk-preview")
+    page.click("#bulk-kind input")
+    page.get_by_role("option", name="Add a trigger word first").click()
+    field(page, "bulk-find").fill("sks")
+    page.click("#bulk-preview")
+    page.wait_for_function(f"{message}.includes('{len(before)} caption(s) would change')")
+    assert {p.name: p.read_bytes() for p in sorted(folder.glob("*.txt"))} == before
+    assert "sks, " in page.inner_text("#bulk-changes")
+    page.click("#bulk-apply")
+    page.wait_for_function(f"{message}.includes('changed {len(before)} caption(s)')")
+    assert all(p.read_text(encoding="utf-8").startswith("sks, ") for p in folder.glob("*.txt"))
+    page.wait_for_function("document.querySelector('#preview-captions')?.innerText"
+                           ".includes('sks, ')")
+    page.click("#bulk-show-tags")
+    page.wait_for_function("document.querySelector('#bulk-tags')?.innerText.includes('sks')")
+    page.locator("#bulk-area").scroll_into_view_if_needed()
+    shots = Path(os.environ.get("UI_SHOTS_DIR") or ctx.workspace.parent)
+    page.screenshot(path=str(shots / "bulk-captions.png"), full_page=True)
+    page.click("#bulk-undo")
+    page.wait_for_function(f"{message}.includes('restored {len(before)} caption(s)')")
+    assert {p.name: p.read_bytes() for p in sorted(folder.glob("*.txt"))} == before
+    assert page.locator(".toast-body").count() == 0
 
 
 def test_the_dataset_and_training_tabs_fit(page) -> None:

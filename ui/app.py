@@ -21,6 +21,7 @@ from ui import (
     presets,
     tab_cache,
     tab_caption,
+    tab_caption_bulk,
     tab_config,
     tab_dataset,
     tab_runs,
@@ -73,6 +74,7 @@ def build_app(ctx: AppContext) -> gr.Blocks:
             with gr.Tab("Dataset", id="dataset"):
                 dataset = tab_dataset.build(form)
                 caption = tab_caption.build(form)
+                bulk = tab_caption_bulk.build()
             with gr.Tab("Cache", id="cache") as cache_tab:
                 cache = tab_cache.build(form)
             with gr.Tab("Training", id="train") as train_tab:
@@ -85,6 +87,7 @@ def build_app(ctx: AppContext) -> gr.Blocks:
         live, preview = _wire(demo, ctx, form, bar, timer, tabs, (runs_tab, train_tab),
                               dataset, cache, train, runs, config)
         tab_caption.wire(ctx, form, caption, timer, after=[live, preview])
+        tab_caption_bulk.wire(ctx, form, bulk, after=[live, preview])
         tab_upload.wire(ctx, form, dataset.upload, after=[live, preview])
         tab_cache.wire(ctx, form, cache, timer, cache_tab)
         tab_runs_merge.wire(ctx, merge_row, runs.choice, runs.file)

@@ -309,6 +309,31 @@ def test_many_captions_are_edited_at_once_previewed_first_and_undone(app, page) 
     assert page.locator(".toast-body").count() == 0
 
 
+def test_the_config_tab_exports_in_one_click_and_applies_a_pasted_config(page) -> None:
+    """Issue 40 item 14: Export downloads at the first click; the TOML view takes an
+    edited or pasted config: Apply names a bad key beside the button and changes nothing,
+    a good one fills the form."""
+    page.get_by_role("tab", name="Config").click()
+    with page.expect_download(timeout=60_000) as download:
+        page.click("#config-export")
+    text = Path(download.value.path()).read_text(encoding="utf-8")
+    assert download.value.suggested_filename == "my-config.toml" and "[train]" in text
+    editor = page.locator("#config-toml .cm-content")
+    editor.fill(text.replace("max_steps =", "max_stepz ="))
+    page.click("#config-apply")
+    page.wait_for_function("document.querySelector('#config-apply-message')?.innerText"
+                           ".includes('train.max_stepz')")
+    assert "nothing was applied" in page.inner_text("#config-apply-message")
+    assert page.locator(".toast-body").count() == 0
+    editor.fill(re.sub(r"\nmax_steps = \d+\n", "\nmax_steps = 321\n", text))
+    page.click("#config-apply")
+    page.wait_for_function("document.querySelector('#config-apply-message')?.innerText"
+                           ".includes('applied')")
+    page.get_by_role("tab", name="Training").click()
+    page.wait_for_function("document.querySelector('#f-train-max_steps input')?.value"
+                           " === '321'")
+
+
 def test_the_dataset_and_training_tabs_fit(page) -> None:
     """The histogram's legend is whole and its bars say their counts; long help is
     three lines until hovered."""

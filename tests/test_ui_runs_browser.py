@@ -2,7 +2,8 @@
 page for the module): a refused Delete says why beside the button, a queued launch
 leaves the live view on the running run and the view follows the queue when that run
 ends, a deleted run is not shown as done, removing datasets never trips Gradio's
-choices check, and the cache message says how the build ended.
+choices check, the cache message says how the build ended, and a second tab follows a
+run started elsewhere.
 
 UI_SHOTS_DIR=/some/dir keeps the screenshots there (else in the module's tmp folder)."""
 
@@ -195,3 +196,23 @@ def test_the_cache_message_says_how_the_build_ended(app, page):
     wait_text(page, "cache-progress", "cache build: done", timeout=RUN_MS)
     wait_text(page, "cache-message", "cache build done")
     assert "started" not in page.inner_text("#cache-message")
+
+
+def test_a_second_tab_follows_a_run_started_elsewhere(app, page):
+    """Issue 40 item 13: a page open on the Training tab while nothing runs follows a run
+    that starts afterwards (another tab's Launch, or the CLI: a registered live run)."""
+    ctx, url = app
+    other = page.context.browser.new_page(viewport={"width": 1280, "height": 800})
+    try:
+        other.goto(url)
+        tab(other, "Training")
+        other.wait_for_timeout(3000)  # the page settles on what it opened with
+        assert "runs/elsewhere" not in other.inner_text("#train-progress")
+        live, sleeper = fake_live_run(ctx.workspace, "elsewhere")
+        try:
+            wait_text(other, "train-progress", "now following runs/elsewhere", timeout=30_000)
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+    finally:
+        other.close()

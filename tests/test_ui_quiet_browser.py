@@ -328,7 +328,7 @@ def test_the_config_tab_exports_in_one_click_and_applies_a_pasted_config(page) -
     editor.fill(re.sub(r"\nmax_steps = \d+\n", "\nmax_steps = 321\n", text))
     page.click("#config-apply")
     page.wait_for_function("document.querySelector('#config-apply-message')?.innerText"
-                           ".includes('applied')")
+                           ".includes('the form now holds this TOML')")
     page.get_by_role("tab", name="Training").click()
     page.wait_for_function("document.querySelector('#f-train-max_steps input')?.value"
                            " === '321'")

@@ -43,13 +43,16 @@ class ConfigTab:
 def build_bar(ctx: AppContext) -> PresetBar:
     choices = presets.sources(ctx)
     default = presets.PRESET_PREFIX + "demo"
-    with gr.Row(equal_height=True):
+    # Buttons of their own size (not the dropdown's height): Launch stays the page's
+    # largest control.
+    with gr.Row(equal_height=False):
         source = gr.Dropdown(label="Preset or saved config", choices=choices,
                              value=default if default in choices else None, scale=3,
                              elem_id="preset-source")
-        load = gr.Button("Load into the form", variant="primary", scale=1,
+        load = gr.Button("Load into the form", scale=0, min_width=180,
                          elem_id="preset-load")
-        undo = gr.Button("Undo the load", visible=False, scale=1, elem_id="preset-undo")
+        undo = gr.Button("Undo the load", visible=False, scale=0, min_width=160,
+                         elem_id="preset-undo")
     message = gr.HTML("", elem_id="preset-message")
     return PresetBar(source, load, message, undo, gr.State(None))
 
@@ -123,7 +126,7 @@ def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
             raise ActionError("the TOML is not a valid config; nothing was applied",
                               exc.problems) from None
         return {**filled(cfg, ["applied the TOML to the form"], data),
-                tab.apply_message: render.message_html("applied", "ok")}
+                tab.apply_message: render.message_html("the form now holds this TOML", "ok")}
 
     @guarded("Undo the load", inline=bar.message)
     def undo(before: Any) -> dict[Any, Any]:

@@ -39,10 +39,9 @@ CSS = """
   font-family: ui-monospace, monospace; font-size: 12px; }
 .dt-problems ul { margin: 4px 0 0 18px; }
 .dt-problems li { margin: 2px 0; }
-/* Help under a label: three lines, the rest on hover (long help made columns tall). */
-.info-text { display: -webkit-box; -webkit-line-clamp: 3;
-  -webkit-box-orient: vertical; overflow: hidden; }
-.block:hover .info-text { -webkit-line-clamp: unset; }
+/* Help under a label: three lines high, the rest scrolls inside (long help made columns
+   tall; expanding it on hover moved the page under the pointer). */
+.info-text { max-height: 4.5em; overflow-y: auto; scrollbar-width: thin; }
 /* Thumbnails stay thumbnails, however few images there are. */
 #preview .thumbnail-item, #validation-gallery .thumbnail-item {
   max-width: 180px; max-height: 180px; }

@@ -104,6 +104,9 @@ def test_merged_folder_draws_what_base_plus_lora_draws(family: str, tmp_path: Pa
         from core.runs.outputs import downloadable_files
 
         assert checkpoint in downloadable_files(run)
+        from ui.render import run_outputs
+
+        assert "merged + checkpoint file" in run_outputs(run)  # the Runs table says so
 
 
 @pytest.mark.parametrize("family", ["sd15", "flux", "qwen_image", "qwen_image_edit"])

@@ -45,9 +45,9 @@ CSS = """
 /* Thumbnails stay thumbnails, however few images there are. */
 #preview .thumbnail-item, #validation-gallery .thumbnail-item {
   max-width: 180px; max-height: 180px; }
-/* Long names stay inside their button and table cells. */
-#runs-download { max-width: 100%; overflow: hidden; text-overflow: ellipsis;
-  white-space: nowrap; }
+/* Long names stay inside their button (wrapped, never cut) and table cells. */
+#runs-download { max-width: 100%; white-space: normal; overflow-wrap: anywhere;
+  height: auto; }
 #runs-table td, #runs-loras td, #cache-table td, #runs-queue td {
   overflow-wrap: anywhere; word-break: break-word; }
 /* The validation grid: prompt x step, thumbnails that scroll sideways when many. */

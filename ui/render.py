@@ -164,6 +164,9 @@ def run_outputs(run_dir: Path) -> str:
         parts.append("LoRA")
     elif folder.model.is_dir():
         parts.append("model")
+    if folder.merged.is_dir():  # --stage merge (and merged.safetensors beside it)
+        parts.append("merged" + (" + checkpoint file" if folder.merged_checkpoint.is_file()
+                                 else ""))
     steps = folder.validation_rounds()
     if steps:
         parts.append(f"{len(steps)} validation step(s)")

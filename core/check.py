@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from core.config import Config, resolved, validate_config
 from core.data.conflicts import check_directory_conflicts
@@ -41,6 +42,15 @@ class DatasetSummary:
         """The dataset's name in the summary and the histogram's legend."""
         return f"{self.id} (regularization)" if self.regularization else self.id
 
+    @property
+    def counted(self) -> str:
+        """What the dataset holds, as the summaries say it: "5 image(s)"; a video
+        family's "0 image(s), 3 clip sample(s)"."""
+        if not self.frames:
+            return f"{self.images} image(s)"
+        clips = sum(1 for f in self.frames if f > 1)
+        return f"{self.images - clips} image(s), {clips} clip sample(s)"
+
 
 @dataclass
 class CheckReport:
@@ -64,9 +74,7 @@ class CheckReport:
         out += [f"note: {note}" for note in self.notes]
         for ds in self.datasets:
             kind = " (regularization images)" if ds.regularization else ""
-            clips = sum(1 for f in ds.frames if f > 1)
-            what = f"{ds.images - clips} image(s), {clips} clip sample(s)" if ds.frames \
-                else f"{ds.images} image(s)"
+            what = ds.counted
             if ds.controls:
                 what += (f", each paired with {ds.controls} control image"
                          f"{'s' if ds.controls > 1 else ''}")
@@ -82,7 +90,7 @@ class CheckReport:
 
 
 def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummary], int | None]:
-    from core.data.buckets import bucket_for, check_resolution, check_settings, is_upscaled
+    from core.data.buckets import check_resolution, check_settings, check_sides
     from core.data.index import index_dataset
     from core.data.sampler import MultiDatasetSampler, SourceDataset
     from core.models.registry import family_or_defaults
@@ -96,22 +104,14 @@ def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummar
             continue
         settings = check_resolution(ds.resolution, f"{key}.resolution")
         settings += check_settings(ds.bucketing, ds.crop, key)
+        settings += check_sides(ds.resolution, ds.bucket_min_side, ds.bucket_max_side,
+                                ds.bucketing, key)
         problems.extend(settings)
         if errors(settings):
             continue
         index = index_dataset(ds, key, video=video)
         problems.extend(index.problems)
-        buckets, upscaled = [], []
-        for item in index.items:
-            b = bucket_for(item.width, item.height, ds.resolution, ds.bucketing, ds.crop)
-            buckets.append((b.width, b.height))
-            if is_upscaled(item.width, item.height, b):
-                upscaled.append(item.path)
-        if upscaled:
-            kind = "image(s) or clip(s)" if video else "image(s)"
-            problems.append(warning(f"{key}.images", f"{len(upscaled)} {kind} are smaller "
-                                    f"than their {ds.resolution}px bucket and get upscaled "
-                                    f"(blurry), e.g. {upscaled[0]}"))
+        buckets = _buckets(ds, key, index.items, video, problems)
         frames = [max(1, len(item.frames)) for item in index.items] if video else []
         summary = DatasetSummary(ds.id, len(index.items), buckets, frames, ds.regularization,
                                  controls=max((len(i.controls) for i in index.items), default=0))
@@ -130,6 +130,33 @@ def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummar
     for summary, counts in zip(summaries, sampler.dataset_summaries(), strict=True):
         summary.per_epoch = counts.items_per_epoch
     return summaries, sampler.steps_per_epoch()
+
+
+def _buckets(ds: Any, key: str, items: list[Any], video: bool,
+             problems: list[Problem]) -> list[tuple[int, int]]:
+    """Each item's bucket; warnings (into `problems`) for upscaled items and, under
+    datasets.N.flip, for captions that name a side."""
+    from core.data.buckets import bucket_for, is_upscaled
+    from core.data.tags import mirrored_captions
+
+    buckets, upscaled = [], []
+    for item in items:
+        b = bucket_for(item.width, item.height, ds.resolution, ds.bucketing, ds.crop,
+                       ds.bucket_min_side, ds.bucket_max_side)
+        buckets.append((b.width, b.height))
+        if is_upscaled(item.width, item.height, b):
+            upscaled.append(item.path)
+    if upscaled:
+        kind = "image(s) or clip(s)" if video else "image(s)"
+        problems.append(warning(f"{key}.images", f"{len(upscaled)} {kind} are smaller "
+                                f"than their {ds.resolution}px bucket and get upscaled "
+                                f"(blurry), e.g. {upscaled[0]}"))
+    sided = mirrored_captions([item.caption for item in items]) if ds.flip else 0
+    if sided:
+        problems.append(warning(f"{key}.flip", f"{sided} caption(s) say left or right, "
+                                "which a mirrored image contradicts; turn flip off for "
+                                "this dataset or reword them"))
+    return buckets
 
 
 def regularization_lines(datasets: list[DatasetSummary]) -> list[str]:

@@ -82,6 +82,9 @@ def stage_merge(cfg: Config, workspace: Path) -> int:
     say(f"== merge: {ops.output_dir(cfg, workspace)}")
     merged = ops.merge(cfg, workspace)
     say(f"merged model (base + LoRA at scale {cfg.merge.lora_scale:g}): {merged}")
+    checkpoint = ops.RunFolder(merged.parent).merged_checkpoint
+    if checkpoint.is_file():
+        say(f"as one checkpoint file (A1111, ComfyUI's Load Checkpoint): {checkpoint}")
     return EXIT_OK
 
 

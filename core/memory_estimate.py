@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from core.config.memory_advice import lower_memory_settings
 from core.config.optimizers import OPTIMIZERS
+from core.config.prompts import largest_size
 from core.memory_report import CUDA_CONTEXT, GIB, MemoryEstimate, MemoryPart
 from core.memory_step import FP32, shape_text, step_frames, step_pixels, step_shape
 from core.memory_swap import host_parts, smallest_fitting_swap, stream_advice, swapped_bytes
@@ -144,8 +145,8 @@ def assemble(cfg: Config, sizes: ModelSizes, gpu: tuple[int, str] | None,
     estimate.caching = [*encoders, encoding, context]
     if cfg.validation.prompts:
         estimate.validation = [*validation_parts(cfg, sizes, training, encoders[1]), context]
-        estimate.validation_shape = (f"validation images {cfg.validation.resolution}"
-                                     f"x{cfg.validation.resolution}")
+        width, height = largest_size(cfg.validation)
+        estimate.validation_shape = f"validation images {width}x{height}"
         if estimate.dominant == "validation":
             estimate.advice.insert(0, "a lower validation.resolution")
     if gpu is not None:
@@ -177,7 +178,7 @@ def validation_parts(cfg: Config, sizes: ModelSizes, training: list[MemoryPart],
     """A validation round between steps: the weights and optimizer states stay, the
     gradients are gone (set to None after each step) but for DDP's buckets with more
     than one process, the VAE comes to decode, and the sampling and decode at
-    validation.resolution take their own share."""
+    the largest validation size take their own share."""
     from core.models import memory_activations as act
 
     processes = cfg.launch.num_processes * cfg.launch.num_machines
@@ -186,9 +187,9 @@ def validation_parts(cfg: Config, sizes: ModelSizes, training: list[MemoryPart],
             and (p.name != "gradients" or processes > 1)]
     video = family_or_defaults(cfg.model.family).video
     frames = min(cfg.validation.frames, 4) if video else 1  # a video decodes in chunks
-    side = cfg.validation.resolution
+    width, height = largest_size(cfg.validation)
     config = sizes.vae.config if sizes.vae else {}
-    decode = act.validation_bytes(config, side, side, frames,
+    decode = act.validation_bytes(config, height, width, frames,
                                   weight_bytes(cfg.train.mixed_precision))
     return [*kept, vae, MemoryPart("sampling and decode", decode, exact=False)]
 

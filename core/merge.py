@@ -1,6 +1,8 @@
 """`--stage merge` and the Runs tab's *Merge LoRA into base*: the run's final LoRA fused
 into its base model, saved as `<output.dir>/merged/`, a diffusers folder that loads with
-`DiffusionPipeline.from_pretrained` and draws what base + LoRA draws.
+`DiffusionPipeline.from_pretrained` and draws what base + LoRA draws; for a family with
+an original single-file layout (sd15, sd2, sdxl: `checkpoint_text_encoders`) also
+`<output.dir>/merged.safetensors`, the same weights as one A1111/ComfyUI checkpoint.
 
 The base loads through the family (core.startup.load_model, as the trainer loads it, in
 its stored dtype, unquantized), diffusers' `load_lora_weights` reads the run's
@@ -48,6 +50,7 @@ class Merged:
     lora: Path  # the LoRA file fused in
     base: str  # model.path of the run
     lora_scale: float
+    checkpoint: Path | None = None  # merged.safetensors (a family with that layout)
 
 
 def _refuse(where: str, message: str) -> MergeRefused:
@@ -69,9 +72,10 @@ def merge_problem(run_dir: Path) -> Problem | None:
     if status is not None and status.state in LIVE:
         return error(where, f"the run in {where} is {status.state}; merge it once it has "
                             "ended")
-    if folder.merged.exists():
-        return error(str(folder.merged), f"{folder.merged} exists already; nothing was "
-                     "overwritten: delete or rename it to merge again")
+    for made in (folder.merged, folder.merged_checkpoint):
+        if made.exists():
+            return error(str(made), f"{made} exists already; nothing was overwritten: "
+                                    "delete or rename it to merge again")
     if folder.model.is_dir() and not folder.lora.is_dir():
         return error(where, f"the run in {where} is a full fine-tune: its {folder.model} is "
                             "the whole model already, there is no LoRA to merge")
@@ -113,7 +117,20 @@ def merge_run(run_dir: Path, workspace: Path, lora_scale: float | None = None) -
         if folder.merged.exists():  # made while this merge ran: keep the other one
             raise _refuse(str(folder.merged), f"{folder.merged} appeared while merging; "
                           "nothing was overwritten")
-    return Merged(folder.merged, folder.lora_weights, cfg.model.path, scale)
+    checkpoint = write_checkpoint(cfg, folder)
+    return Merged(folder.merged, folder.lora_weights, cfg.model.path, scale, checkpoint)
+
+
+def write_checkpoint(cfg: Config, folder: RunFolder) -> Path | None:
+    """merged/ as one original-layout checkpoint file (merged.safetensors, what A1111
+    and ComfyUI's Load Checkpoint read), for a family with that layout; None for others."""
+    from core.models.ldm_checkpoint import write_single_file
+    from core.models.registry import get_family
+
+    layout = get_family(cfg.model.family).checkpoint_text_encoders
+    if not layout:
+        return None
+    return write_single_file(folder.merged, layout, folder.merged_checkpoint)
 
 
 def fused_pipeline(cfg: Config, workspace: Path, lora_dir: Path, scale: float) -> object:

@@ -140,3 +140,51 @@ def test_histogram_sorted_and_formatted() -> None:
     bars = [line.count("█") for line in lines]
     assert bars[1] == max(bars) and min(bars) >= 1
     assert format_histogram([]) == []
+
+
+def test_bucket_side_limits_leave_out_the_thin_buckets_and_say_when_none_is_left() -> None:
+    from core.data.buckets import check_sides
+
+    whole = bucket_list(512)
+    kept = bucket_list(512, min_side=384, max_side=704)
+    assert kept and set(kept) < set(whole)
+    assert all(384 <= min(b) and max(b) <= 704 for b in kept)
+    # A 4:1 panorama goes to the widest bucket left instead of 1024x256.
+    assert bucket_for(2000, 500, 512) == (1024, 256)
+    assert bucket_for(2000, 500, 512, min_side=384, max_side=704) == max(kept, key=lambda b:
+                                                                         b.aspect)
+    assert check_sides(512, 384, 704, True, "datasets.0") == []
+    [none] = check_sides(512, 0, 128, True, "datasets.0")
+    assert none.where == "datasets.0.bucket_max_side" and "leaves no bucket" in none.message
+    [order] = check_sides(512, 600, 500, True, "datasets.0")
+    assert order.where == "datasets.0.bucket_min_side" and order.level == "error"
+    [off] = check_sides(512, 256, 0, False, "datasets.0")
+    assert off.level == "warning" and "bucketing is off" in off.message
+
+
+def test_captions_that_name_a_side_are_counted_for_flip() -> None:
+    from core.data.tags import mirrored_captions
+
+    assert mirrored_captions(["a cat on the Left", "rightmost", "a dog", "right hand"]) == 2
+
+
+def test_the_check_warns_of_sided_captions_under_flip_and_refuses_flip_on_pairs(
+        tmp_path) -> None:
+    from conftest import small_config
+
+    from core.check import run_check
+
+    cfg = small_config(tmp_path, images=3)
+    (tmp_path / "data0/img_001.txt").write_text("a circle on the left", encoding="utf-8")
+    cfg.datasets[0].flip = True
+
+    def said() -> dict[str, str]:
+        return {p.where: str(p) for p in run_check(cfg, tmp_path, estimate=False).problems}
+
+    assert "1 caption(s) say left or right" in said()["datasets.0.flip"]
+    cfg.datasets[0].bucket_max_side = 32
+    assert "leaves no bucket" in said()["datasets.0.bucket_max_side"]
+    edit = small_config(tmp_path / "edit", images=1, family="flux_kontext")
+    edit.datasets[0].flip = True
+    assert any(p.where == "datasets.0.flip" and p.level == "error"
+               for p in run_check(edit, tmp_path, estimate=False).problems)

@@ -338,3 +338,39 @@ def test_once_the_caches_are_built_the_memory_line_has_no_caching_phase(
     assert caches_complete(cfg, tiny_workspace)
     after = "\n".join(estimate_memory(cfg, tiny_workspace).lines())
     assert "caches" not in after and "encoding" not in after, after
+
+
+def test_flip_caches_the_mirror_images_latents_and_turning_it_on_rebuilds(tmp_path: Path,
+                                                                          sd15):
+    """datasets.N.flip: each entry holds the mirror image's latents too (the VAE's own
+    encoding of it, not mirrored latents), the dataset hands them out when a sample
+    flips, and only turning flip on makes the entries stale (off reuses them)."""
+    import torch
+
+    from core.cache.build import load_pixels
+    from core.cache.dataset import cached_datasets
+
+    family, comps = sd15
+    cfg = small_config(tmp_path, images=2)
+    build_caches(cfg, family, comps)
+    cfg.datasets[0].flip = True
+    report = build_caches(cfg, family, comps)
+    assert report.stale_vae == 2 and report.stale_text == 0
+    job = report.plan.datasets[0].vae_jobs[0]
+    tensors, meta = load_entry(job.entry)
+    assert meta["flip"] == "1"
+    with torch.no_grad():
+        mirrored = family.encode_images(comps, load_pixels(job).flip(-1)[None])[0]
+    torch.testing.assert_close(tensors["flipped_latents"], mirrored.float())
+    assert not torch.allclose(tensors["latents"], tensors["flipped_latents"].flip(-1))
+    dataset = cached_datasets(cfg, report.plan)[0]
+    assert torch.equal(dataset.load(0, flipped=True)["latents"], tensors["flipped_latents"])
+    assert torch.equal(dataset.load(0)["latents"], tensors["latents"])
+    draws = [dataset.flips(0, cfg.train.seed, step, 0) for step in range(200)]
+    assert 70 < sum(draws) < 130 and draws == [dataset.flips(0, cfg.train.seed, step, 0)
+                                                for step in range(200)]
+    cfg.datasets[0].flip = False
+    off = build_caches(cfg, family, comps)
+    assert off.stale_vae == 0
+    assert not any(cached_datasets(cfg, off.plan)[0].flips(0, cfg.train.seed, step, 0)
+                   for step in range(20))

@@ -40,7 +40,7 @@ def test_run_folder_page_names_every_file_and_status_field():
              RunFolder(REPO / "x", kind="cache").log.name, folder.shared_token.name,
              folder.machine(1).root.relative_to(folder.root).as_posix(),
              folder.lora_step(250).relative_to(folder.root).as_posix(),
-             folder.tensorboard.name, folder.wandb.name}
+             folder.tensorboard.name, folder.wandb.name, folder.merged_checkpoint.name}
     assert {n for n in names if n not in text} == set()
     assert {t for t in EVENT_TYPES if f"| `{t}` |" not in text} == set()
     assert {s for s in STATES if f"`{s}`" not in text} == set()

@@ -87,6 +87,26 @@ def test_merged_folder_draws_what_base_plus_lora_draws(family: str, tmp_path: Pa
     assert (with_lora - base).abs().max() > 1e-2  # the LoRA changes the picture
     assert torch.allclose(from_merged, with_lora, atol=2e-4), \
         (from_merged - with_lora).abs().max()
+    # Issue 40 item 19: sd15 also as one original-layout checkpoint, which diffusers'
+    # single-file loader reads back into merged/'s weights; a transformer family has none.
+    checkpoint = run / "merged.safetensors"
+    assert checkpoint.is_file() == (family == "sd15")
+    if family == "sd15":
+        from diffusers import StableDiffusionPipeline
+
+        single = StableDiffusionPipeline.from_single_file(str(checkpoint), config=str(merged),
+                                                          local_files_only=True)
+        for name in ("unet", "vae", "text_encoder"):
+            mine, theirs = getattr(single, name).state_dict(), getattr(loaded,
+                                                                      name).state_dict()
+            assert mine.keys() == theirs.keys(), name
+            assert all(torch.equal(mine[k], theirs[k]) for k in mine), name
+        from core.runs.outputs import downloadable_files
+
+        assert checkpoint in downloadable_files(run)
+        from ui.render import run_outputs
+
+        assert "merged + checkpoint file" in run_outputs(run)  # the Runs table says so
 
 
 @pytest.mark.parametrize("family", ["sd15", "flux", "qwen_image", "qwen_image_edit"])
@@ -258,14 +278,20 @@ def test_runs_tab_merge_button_merges_then_refuses_beside_the_button(
             page.click("#runs-merge")
             page.wait_for_function(f"{message}.includes('merged (base + LoRA')")
             text = page.inner_text("#runs-merge-message")
-            assert "at scale 0): runs/run/merged, a diffusers folder" in text, text
+            assert "at scale 0): runs/run/merged, a diffusers folder and "\
+                   "runs/run/merged.safetensors, one checkpoint file" in text, text
+            # Issue 40 item 19: the run's files list the merged model for download.
+            page.click("#runs-file input")
+            page.get_by_role("option", name="runs/run/merged.safetensors").click()
+            page.wait_for_function("document.querySelector('#runs-download')"
+                                   ".innerText.includes('merged.safetensors')")
             got = image(DiffusionPipeline.from_pretrained(str(run / "merged"),
                                                           local_files_only=True), "sd15")
             assert torch.allclose(got, base_image, atol=2e-4), (got - base_image).abs().max()
             page.click("#runs-merge")
             page.wait_for_function(f"{message}.includes('exists already')")
             text = page.inner_text("#runs-merge-message")
-            assert "runs/run/merged exists already; nothing was overwritten" in text, text
+            assert "exists already; nothing was overwritten" in text, text
             assert page.locator(".toast-body").count() == 0
         finally:
             page.screenshot(path=str(tmp_path / "merge.png"), full_page=True)

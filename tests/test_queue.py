@@ -99,9 +99,9 @@ def workspace_config(workspace: Path, out: str) -> Config:
     return cfg
 
 
-def fake_live_run(workspace: Path) -> tuple[Path, subprocess.Popen]:
+def fake_live_run(workspace: Path, name: str = "live") -> tuple[Path, subprocess.Popen]:
     """A registered run whose launcher (a `sleep`) is alive: the GPU is taken."""
-    run_dir = workspace / "runs/live"
+    run_dir = workspace / "runs" / name
     run_dir.mkdir(parents=True)
     sleeper = subprocess.Popen(["sleep", "600"])
     ticks = start_ticks(sleeper.pid)

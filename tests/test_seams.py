@@ -62,7 +62,7 @@ def test_a_still_images_entry_records_each_key_it_depends_on(tmp_path: Path) -> 
     Image.new("RGB", (96, 64), "red").save(images / "a.png")
     (images / "a.txt").write_text("a red square")
     ds = DatasetConfig(id="a", images=str(images), vae_cache=str(tmp_path / "cache"),
-                       resolution=64)
+                       resolution=64, flip=True)  # an entry records flip when on
     cfg = Config(datasets=[ds])
     cfg.text_cache.dir = str(tmp_path / "text")
     meta = plan_caches(cfg, {"family": "sd15"}).datasets[0].vae_jobs[0].meta

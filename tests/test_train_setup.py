@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.config import Config
-from core.train.setup import TrainingError, make_optimizer
+from core.config import Config, validate_config
+from core.train.setup import TrainingError, make_lr_scheduler, make_optimizer
 
 
 def test_adamw8bit_without_bitsandbytes_says_what_to_do(monkeypatch):
@@ -33,6 +33,52 @@ def test_adamw_uses_the_configured_rate_and_decay():
     optimizer = make_optimizer([torch.nn.Parameter(torch.zeros(2))], cfg)
     assert optimizer.param_groups[0]["lr"] == 3e-4
     assert optimizer.param_groups[0]["weight_decay"] == 0.05
+
+
+def _rates(**train) -> list[float]:
+    """The share of the rate each of 8 steps trains at, under train.* = `train`."""
+    import torch
+
+    cfg = Config()
+    cfg.train.max_steps = 8
+    for key, value in train.items():
+        setattr(cfg.train, key, value)
+    optimizer = make_optimizer([torch.nn.Parameter(torch.zeros(2))], cfg)
+    schedule, out = make_lr_scheduler(optimizer, cfg), []
+    for _ in range(8):
+        out.append(schedule.get_last_lr()[0] / cfg.train.learning_rate)
+        optimizer.step()
+        schedule.step()
+    return out
+
+
+def test_each_lr_schedule_gives_its_rates():
+    half = [0.0, 0.5]  # two warm-up steps
+    assert _rates(lr_scheduler="constant_with_warmup", lr_warmup_steps=2) == \
+        pytest.approx(half + [1.0] * 6)
+    # Two cosine cycles over the 8 steps: back to the full rate at step 4.
+    assert _rates(lr_scheduler="cosine_with_restarts", lr_cycles=2) == pytest.approx(
+        [1.0, 0.8535534, 0.5, 0.1464466, 1.0, 0.8535534, 0.5, 0.1464466])
+    # Quadratic decay after warm-up to diffusers' lr_end, 1e-7 (a share 1e-3 of 1e-4).
+    end = 1e-7 / Config().train.learning_rate
+    assert _rates(lr_scheduler="polynomial", lr_power=2.0, lr_warmup_steps=2) == pytest.approx(
+        half + [(1 - end) * ((8 - s) / 6) ** 2 + end for s in range(2, 8)])
+    assert _rates(lr_scheduler="constant", lr_warmup_steps=2) == [1.0] * 8
+
+
+def test_check_names_the_lr_keys_a_schedule_ignores():
+    def warned(**train) -> set[str]:
+        cfg = Config()
+        for key, value in train.items():
+            setattr(cfg.train, key, value)
+        return {p.where for p in validate_config(cfg) if p.where.startswith("train.lr_")}
+
+    assert warned(lr_scheduler="constant", lr_warmup_steps=5) == {"train.lr_warmup_steps"}
+    assert warned(lr_scheduler="constant_with_warmup", lr_warmup_steps=5) == set()
+    assert warned(lr_scheduler="cosine", lr_cycles=3, lr_power=2.0) == \
+        {"train.lr_cycles", "train.lr_power"}
+    assert warned(lr_scheduler="cosine_with_restarts", lr_cycles=3) == set()
+    assert warned(lr_scheduler="polynomial", lr_power=2.0) == set()
 
 
 class _Items:

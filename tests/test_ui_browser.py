@@ -250,3 +250,53 @@ def test_out_of_range_numbers_are_named_by_label_and_the_checks_keep_up(tmp_path
             page.screenshot(path=str(shot), full_page=True)
             print(f"screenshot: {shot}")
             browser.close()
+
+
+def test_the_validation_grid_shows_each_prompt_at_each_round(tmp_path: Path):
+    """Issue 40 item 16: the Training tab's prompt x step grid, its rows labelled by the
+    prompts without their flags, its images served from the run folder."""
+    import gradio as gr
+    from PIL import Image
+    from playwright.sync_api import sync_playwright
+
+    from core.config import Config, save_config
+    from ui import run_views
+    from ui.context import AppContext
+
+    run = tmp_path / "ws/runs/grid"
+    cfg = Config()
+    cfg.validation.prompts = ["a red circle --w 96", "a blue square"]
+    run.mkdir(parents=True)
+    save_config(cfg, run / "config.toml")
+    for step in (0, 10, 20):
+        folder = run / f"validation/step_{step:06d}"
+        folder.mkdir(parents=True)
+        for n, colour in enumerate(("red", "blue")):
+            Image.new("RGB", (96, 64), colour).save(folder / f"{n:02d}.png")
+    ctx = AppContext(tmp_path / "ws", monitor=False)
+    following = run_views.follow(ctx, run, log_offset=0)
+    with gr.Blocks() as demo:
+        view = run_views.RunView(gr.State(None), gr.HTML(), gr.Textbox(),
+                                 run_views.loss_plot(), gr.Gallery(), gr.Textbox(),
+                                 gr.Markdown(), grid=gr.HTML(elem_id="validation-grid"))
+        gr.Timer(0.3).tick(lambda: run_views.tick(ctx, view, following), None, view.polled())
+    # The app serves the workspace (ui/app.py): the grid's images are its files.
+    demo.launch(server_port=free_port(), prevent_thread_lock=True, quiet=True,
+                allowed_paths=[str(ctx.workspace)])
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        try:
+            page.goto(demo.local_url)
+            page.wait_for_function("[...document.querySelectorAll('#validation-grid img')]"
+                                   ".filter(i => i.complete && i.naturalWidth === 96)"
+                                   ".length === 6", timeout=60_000)
+            rows = page.locator("#validation-grid tbody tr").all_inner_texts()
+            assert [r.strip() for r in rows] == ["a red circle", "a blue square"], rows
+            head = page.inner_text("#validation-grid thead")
+            assert "before (step 0)" in head and "step 10" in head and "step 20" in head
+        finally:
+            page.locator("#validation-grid").screenshot(path=str(tmp_path / "grid.png"))
+            browser.close()
+            demo.close()
+            ctx.close()

@@ -10,11 +10,13 @@ One app and one browser for the module; each test opens its own page (a new sess
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from test_ui_browser import field, set_field
@@ -274,9 +276,67 @@ def test_the_demo_captions_new_images_offline_with_its_tiny_captioner(app, page)
         path.with_suffix(".txt").unlink()
 
 
+def test_many_captions_are_edited_at_once_previewed_first_and_undone(app, page) -> None:
+    """Issue 40 item 20: a trigger word put first in every caption of the selected
+    dataset: Preview writes nothing, Apply writes every .txt (the preview table and the
+    tags show it), Undo puts every file back byte for byte."""
+    ctx, _, _ = app
+    folder = ctx.workspace / "demo/shapes"
+    before = {p.name: p.read_bytes() for p in sorted(folder.glob("*.txt"))}
+    message = "document.querySelector('#bulk-message')?.innerText"
+    page.click("#bulk-area button, #bulk-area .label-wrap")
+    page.wait_for_selector("#bulk-preview")
+    page.click("#bulk-kind input")
+    page.get_by_role("option", name="Add a trigger word first").click()
+    field(page, "bulk-find").fill("sks")
+    page.click("#bulk-preview")
+    page.wait_for_function(f"{message}.includes('{len(before)} caption(s) would change')")
+    assert {p.name: p.read_bytes() for p in sorted(folder.glob("*.txt"))} == before
+    assert "sks, " in page.inner_text("#bulk-changes")
+    page.click("#bulk-apply")
+    page.wait_for_function(f"{message}.includes('changed {len(before)} caption(s)')")
+    assert all(p.read_text(encoding="utf-8").startswith("sks, ") for p in folder.glob("*.txt"))
+    page.wait_for_function("document.querySelector('#preview-captions')?.innerText"
+                           ".includes('sks, ')")
+    page.click("#bulk-show-tags")
+    page.wait_for_function("document.querySelector('#bulk-tags')?.innerText.includes('sks')")
+    page.locator("#bulk-area").scroll_into_view_if_needed()
+    shots = Path(os.environ.get("UI_SHOTS_DIR") or ctx.workspace.parent)
+    page.screenshot(path=str(shots / "bulk-captions.png"), full_page=True)
+    page.click("#bulk-undo")
+    page.wait_for_function(f"{message}.includes('restored {len(before)} caption(s)')")
+    assert {p.name: p.read_bytes() for p in sorted(folder.glob("*.txt"))} == before
+    assert page.locator(".toast-body").count() == 0
+
+
+def test_the_config_tab_exports_in_one_click_and_applies_a_pasted_config(page) -> None:
+    """Issue 40 item 14: Export downloads at the first click; the TOML view takes an
+    edited or pasted config: Apply names a bad key beside the button and changes nothing,
+    a good one fills the form."""
+    page.get_by_role("tab", name="Config").click()
+    with page.expect_download(timeout=60_000) as download:
+        page.click("#config-export")
+    text = Path(download.value.path()).read_text(encoding="utf-8")
+    assert download.value.suggested_filename == "my-config.toml" and "[train]" in text
+    editor = page.locator("#config-toml .cm-content")
+    editor.fill(text.replace("max_steps =", "max_stepz ="))
+    page.click("#config-apply")
+    page.wait_for_function("document.querySelector('#config-apply-message')?.innerText"
+                           ".includes('train.max_stepz')")
+    assert "nothing was applied" in page.inner_text("#config-apply-message")
+    assert page.locator(".toast-body").count() == 0
+    editor.fill(re.sub(r"\nmax_steps = \d+\n", "\nmax_steps = 321\n", text))
+    page.click("#config-apply")
+    page.wait_for_function("document.querySelector('#config-apply-message')?.innerText"
+                           ".includes('the form now holds this TOML')")
+    page.get_by_role("tab", name="Training").click()
+    page.wait_for_function("document.querySelector('#f-train-max_steps input')?.value"
+                           " === '321'")
+
+
 def test_the_dataset_and_training_tabs_fit(page) -> None:
     """The histogram's legend is whole and its bars say their counts; long help is
-    three lines until hovered."""
+    three lines high, the rest scrolling inside (hovering moves nothing)."""
     page.wait_for_function("document.querySelector('#bucket-histogram')?.innerText"
                            ".includes('128x128 (')")
     page.wait_for_selector("#bucket-histogram g.role-legend-entry")
@@ -293,7 +353,12 @@ def test_the_dataset_and_training_tabs_fit(page) -> None:
     info = page.locator("#f-train-lora_kind .info-text")
     line = page.evaluate("parseFloat(getComputedStyle(document.querySelector("
                          "'#f-train-lora_kind .info-text')).lineHeight)")
-    assert info.bounding_box()["height"] <= 3.5 * line
+    height = info.bounding_box()["height"]
+    assert height <= 3.5 * line
+    info.hover()
+    assert info.bounding_box()["height"] == height, "hovering the help moves the page"
+    assert page.evaluate("(e => e.scrollHeight > e.clientHeight)(document.querySelector("
+                         "'#f-train-lora_kind .info-text'))"), "the rest of the help scrolls"
 
 
 def test_a_gated_model_preset_says_how_to_get_access(page) -> None:

@@ -2,7 +2,8 @@
 page for the module): a refused Delete says why beside the button, a queued launch
 leaves the live view on the running run and the view follows the queue when that run
 ends, a deleted run is not shown as done, removing datasets never trips Gradio's
-choices check, and the cache message says how the build ended.
+choices check, the cache message says how the build ended, and a second tab follows a
+run started elsewhere.
 
 UI_SHOTS_DIR=/some/dir keeps the screenshots there (else in the module's tmp folder)."""
 
@@ -22,7 +23,8 @@ RUN_MS = 300_000  # a tiny demo run on 2 busy CPU cores
 SMALL_RUN = (("f-output-dir", "runs/second"), ("f-train-max_steps", "2"),
              ("f-train-checkpoint_every", "2"), ("f-train-eval_every", "2"),
              ("f-train-eval_images", "4"), ("f-validation-every", "2"),
-             ("f-validation-steps", "2"), ("f-validation-resolution", "64"))
+             ("f-validation-steps", "2"), ("f-validation-resolution", "64"),
+             ("f-validation-width", "96"))  # 96x64: width and height are the form's
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +168,14 @@ def test_a_queued_launch_keeps_the_running_run_in_view_then_follows_the_queue(ap
     wait_text(page, "train-progress", "done", timeout=RUN_MS)
     page.locator("#train-progress").scroll_into_view_if_needed()
     page.screenshot(path=str(shots / "training-followed-next.png"))
+    # Issue 40 item 16: the prompt x step grid, its images served at the form's 96x64.
+    page.wait_for_function("[...document.querySelectorAll('#validation-grid img')]"
+                           ".filter(i => i.complete && i.naturalWidth === 96"
+                           " && i.naturalHeight === 64).length === 6", timeout=60_000)
+    grid = page.inner_text("#validation-grid")
+    assert "before (step 0)" in grid and "step 2" in grid and "triangle" in grid, grid
+    page.locator("#validation-grid").scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / "training-validation-grid.png"))
 
     tab(page, "Runs")
     choose_run(page, "runs/second")
@@ -186,3 +196,23 @@ def test_the_cache_message_says_how_the_build_ended(app, page):
     wait_text(page, "cache-progress", "cache build: done", timeout=RUN_MS)
     wait_text(page, "cache-message", "cache build done")
     assert "started" not in page.inner_text("#cache-message")
+
+
+def test_a_second_tab_follows_a_run_started_elsewhere(app, page):
+    """Issue 40 item 13: a page open on the Training tab while nothing runs follows a run
+    that starts afterwards (another tab's Launch, or the CLI: a registered live run)."""
+    ctx, url = app
+    other = page.context.browser.new_page(viewport={"width": 1280, "height": 800})
+    try:
+        other.goto(url)
+        tab(other, "Training")
+        other.wait_for_timeout(3000)  # the page settles on what it opened with
+        assert "runs/elsewhere" not in other.inner_text("#train-progress")
+        live, sleeper = fake_live_run(ctx.workspace, "elsewhere")
+        try:
+            wait_text(other, "train-progress", "now following runs/elsewhere", timeout=30_000)
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+    finally:
+        other.close()

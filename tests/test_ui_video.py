@@ -33,6 +33,16 @@ def near(colour: tuple[int, int, int], wanted: tuple[int, int, int], tol: int = 
 # ---------------------------------------------------------------- the dataset preview
 
 
+def picture(thumb):
+    """A preview item's picture: an image's thumbnail, or a clip's GIF's first frame."""
+    from PIL import Image
+
+    if isinstance(thumb, str | Path):
+        with Image.open(thumb) as im:
+            return im.convert("RGB")
+    return thumb.convert("RGB")
+
+
 def test_preview_shows_two_clips_by_their_first_frame_beside_an_image(tmp_path: Path, ctx,
                                                                       dataset_tab):
     from core.data.video import write_synthetic_clip
@@ -55,9 +65,17 @@ def test_preview_shows_two_clips_by_their_first_frame_beside_an_image(tmp_path: 
     still = next(v for k, v in by_name.items() if k.endswith(".png"))
     assert still[1] == "a still picture", "an image is not labelled as a clip"
     for thumb, _ in items:
-        assert max(thumb.size) <= THUMB
+        assert max(picture(thumb).size) <= THUMB
+    # A clip plays (issue 40 item 9): an animated GIF of its 17 frames, the square moving.
+    from PIL import Image
+
+    with Image.open(by_name["left.mp4"][0]) as gif:
+        assert gif.n_frames == 17
+        first = picture(gif)
+        gif.seek(16)
+        assert near(colour_at(gif.convert("RGB"), (0.85, 0.5)), (220, 40, 40), tol=80)
     # The first frame: the red square at the left edge, the blue one at the right edge.
-    red, blue = by_name["left.mp4"][0], by_name["right.mp4"][0]
+    red, blue = first, picture(by_name["right.mp4"][0])
     assert near(colour_at(red, (0.15, 0.5)), (220, 40, 40), tol=80)
     assert near(colour_at(red, (0.85, 0.5)), (255, 255, 255))
     assert near(colour_at(blue, (0.85, 0.5)), (40, 40, 220), tol=80)
@@ -88,8 +106,9 @@ def test_preview_shows_each_clip_of_a_video_once_from_its_own_start(tmp_path: Pa
     assert [row[0] for row in out[dataset_tab.captions]] == [
         f"walk.mp4 (clip {n})" for n in (1, 2, 3)]
     # The square moves right: each clip's first frame has it further along.
+    shown = [picture(t) for t, _ in items]
     greenest = [max(range(t.width), key=lambda x, t=t: t.getpixel((x, t.height // 2))[1]
-                    - t.getpixel((x, t.height // 2))[0]) for t, _ in items]
+                    - t.getpixel((x, t.height // 2))[0]) for t in shown]
     assert greenest[0] < greenest[1] < greenest[2], greenest
 
 

@@ -227,6 +227,12 @@ def cache_files(ctx: AppContext, cfg: Config, dataset_id: str):
         raise ActionError(exc.message) from None
 
 
+def read_caption(ctx: AppContext, cfg: Config, image: str) -> str:
+    """The caption editor's text for `image`: its caption as its dataset reads it."""
+    with refusals():
+        return ops.read_caption(cfg, ctx.workspace, image)
+
+
 def save_caption(ctx: AppContext, cfg: Config, image: str, text: str) -> Path:
     """The caption editor's Save: `image` of any of the form's datasets."""
     with refusals():

@@ -21,6 +21,7 @@ from ui import (
     presets,
     tab_cache,
     tab_caption,
+    tab_caption_bulk,
     tab_config,
     tab_dataset,
     tab_runs,
@@ -38,18 +39,25 @@ CSS = """
   font-family: ui-monospace, monospace; font-size: 12px; }
 .dt-problems ul { margin: 4px 0 0 18px; }
 .dt-problems li { margin: 2px 0; }
-/* Help under a label: three lines, the rest on hover (long help made columns tall). */
-.info-text { display: -webkit-box; -webkit-line-clamp: 3;
-  -webkit-box-orient: vertical; overflow: hidden; }
-.block:hover .info-text { -webkit-line-clamp: unset; }
+/* Help under a label: three lines high, the rest scrolls inside (long help made columns
+   tall; expanding it on hover moved the page under the pointer). */
+.info-text { max-height: 4.5em; overflow-y: auto; scrollbar-width: thin; }
 /* Thumbnails stay thumbnails, however few images there are. */
 #preview .thumbnail-item, #validation-gallery .thumbnail-item {
   max-width: 180px; max-height: 180px; }
-/* Long names stay inside their button and table cells. */
-#runs-download { max-width: 100%; overflow: hidden; text-overflow: ellipsis;
-  white-space: nowrap; }
+/* Long names stay inside their button (wrapped, never cut) and table cells. */
+#runs-download { max-width: 100%; white-space: normal; overflow-wrap: anywhere;
+  height: auto; }
 #runs-table td, #runs-loras td, #cache-table td, #runs-queue td {
   overflow-wrap: anywhere; word-break: break-word; }
+/* The validation grid: prompt x step, thumbnails that scroll sideways when many. */
+#validation-grid .dt-grid { overflow-x: auto; }
+#validation-grid table { border-collapse: collapse; }
+#validation-grid th, #validation-grid td { padding: 2px; font-weight: normal;
+  font-size: 12px; text-align: center; vertical-align: middle; }
+#validation-grid .dt-grid-prompt { max-width: 160px; text-align: left;
+  overflow-wrap: anywhere; }
+#validation-grid img { width: 128px; height: auto; display: block; }
 """
 
 
@@ -65,6 +73,7 @@ def build_app(ctx: AppContext) -> gr.Blocks:
             with gr.Tab("Dataset", id="dataset"):
                 dataset = tab_dataset.build(form)
                 caption = tab_caption.build(form)
+                bulk = tab_caption_bulk.build()
             with gr.Tab("Cache", id="cache") as cache_tab:
                 cache = tab_cache.build(form)
             with gr.Tab("Training", id="train") as train_tab:
@@ -77,9 +86,10 @@ def build_app(ctx: AppContext) -> gr.Blocks:
         live, preview = _wire(demo, ctx, form, bar, timer, tabs, (runs_tab, train_tab),
                               dataset, cache, train, runs, config)
         tab_caption.wire(ctx, form, caption, timer, after=[live, preview])
+        tab_caption_bulk.wire(ctx, form, bulk, after=[live, preview])
         tab_upload.wire(ctx, form, dataset.upload, after=[live, preview])
         tab_cache.wire(ctx, form, cache, timer, cache_tab)
-        tab_runs_merge.wire(ctx, merge_row, runs.choice)
+        tab_runs_merge.wire(ctx, merge_row, runs.choice, runs.file)
         timer.wire()
     return demo
 

@@ -22,6 +22,7 @@ import contextlib
 import logging
 import re
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,6 +53,7 @@ class AppContext:
         self._busy: set[Path] = set()  # runs being stopped: the monitor leaves them alone
         self._lock = threading.RLock()
         self._closed = threading.Event()
+        self._live_probe: tuple[float, Path | None] = (float("-inf"), None)
         self.startup_runs = self.reattach()
         self._thread: threading.Thread | None = None
         if monitor:
@@ -91,6 +93,21 @@ class AppContext:
     def live_handles(self) -> list[RunHandle]:
         with self._lock:
             return [h for k, h in self._handles.items() if k not in self._busy]
+
+    def newest_live(self, max_age_s: float = 0.0) -> Path | None:
+        """The newest live run of the workspace's registry (any launcher's: this app's
+        sessions, the CLI); with `max_age_s`, a look that recent is reused, so sessions
+        polling for a run started elsewhere read the registry once for all."""
+        now = time.monotonic()
+        with self._lock:
+            at, found = self._live_probe
+            if now - at < max_age_s:
+                return found
+        live = [i for i in ops.list_runs(self.workspace) if i.alive]
+        found = live[0].run_dir if live else None
+        with self._lock:
+            self._live_probe = (now, found)
+        return found
 
     def anything_live(self) -> bool:
         """Whether a run (being stopped included), a cache build or a captioning job

@@ -1,7 +1,7 @@
-"""The Dataset tab's preview items: a thumbnail per image or clip sample (a clip by its
-first sampled frame; an edit family's pair as its control image(s) beside the target, one
-picture drawn by core.ops), sent as small in-memory images, and the labels that tell a
-clip or a pair from an image."""
+"""The Dataset tab's preview items: a thumbnail per image or clip sample (a clip as an
+animated GIF of its sampled frames, which plays in the gallery; an edit family's pair as
+its control image(s) beside the target, one picture drawn by core.ops), sent as small
+in-memory images, and the labels that tell a clip or a pair from an image."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 THUMB = 192
+ANIMATED_FRAMES = 17  # at most this many frames of a clip play in its preview
 
 
 def thumbnail(path: Path) -> Any:
@@ -24,26 +25,56 @@ def _fit(im: Any) -> Any:
     return im.copy()
 
 
-def thumbnails(items: list[Any]) -> list[Any | None]:
+def shown_frames(frames: tuple[int, ...]) -> list[int]:
+    """The frames of a clip its preview plays: all, or ANIMATED_FRAMES evenly spaced."""
+    if len(frames) <= ANIMATED_FRAMES:
+        return list(frames)
+    step = (len(frames) - 1) / (ANIMATED_FRAMES - 1)
+    return [frames[round(i * step)] for i in range(ANIMATED_FRAMES)]
+
+
+def animated(path: Path, indices: list[int], frames: list[Any], fps: float) -> str:
+    """The clip's frames (thumbnails) as a looping GIF in the temp folder, which Gradio
+    serves and the browser plays in the gallery; named by the source file, its mtime
+    and the frames' `indices`, so a page shown again reuses it."""
+    import hashlib
+    import tempfile
+
+    stamp = f"{path.resolve()}:{path.stat().st_mtime_ns}:{indices}:{fps}:{THUMB}"
+    folder = Path(tempfile.gettempdir()) / "dt-clip-previews"
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / f"{hashlib.sha1(stamp.encode()).hexdigest()[:20]}.gif"
+    if not out.exists():
+        tmp = out.with_name(f".{out.name}.tmp")
+        frames[0].save(tmp, format="GIF", save_all=True, append_images=frames[1:], loop=0,
+                       duration=max(20, round(1000 / fps)))
+        tmp.replace(out)
+    return str(out)
+
+
+def thumbnails(items: list[Any], fps: float = 8.0) -> list[Any | None]:
     """A thumbnail per item, None for a file that cannot be read (skipped, as a bad image
-    always was). A clip shows its first sampled frame. The clips a page shows of one
-    video are decoded in one pass: decoding runs from the video's start, so a pass per
-    clip would decode its beginning again for each."""
+    always was). A clip plays: its sampled frames as an animated GIF (`animated`, at
+    `fps`). The clips a page shows of one video are decoded in one pass: decoding runs
+    from the video's start, so a pass per clip would decode its beginning again."""
     from core.ops import clip_frames, edit_pair_thumbnail
 
-    wanted: dict[Path, list[int]] = {}
+    wanted: dict[Path, set[int]] = {}
     for item in items:
         if item.frames:
-            wanted.setdefault(item.path, []).append(item.frames[0])
+            wanted.setdefault(item.path, set()).update(shown_frames(item.frames))
     frames: dict[tuple[Path, int], Any] = {}
     for path, indices in wanted.items():
-        decoded = clip_frames(path, indices) or []
-        frames.update(zip(((path, i) for i in indices), decoded, strict=False))
+        ordered = sorted(indices)
+        decoded = clip_frames(path, ordered) or []
+        frames.update(zip(((path, i) for i in ordered), map(_fit, decoded), strict=False))
     out: list[Any | None] = []
     for item in items:
         if item.frames:
-            frame = frames.get((item.path, item.frames[0]))
-            out.append(_fit(frame) if frame is not None else None)
+            indices = shown_frames(item.frames)
+            played = [frames.get((item.path, i)) for i in indices]
+            out.append(animated(item.path, indices, played, fps)
+                       if played and all(f is not None for f in played) else None)
             continue
         if item.controls:  # an edit pair: control(s) | target, each THUMB pixels high
             out.append(edit_pair_thumbnail(item.path, item.controls, THUMB))

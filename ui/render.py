@@ -164,6 +164,9 @@ def run_outputs(run_dir: Path) -> str:
         parts.append("LoRA")
     elif folder.model.is_dir():
         parts.append("model")
+    if folder.merged.is_dir():  # --stage merge (and merged.safetensors beside it)
+        parts.append("merged" + (" + checkpoint file" if folder.merged_checkpoint.is_file()
+                                 else ""))
     steps = folder.validation_rounds()
     if steps:
         parts.append(f"{len(steps)} validation step(s)")
@@ -213,3 +216,25 @@ def scroll_to_end(elem_id: str) -> str:
     Gradio's own autoscroll gives up after a burst of lines taller than 100 px."""
     return (f"() => {{ const t = document.querySelector('#{elem_id} textarea'); "
             "if (t && document.activeElement !== t) t.scrollTop = t.scrollHeight; }")
+
+
+GRID_COLUMNS = 8  # validation rounds the Training tab's grid shows
+
+
+def validation_grid_html(steps: list[int], prompts: list[str],
+                         cells: dict[tuple[int, int], str]) -> str:
+    """The validation prompts (rows) by rounds (`steps`, columns): `cells` maps (prompt
+    index, step) to an image URL; a cell not drawn yet is empty. Nothing before a first
+    round."""
+    if not steps:
+        return ""
+    head = "".join(f"<th>{'before (step 0)' if s == 0 else f'step {s}'}</th>" for s in steps)
+    rows = []
+    for n, prompt in enumerate(prompts):
+        tds = "".join(f"<td><img src='{esc(cells[(n, s)])}' alt='{esc(prompt)}, step {s}' "
+                      f"loading='lazy'></td>" if (n, s) in cells else "<td></td>"
+                      for s in steps)
+        rows.append(f"<tr><th class='dt-grid-prompt' title='{esc(prompt)}'>{esc(prompt)}"
+                    f"</th>{tds}</tr>")
+    return (f"<div class='dt-grid'><b>Validation grid</b> (prompt x step)<table><thead>"
+            f"<tr><th></th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")

@@ -25,7 +25,7 @@ from typing import Any
 import gradio as gr
 
 from core import ops
-from core.config import load_config
+from core.config import load_config, prompt_text
 from core.ops import (
     LIVE_STATES,
     SERIES,
@@ -38,12 +38,14 @@ from core.ops import (
 )
 from ui import actions, render
 from ui.context import AppContext
+from ui.run_gallery import gallery_items as gallery_items  # re-exported (tests)
+from ui.run_gallery import gallery_of, grid_html
 
 log = logging.getLogger("ui")
-GALLERY_LIMIT = 60
 # How long after the followed run ended the view looks for the next run to start, once
 # the queue is empty (the monitor starts the next one within a second or two).
 HANDOFF_S = 15.0
+LIVE_PROBE_S = 2.0  # how often the sessions look for a run started elsewhere
 
 
 class MemoryWatch:
@@ -88,6 +90,9 @@ class Following:
     awaiting: Path | None = None  # a run this session queued, until it leaves the queue
     live_seen: bool = False  # this session saw the run live: its end hands the view on
     ended_at: float | None = None
+    # Runs already live when this one was opened: a run opened on purpose beside them
+    # stays in view; one that starts later (another tab's Launch, the CLI) is followed.
+    live_then: set[Path] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.memory = MemoryWatch(self.follower.run_dir)
@@ -104,8 +109,7 @@ class Following:
 
 
 def newest_live(ctx: AppContext) -> Path | None:
-    live = [i for i in ops.list_runs(ctx.workspace) if i.alive]
-    return live[0].run_dir if live else None
+    return ctx.newest_live()
 
 
 def follow(ctx: AppContext, run_dir: str | Path, log_offset: int | None = None) -> Following:
@@ -115,10 +119,13 @@ def follow(ctx: AppContext, run_dir: str | Path, log_offset: int | None = None) 
         ctx.handle(run_dir)
     try:
         cfg = load_config(RunFolder(run_dir).config)
-        prompts, controls = cfg.validation.prompts, ops.validation_controls(cfg, ctx.workspace)
+        prompts = [prompt_text(p) for p in cfg.validation.prompts]
+        controls = ops.validation_controls(cfg, ctx.workspace)
     except Exception:  # an old or hand-edited config: the gallery just shows no prompts
         prompts, controls = [], []
-    return Following(RunFollower(run_dir, log_offset=log_offset), prompts, controls)
+    live = ctx.newest_live(max_age_s=LIVE_PROBE_S)
+    return Following(RunFollower(run_dir, log_offset=log_offset), prompts, controls,
+                     live_then={live.resolve()} if live is not None else set())
 
 
 @dataclass
@@ -132,10 +139,13 @@ class RunView:
     gallery: gr.Gallery
     command: gr.Textbox
     tensorboard: gr.Markdown
+    # The prompt x step grid of the validation images (the Training tab's; None: none).
+    grid: gr.HTML | None = field(default=None, kw_only=True)
 
     def polled(self) -> list[gr.components.Component]:
         """What the timer updates."""
-        return [self.progress, self.log, self.plot, self.gallery]
+        grid = [self.grid] if self.grid is not None else []
+        return [self.progress, self.log, self.plot, self.gallery, *grid]
 
     def components(self) -> list[gr.components.Component]:
         """Everything opening a run updates."""
@@ -154,64 +164,6 @@ def loss_plot() -> gr.LinePlot:
     height: a fixed one clips the legend below the axis down to its title."""
     return gr.LinePlot(x="step", y="loss", color="series", color_title="",
                        color_map=SERIES_COLORS, label="Loss", elem_id="loss-plot", scale=2)
-
-
-def gallery_items(ctx: AppContext, f: Following) -> tuple[int, list]:
-    """The gallery's items, newest step first. Where a video family wrote the prompt's
-    video beside its image (NN.mp4), the video takes the image's place: gr.Gallery shows
-    an .mp4 path as a video (a play mark on the thumbnail; it plays when opened). An edit
-    run's control images come first, one per prompt (`control_items`)."""
-    version, images = ctx.watchers.get(f.run_dir).snapshot()
-    if f.control_items is None:
-        f.control_items = control_items(ctx, f)
-    items = list(f.control_items)
-    for image in images[:GALLERY_LIMIT]:
-        prompt = f.prompts[image.index] if image.index < len(f.prompts) else ""
-        caption = f"step {image.step} · {prompt}" if prompt else f"step {image.step}"
-        items.append((shown_media(ctx, image.path, image.video), caption))
-    return version, items
-
-
-def control_items(ctx: AppContext, f: Following) -> list:
-    """What each validation prompt of an edit run edits: its control image(s), labelled
-    "control: <prompt>" ("control 2: ..." for a multi-reference prompt's second), in
-    prompt order, so the first row reads like the results' rows. A control file that
-    is missing is left out (the check named it before the run started)."""
-    items = []
-    for n, paths in enumerate(f.controls):
-        prompt = f.prompts[n] if n < len(f.prompts) else ""
-        for k, path in enumerate(paths):
-            which = "control" if len(paths) == 1 else f"control {k + 1}"
-            if path.is_file():
-                try:
-                    items.append((servable(ctx, path), f"{which}: {prompt}" if prompt
-                                  else which))
-                except OSError:
-                    continue  # unreadable: the gallery shows the results without it
-    return items
-
-
-def shown_media(ctx: AppContext, image: Path, video: Path | None) -> Any:
-    """The video when there is one the server may serve (inside the workspace: a video
-    cannot be sent as pixels), else the image."""
-    if video is not None and in_workspace(ctx, video):
-        return str(video)
-    return servable(ctx, image)
-
-
-def in_workspace(ctx: AppContext, path: Path) -> bool:
-    return path.resolve().is_relative_to(ctx.workspace.resolve())
-
-
-def servable(ctx: AppContext, path: Path) -> Any:
-    """A path inside the workspace as is; anything else as pixels, never as a file path,
-    so the server only ever serves files from the workspace."""
-    if in_workspace(ctx, path):
-        return str(path)
-    from PIL import Image
-
-    with Image.open(path) as im:
-        return im.convert("RGB")
 
 
 def plot_frame(f: Following) -> Any:
@@ -268,9 +220,11 @@ def changed_views(ctx: AppContext, view: RunView, f: Following | None) -> dict[A
         # A lone point (the step-0 eval) draws no line: the plot waits for a second one.
         if drawable(f.follower.plot_rows()) and f.changed("plot", fol.plot_version):
             out[view.plot] = plot_frame(f)
-        version, items = gallery_items(ctx, f)
+        version, images = ctx.watchers.get(f.run_dir).snapshot()
         if f.changed("gallery", version):
-            out[view.gallery] = items
+            out[view.gallery] = gallery_of(ctx, f, images)
+            if view.grid is not None:
+                out[view.grid] = grid_html(ctx, f, images)
         return out
     finally:
         f.busy.release()
@@ -283,6 +237,10 @@ def tick(ctx: AppContext, view: RunView, f: Following | None, message: Any = Non
     try:
         if f is not None and not f.run_dir.is_dir():  # deleted (here or elsewhere)
             return gone(ctx, view, f.run_dir)
+        started = launched_elsewhere(ctx, f)
+        if started is not None:  # another tab's Launch, or the CLI's
+            note = f"now following {ctx.relative(started)}, which started"
+            return opened(ctx, view, started, note=note)
         out = changed_views(ctx, view, f)
         if f is not None:
             out.update(moved(ctx, view, f))
@@ -312,7 +270,7 @@ def cleared(view: RunView, text: str) -> dict[Any, Any]:
     """Follow nothing: every view emptied, `text` in the progress panel."""
     return {view.following: None, view.progress: render.message_html(text, "info"),
             view.log: "", view.plot: None, view.gallery: [], view.command: "",
-            view.tensorboard: ""}
+            view.tensorboard: "", **({view.grid: ""} if view.grid is not None else {})}
 
 
 def gone(ctx: AppContext, view: RunView, run_dir: Path) -> dict[Any, Any]:
@@ -338,6 +296,19 @@ def next_run(ctx: AppContext, f: Following) -> Path | None:
             return None
     live = newest_live(ctx)
     return live if live is not None and live.resolve() != f.run_dir.resolve() else None
+
+
+def launched_elsewhere(ctx: AppContext, f: Following | None) -> Path | None:
+    """A run that started while this session follows none, or a run that is not live
+    and was not seen live here (whose end `next_run` hands on): started in another tab
+    or by the CLI after this view was opened. None otherwise."""
+    if f is not None and (f.live_seen or f.follower.progress.state in LIVE_STATES):
+        return None
+    live = ctx.newest_live(max_age_s=LIVE_PROBE_S)
+    if live is None or (f is not None and live.resolve() in
+                        {f.run_dir.resolve(), *f.live_then}):
+        return None
+    return live
 
 
 def moved(ctx: AppContext, view: RunView, f: Following) -> dict[Any, Any]:

@@ -1,6 +1,8 @@
 """Presets and config files: load a preset or a saved config into the form (top bar),
 save the form as TOML that `python app.py --no-ui --config FILE` accepts unchanged,
-export it as a download, import a TOML file, and see the form as TOML live."""
+export it as a download (one click), import a TOML file, and see the form as TOML live,
+where a config can also be edited or pasted and applied to the form (its problems shown
+beside Apply)."""
 
 from __future__ import annotations
 
@@ -34,18 +36,23 @@ class ConfigTab:
     upload: gr.File
     toml: gr.Code
     message: gr.HTML
+    apply: gr.Button  # the TOML view, edited or pasted, into the form
+    apply_message: gr.HTML  # beside Apply: what was wrong with the TOML
 
 
 def build_bar(ctx: AppContext) -> PresetBar:
     choices = presets.sources(ctx)
     default = presets.PRESET_PREFIX + "demo"
-    with gr.Row(equal_height=True):
+    # Buttons of their own size (not the dropdown's height): Launch stays the page's
+    # largest control.
+    with gr.Row(equal_height=False):
         source = gr.Dropdown(label="Preset or saved config", choices=choices,
                              value=default if default in choices else None, scale=3,
                              elem_id="preset-source")
-        load = gr.Button("Load into the form", variant="primary", scale=1,
+        load = gr.Button("Load into the form", scale=0, min_width=180,
                          elem_id="preset-load")
-        undo = gr.Button("Undo the load", visible=False, scale=1, elem_id="preset-undo")
+        undo = gr.Button("Undo the load", visible=False, scale=0, min_width=160,
+                         elem_id="preset-undo")
     message = gr.HTML("", elem_id="preset-message")
     return PresetBar(source, load, message, undo, gr.State(None))
 
@@ -61,9 +68,19 @@ def build_tab() -> ConfigTab:
         download = gr.File(label="Exported config", interactive=False, elem_id="config-file")
         upload = gr.File(label="Import a config (.toml)", file_types=[".toml"],
                          type="filepath", elem_id="config-upload")
-    toml = gr.Code(label="The form as TOML (what Save writes)", language=None, lines=20,
-                   interactive=False, elem_id="config-toml", buttons=["copy"])
-    return ConfigTab(name, save, export, download, upload, toml, message)
+    with gr.Row():
+        apply = gr.Button("Apply the TOML to the form", scale=0, elem_id="config-apply")
+        apply_message = gr.HTML("", elem_id="config-apply-message")
+    toml = gr.Code(label="The form as TOML (what Save writes; edit or paste a config here, "
+                         "then Apply)", language=None, lines=20, interactive=True,
+                   elem_id="config-toml", buttons=["copy"])
+    return ConfigTab(name, save, export, download, upload, toml, message, apply,
+                     apply_message)
+
+
+# After Export wrote the file into the File box: its link clicked, so one click downloads.
+CLICK_DOWNLOAD = ("() => { const a = document.querySelector('#config-file a[download]');"
+                  " if (a) a.click(); }")
 
 
 def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
@@ -97,6 +114,19 @@ def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
         name = presets.uploaded_name(path)
         cfg = presets.read_config_file(path, shown_as=name)
         return filled(cfg, [f"imported {name}"], data)
+
+    @guarded("Apply the TOML", inline=tab.apply_message)
+    def applied(data: dict[Any, Any]) -> dict[Any, Any]:
+        from core.config import loads_config
+        from core.problems import ConfigError
+
+        try:
+            cfg = loads_config(data[tab.toml] or "")
+        except ConfigError as exc:
+            raise ActionError("the TOML is not a valid config; nothing was applied",
+                              exc.problems) from None
+        return {**filled(cfg, ["applied the TOML to the form"], data),
+                tab.apply_message: render.message_html("the form now holds this TOML", "ok")}
 
     @guarded("Undo the load", inline=bar.message)
     def undo(before: Any) -> dict[Any, Any]:
@@ -133,13 +163,15 @@ def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
     for event in (bar.load.click(load, ins | {bar.source}, fill_outs, api_visibility="private"),
                   tab.upload.upload(imported, ins | {tab.upload}, fill_outs,
                                     api_visibility="private"),
-                  bar.undo.click(undo, [bar.before], fill_outs, api_visibility="private")):
+                  bar.undo.click(undo, [bar.before], fill_outs, api_visibility="private"),
+                  tab.apply.click(applied, ins | {tab.toml}, [*fill_outs, tab.apply_message],
+                                  api_visibility="private")):
         for then in after_fill:
             event.then(**then)
     tab.save.click(save, form.inputs() | {tab.name}, [tab.message, bar.source],
                    api_visibility="private")
     tab.export.click(export, form.inputs() | {tab.name}, [tab.download, tab.message],
-                     api_visibility="private")
+                     api_visibility="private").success(None, None, None, js=CLICK_DOWNLOAD)
 
 
 def wire_opening(demo: gr.Blocks, ctx: AppContext, form: Form, bar: PresetBar,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -118,7 +117,7 @@ def build(form: Form) -> DatasetTab:
                                 elem_id="preview-captions")
     with gr.Row():
         caption_path = gr.Textbox(label="Image", interactive=False, scale=2)
-        caption_text = gr.Textbox(label="Caption (saved to the image's .txt file)", scale=4,
+        caption_text = gr.Textbox(label="Caption (saved to its .txt, or metadata.jsonl)", scale=4,
                                   elem_id="caption-edit")
         caption_save = gr.Button("Save caption", scale=0, elem_id="caption-save")
     caption_message = gr.HTML("", elem_id="caption-save-message")
@@ -161,7 +160,7 @@ def check_view(ctx: AppContext, tab: DatasetTab, cfg: Config,
     they show (the Training tab shows its errors too)."""
     # The Training tab shows the memory estimate, cached; this panel re-checks on edits.
     report = actions.check(ctx, cfg, form_problems, estimate=False)
-    summary = [f"{ds.label}: {ds.images} image(s)" for ds in report.datasets]
+    summary = [f"{ds.label}: {ds.counted}" for ds in report.datasets]
     if report.steps_per_epoch is not None:
         summary.append(f"{report.steps_per_epoch} steps per epoch")
     ok = "Ready to cache and train. " + "; ".join(summary)
@@ -190,7 +189,7 @@ def preview_view(ctx: AppContext, tab: DatasetTab, cfg: Config, index: int,
     shown = found.items[first:first + PREVIEW_LIMIT]
     samples = Counter(i.path for i in found.items if i.frames)  # clips per video
     items, paths = [], []
-    for item, thumb in zip(shown, thumbnails(shown), strict=True):
+    for item, thumb in zip(shown, thumbnails(shown, ds.fps or 16.0), strict=True):
         if thumb is None:
             continue
         label = clip_label(item, samples[item.path] > 1) + pair_label(item)
@@ -304,13 +303,15 @@ def editor_note(path: str, shown: list[str], message: str) -> Any:
 
 def _wire_captions(ctx: AppContext, form: Form, tab: DatasetTab,
                    preview: dict[str, Any]) -> None:
-    def pick(paths: list[str], evt: gr.SelectData) -> dict[Any, Any]:
-        path = Path(paths[evt.index]) if 0 <= evt.index < len(paths) else None
-        if path is None:
+    @guarded("Pick image", inline=tab.caption_message)
+    def pick(data: dict[Any, Any], evt: gr.SelectData) -> dict[Any, Any]:
+        paths = data[tab.preview_paths]
+        path = paths[evt.index] if 0 <= evt.index < len(paths) else ""
+        if not path:
             return {tab.caption_path: "", tab.caption_text: "", tab.caption_message: ""}
-        txt = path.with_suffix(".txt")
-        text = txt.read_text(encoding="utf-8", errors="replace").strip() if txt.exists() else ""
-        return {tab.caption_path: str(path), tab.caption_text: text, tab.caption_message: ""}
+        cfg, _ = form.read(data)
+        text = actions.read_caption(ctx, cfg, path)  # the dataset's own .txt or jsonl
+        return {tab.caption_path: path, tab.caption_text: text, tab.caption_message: ""}
 
     @guarded("Save caption", inline=tab.caption_message)
     def save(data: dict[Any, Any]) -> dict[Any, Any]:
@@ -318,7 +319,7 @@ def _wire_captions(ctx: AppContext, form: Form, tab: DatasetTab,
         target = actions.save_caption(ctx, cfg, data[tab.caption_path], data[tab.caption_text])
         return {tab.caption_message: render.message_html(f"caption saved to {target}", "ok")}
 
-    tab.preview.select(pick, [tab.preview_paths],
+    tab.preview.select(pick, form.inputs() | {tab.preview_paths},
                        [tab.caption_path, tab.caption_text, tab.caption_message],
                        api_visibility="private")
     tab.caption_save.click(save, form.inputs() | {tab.caption_path, tab.caption_text},

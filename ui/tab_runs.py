@@ -133,8 +133,21 @@ def chosen_view(ctx: AppContext, tab: RunsTab, run_dir: str | None) -> dict[Any,
     """The chosen run's LoRAs by step, its files to download, and an unticked delete
     confirmation that names its folder."""
     known = known_run(ctx, run_dir)
+    files, note = file_choices(ctx, run_dir)
+    folder = ctx.relative(run_dir) if known and run_dir else "the chosen run's folder"
+    return {tab.loras: render.lora_rows(Path(run_dir), ctx.relative) if known and run_dir
+            else [],
+            tab.file: files,
+            tab.download: gr.DownloadButton("Download", value=None, interactive=False),
+            tab.confirm: gr.Checkbox(label=DELETE_LABEL.format(folder=folder), value=False),
+            tab.message: note, tab.queue_message: "", tab.delete_message: ""}
+
+
+def file_choices(ctx: AppContext, run_dir: str | None) -> tuple[gr.Dropdown, str]:
+    """The files of the chosen run to download (none chosen yet), and a note where they
+    cannot be served."""
     files, note = [], ""
-    if known and run_dir:
+    if known_run(ctx, run_dir) and run_dir:
         try:
             files = actions.run_downloads(ctx, run_dir)
         except ActionError as exc:
@@ -142,14 +155,7 @@ def chosen_view(ctx: AppContext, tab: RunsTab, run_dir: str | None) -> dict[Any,
             # followed, but its files are not served; said beside the list instead of
             # failing the whole tab.
             note = f"{exc}; copy its files from that folder"
-    folder = ctx.relative(run_dir) if known and run_dir else "the chosen run's folder"
-    return {tab.loras: render.lora_rows(Path(run_dir), ctx.relative) if known and run_dir
-            else [],
-            tab.file: gr.Dropdown(choices=[(ctx.relative(p), str(p)) for p in files],
-                                  value=None),
-            tab.download: gr.DownloadButton("Download", value=None, interactive=False),
-            tab.confirm: gr.Checkbox(label=DELETE_LABEL.format(folder=folder), value=False),
-            tab.message: note, tab.queue_message: "", tab.delete_message: ""}
+    return gr.Dropdown(choices=[(ctx.relative(p), str(p)) for p in files], value=None), note
 
 
 def download_view(ctx: AppContext, run_dir: str | None, path: str | None) -> Any:

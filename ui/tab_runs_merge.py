@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import gradio as gr
 
@@ -15,6 +16,7 @@ from ui import render
 from ui.context import AppContext
 from ui.errors import guarded
 from ui.form import Form
+from ui.tab_runs import file_choices
 
 SCALE_KEY = "merge.lora_scale"
 
@@ -45,8 +47,12 @@ def merge_message(ctx: AppContext, run_dir: str | None, scale: float | None) -> 
         merged = ops.merge_run(Path(run_dir), ctx.workspace, float(scale))
     except ops.OpError as exc:
         return render.message_html(_relative(ctx, exc.message, run_dir), "warning")
+    checkpoint = ops.RunFolder(merged.parent).merged_checkpoint
+    single = (f" and {ctx.relative(checkpoint)}, one checkpoint file (A1111, ComfyUI)"
+              if checkpoint.is_file() else "")
     return render.message_html(f"merged (base + LoRA at scale {scale:g}): "
-                               f"{ctx.relative(merged)}, a diffusers folder", "ok")
+                               f"{ctx.relative(merged)}, a diffusers folder{single}; "
+                               "download it from the run's files above", "ok")
 
 
 def _relative(ctx: AppContext, message: str, run_dir: str) -> str:
@@ -54,8 +60,14 @@ def _relative(ctx: AppContext, message: str, run_dir: str) -> str:
     return message.replace(str(Path(run_dir)), ctx.relative(run_dir))
 
 
-def wire(ctx: AppContext, row: MergeRow, choice: gr.Dropdown) -> None:
-    """The button merges the run chosen in `choice`, at the scale in the row."""
-    handler = guarded("Merge LoRA")(lambda run_dir, scale: merge_message(ctx, run_dir, scale))
-    row.button.click(handler, [choice, row.scale], [row.message], api_visibility="private")
+def wire(ctx: AppContext, row: MergeRow, choice: gr.Dropdown, files: gr.Dropdown) -> None:
+    """The button merges the run chosen in `choice`, at the scale in the row, and lists
+    the run's files again in `files`, the merged model's among them."""
+
+    @guarded("Merge LoRA")
+    def handler(run_dir: str | None, scale: float | None) -> tuple[str, Any]:
+        return merge_message(ctx, run_dir, scale), file_choices(ctx, run_dir)[0]
+
+    row.button.click(handler, [choice, row.scale], [row.message, files],
+                     api_visibility="private")
 

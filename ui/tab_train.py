@@ -81,13 +81,14 @@ def build(form: Form) -> TrainTab:
         plot = run_views.loss_plot()
     gallery = gr.Gallery(label="Validation images (newest first)", columns=6, height=320,
                          elem_id="validation-gallery", allow_preview=True)
+    grid = gr.HTML("", elem_id="validation-grid")
     command = gr.Textbox(label="Reproduce this run from the command line", lines=6,
                          interactive=False, buttons=["copy"], elem_id="command")
     tensorboard = gr.Markdown("", elem_id="train-tensorboard")
     return TrainTab(following=gr.State(None), progress=progress, log=log, plot=plot,
                     gallery=gallery, command=command, tensorboard=tensorboard, launch=launch,
                     stop=stop, resume=resume, extend=extend, message=message, memory=memory,
-                    model_check=model_check, memory_fix=memory_fix)
+                    model_check=model_check, memory_fix=memory_fix, grid=grid)
 
 
 # ---------------------------------------------------------------- events

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any, TypeVar
 
-from core.cache.plan import MaskJob, TextJob, VaeJob
+from core.cache.plan import FLIPPED, MaskJob, TextJob, VaeJob
 from core.cache.store import atomic_save, entry_lock, is_fresh
 from core.data.images import BadImage, load_rgb
 from core.problems import Problem, warning
@@ -91,7 +91,7 @@ def load_controls(job: VaeJob) -> list[Any]:
 
 
 def _chunk_key(job: VaeJob) -> tuple[int, ...]:
-    return (*job.batch_key, len(job.controls))
+    return (*job.batch_key, len(job.controls), job.flip)
 
 
 def _chunks(jobs: list[VaeJob], batch_size: int) -> Iterator[list[VaeJob]]:
@@ -237,8 +237,11 @@ def _encode_chunk(encode: Callable[[Any], Any],
     import torch
 
     with torch.no_grad():
-        encoded = _batched_tensors(encode(torch.stack(loaded.pixels).to(device=device,
-                                                                        dtype=dtype)))
+        pixels = torch.stack(loaded.pixels).to(device=device, dtype=dtype)
+        encoded = _batched_tensors(encode(pixels))
+        if loaded.jobs[0].flip:  # a chunk flips whole (_chunk_key): the mirror images too
+            mirrored = _batched_tensors(encode(torch.flip(pixels, dims=[-1])))
+            encoded.update({FLIPPED + k: v for k, v in mirrored.items()})
         count = len(loaded.controls[0])
         if count:
             if encode_controls is None:

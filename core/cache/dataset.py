@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.cache.plan import CachePlan, DatasetPlan, MaskJob, TextJob, VaeJob
+from core.cache.plan import FLIPPED, CachePlan, DatasetPlan, MaskJob, TextJob, VaeJob
 from core.cache.store import CacheReadError, is_fresh, load_entry
 from core.config import Config
 from core.data.sampler import SourceDataset
@@ -62,15 +62,28 @@ class CachedDataset:
                                      ) from exc
             return load_entry(job.entry)[0]
 
-    def load(self, index: int) -> dict[str, Any]:
-        """One item in the shape collate expects."""
+    def flips(self, index: int, seed: int, micro_step: int, slot: int) -> bool:
+        """Whether item `index`, in global batch slot `slot` of `micro_step`, trains on
+        its mirror image (a datasets.N.flip dataset's, half the time: tags.flip_draw)."""
+        from core.data.tags import flip_draw
+
+        return self.items[index].vae.flip and flip_draw(seed, micro_step, slot)
+
+    def load(self, index: int, flipped: bool = False) -> dict[str, Any]:
+        """One item in the shape collate expects; `flipped`: its mirror image's tensors
+        (the entry's "flipped_" ones) and mirrored loss mask."""
         item = self.items[index]
         # Tensors a family caches beside the latents (see build._batched_tensors) pass
         # through; collate hands unknown keys on as per-item lists.
-        extra = self._load(item.vae)
+        tensors = self._load(item.vae)
+        mirrored = {k[len(FLIPPED):]: v for k, v in tensors.items() if k.startswith(FLIPPED)}
+        extra = mirrored if flipped else {k: v for k, v in tensors.items()
+                                          if not k.startswith(FLIPPED)}
         latents = extra.pop("latents")
         width, height = item.vae.bucket
         mask = {} if item.mask is None else {"loss_mask": self._load(item.mask)["mask"]}
+        if flipped and mask:
+            mask["loss_mask"] = mask["loss_mask"].flip(-1)
         return {
             **extra,
             **mask,

@@ -24,6 +24,7 @@ from core.problems import Problem
 
 ENTRY_SUFFIX = ".safetensors"
 MASK_SUFFIX = ".mask" + ENTRY_SUFFIX
+FLIPPED = "flipped_"  # a datasets.N.flip entry's mirror-image tensors: flipped_latents, ...
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class VaeJob:
     meta: dict[str, str] = field(hash=False, compare=False)
     frames: tuple[int, ...] = ()  # a clip's source frame indices; () for an image
     controls: tuple[Path, ...] = ()  # an edit model's control images, encoded beside
+    flip: bool = False  # datasets.N.flip: the mirror image is encoded too
 
     @property
     def batch_key(self) -> tuple[int, ...]:
@@ -104,7 +106,8 @@ class CachePlan:
 IN_ENTRY_METADATA = {
     "images": "source",  # the source file's path, size and mtime
     "resolution": "resolution",
-    "bucketing": "bucket",
+    "bucketing": "bucket", "bucket_min_side": "bucket", "bucket_max_side": "bucket",
+    "flip": "flip",  # and the mirror image's latents beside the image's
     "crop": "box",
     "frames": "frames", "fps": "frames", "clips": "frames", "clip_count": "frames",
     "control": "control0_source", "control_2": "control1_source",
@@ -152,7 +155,8 @@ def source_stamp(path: Path) -> dict[str, str]:
 
 
 def _vae_job(ds: DatasetConfig, item: ImageItem, seed: int, model: dict[str, str]) -> VaeJob:
-    bucket = bucket_for(item.width, item.height, ds.resolution, ds.bucketing, ds.crop)
+    bucket = bucket_for(item.width, item.height, ds.resolution, ds.bucketing, ds.crop,
+                        ds.bucket_min_side, ds.bucket_max_side)
     # A random crop is drawn once per image (seeded by the image) and cached with it.
     rng = random.Random(f"{seed}:{item.path}") if ds.crop == "random" else None
     box = crop_box(item.width, item.height, bucket, ds.crop, rng)
@@ -163,10 +167,12 @@ def _vae_job(ds: DatasetConfig, item: ImageItem, seed: int, model: dict[str, str
     }
     if item.frames:  # a clip: which source frames (fps, frames and clips decide them)
         meta["frames"] = ",".join(map(str, item.frames))
+    if ds.flip:  # the entry holds the mirror image's latents too ("flipped_" keys)
+        meta["flip"] = "1"
     meta.update(control_stamps(item.controls))
     return VaeJob(ds.id, item.path, vae_entry_path(ds, item.path, item.clip),
                   (bucket.width, bucket.height), tuple(box), (item.height, item.width),
-                  (box.top, box.left), meta, item.frames, item.controls)
+                  (box.top, box.left), meta, item.frames, item.controls, ds.flip)
 
 
 def _mask_job(item: ImageItem, vae: VaeJob, model: dict[str, str]) -> MaskJob | None:

@@ -5,6 +5,8 @@
   values to a field's type, with messages that name the key.
 - files.py: TOML in and out (`load_config`, `save_config`); presets round-trip exactly.
 - overrides.py: `--set key=value` (`apply_overrides`).
+- prompts.py: a validation prompt's own settings (kohya-style flags: `prompt_settings`,
+  `prompt_text` for labels).
 - checks.py: `validate_config` (ranges, choices, cross-key rules) and `resolved` (paths
   joined to the workspace).
 """
@@ -20,6 +22,7 @@ from core.config.files import (
     save_config,
 )
 from core.config.overrides import apply_override, apply_overrides
+from core.config.prompts import prompt_text
 from core.config.schema import (
     CONFIG_VERSION,
     FAMILIES,
@@ -42,5 +45,5 @@ __all__ = [
     "DatasetConfig", "LaunchConfig", "ModelConfig", "OutputConfig", "TextCacheConfig",
     "TrainConfig", "ValidationConfig", "apply_override", "apply_overrides", "config_from_dict",
     "config_to_dict", "convert_value", "dumps_config", "load_config", "loads_config", "meta",
-    "resolve_path", "resolved", "save_config", "type_name", "validate_config",
+    "prompt_text", "resolve_path", "resolved", "save_config", "type_name", "validate_config",
 ]

@@ -14,6 +14,7 @@ from core.config.control_checks import control_problems
 from core.config.distributed import distributed_problems
 from core.config.family_options import foreign_key_problems
 from core.config.optimizers import OPTIMIZERS, OPTION_DEFAULTS
+from core.config.prompts import negative_prompt_problems, prompt_problems
 from core.config.schema import CONFIG_VERSION, FAMILIES, SECTION_TYPES, Config
 from core.models.objectives import MODE_SCALE
 from core.models.quantize import DEQUANTIZED_FOR_BACKWARD
@@ -148,9 +149,9 @@ def _check_cross(cfg: Config) -> list[Problem]:
         out.append(error("launch.main_process_ip", "is required when launch.num_machines > 1"))
     if cfg.launch.machine_rank >= cfg.launch.num_machines:
         out.append(error("launch.machine_rank", "must be below launch.num_machines"))
-    if cfg.train.lr_warmup_steps > cfg.train.max_steps:
-        out.append(Problem("warning", "train.lr_warmup_steps",
-                           "is longer than train.max_steps; the rate never reaches its target"))
+    out += _check_lr_schedule(cfg)
+    out += prompt_problems(cfg.validation)
+    out += negative_prompt_problems(cfg.validation, _family(cfg))
     if cfg.launch.cpu and cfg.train.mixed_precision == "fp16":
         out.append(error("train.mixed_precision", "fp16 does not run on the CPU; use bf16 or no"))
     out += _check_flow_family(cfg)
@@ -265,11 +266,11 @@ def _check_optimizer(cfg: Config) -> list[Problem]:
             out.append(error("train.ema", "with train.optimizer = \"adamw_schedulefree\": "
                                           "schedule-free already averages the weights it "
                                           "evaluates and saves; set train.ema = false"))
-        if t.lr_scheduler != "constant":
+        if t.lr_scheduler not in ("constant", "constant_with_warmup"):
             out.append(Problem("warning", "train.lr_scheduler",
                                f"is \"{t.lr_scheduler}\": adamw_schedulefree replaces the "
-                               "decay schedule; use \"constant\" (warm-up steps still "
-                               "apply)"))
+                               "decay schedule; use \"constant_with_warmup\" (or "
+                               "\"constant\" without warm-up)"))
     if t.optimizer == "prodigy" and t.learning_rate < 0.1:
         out.append(Problem("warning", "train.learning_rate",
                            f"is {t.learning_rate:g}: prodigy estimates the step size "
@@ -294,6 +295,29 @@ def _check_text_options(cfg: Config) -> list[Problem]:
         if ds.keep_tokens and not ds.shuffle_tags:
             out.append(Problem("warning", f"datasets.{i}.keep_tokens",
                                "has no effect without shuffle_tags = true"))
+    return out
+
+
+def _check_lr_schedule(cfg: Config) -> list[Problem]:
+    """train.lr_*: warm-up past the end, and the keys the chosen schedule ignores."""
+    t, out = cfg.train, []
+    if t.lr_warmup_steps > t.max_steps:
+        out.append(Problem("warning", "train.lr_warmup_steps",
+                           "is longer than train.max_steps; the rate never reaches its target"))
+    if t.lr_warmup_steps > 0 and t.lr_scheduler == "constant":
+        out.append(Problem("warning", "train.lr_warmup_steps", (
+            f"is {t.lr_warmup_steps} but train.lr_scheduler = \"constant\" has no warm-up: "
+            "it is ignored; use train.lr_scheduler = \"constant_with_warmup\"")))
+    if t.lr_scheduler == "polynomial" and t.learning_rate <= 1e-7:
+        out.append(error("train.learning_rate", (
+            f"is {t.learning_rate:g}: the polynomial schedule decays to 1e-7 and needs a "
+            "larger rate; raise it or pick another train.lr_scheduler")))
+    for key, default, schedule in (("lr_cycles", 1, "cosine_with_restarts"),
+                                   ("lr_power", 1.0, "polynomial")):
+        if getattr(t, key) != default and t.lr_scheduler != schedule:
+            out.append(Problem("warning", f"train.{key}", (
+                f"is {getattr(t, key):g} but only train.lr_scheduler = \"{schedule}\" reads "
+                f"it (the schedule is \"{t.lr_scheduler}\"): it is ignored")))
     return out
 
 

@@ -38,6 +38,10 @@ def control_problems(cfg: Any, family: Any) -> list[Problem]:
             extra = CONTROL_KEYS[family.control_images]
             out.append(error(f"{key}.{extra}", f"{family.name} takes {family.control_images} "
                                                "control image(s) per target; clear it"))
+        if ds.flip:
+            out.append(error(f"{key}.flip", f"{family.name} trains edits from pairs, and a "
+                                            "mirrored target would need its control "
+                                            "mirrored too, which is not done; turn flip off"))
         if family.text_reads_controls and ds.shuffle_tags:
             out.append(error(f"{key}.shuffle_tags", f"{family.name}'s text encoder reads "
                                                     "the control images with the caption, "

@@ -76,6 +76,20 @@ class DatasetConfig:
                                             "matched as control is.")
     control_3: str = _f("", label="Third control folder", kind="path", edit=True,
                         advanced=True, help="A third reference per target (needs control_2).")
+    # Augmentation and bucket limits (issue 40 item 18).
+    flip: bool = _f(False, label="Horizontal flip", advanced=True,
+                    help="Train on each image or its mirror image, half the time each (drawn "
+                         "from train.seed per sample). The cache then holds both latents "
+                         "(built once; turning flip on rebuilds the dataset's entries). "
+                         "Not for text, logos or captions that say left or right (the check "
+                         "warns), nor edit pairs (refused).")
+    bucket_min_side: int = _f(0, label="Bucket min side", min=0, max=16384, advanced=True,
+                              help="With aspect buckets: no bucket side below this many "
+                                   "pixels (0: no limit), which leaves out the thinnest "
+                                   "buckets; images go to the nearest bucket left.")
+    bucket_max_side: int = _f(0, label="Bucket max side", min=0, max=16384, advanced=True,
+                              help="With aspect buckets: no bucket side above this many "
+                                   "pixels (0: no limit).")
     regularization: bool = _f(False, label="Regularization images", advanced=True,
                               help="Class images for prior preservation (DreamBooth): "
                                    "sampled alongside the other datasets, their loss "

@@ -31,6 +31,9 @@ CONFIG_VERSION = 1
 QUANTIZE_CHOICES = ("none", "int8", "fp8", "nf4")
 PREDICTION_TYPES = ("auto", "epsilon", "v_prediction")
 COMPILE_CHOICES = ("off", "blocks")  # train.compile (issue 37)
+# train.lr_scheduler: diffusers' get_scheduler names (piecewise_constant left out)
+LR_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine",
+                "cosine_with_restarts", "polynomial")
 
 
 def _where(holds: Callable[[Any], Any]) -> str:
@@ -124,8 +127,20 @@ class SharedTrainConfig:
     grad_accum: int = _f(1, label="Gradient accumulation", min=1, max=4096)
     learning_rate: float = _f(1e-4, label="Learning rate", min=0.0, max=1.0, min_exclusive=True)
     lr_scheduler: str = _f("constant", label="LR schedule", advanced=True,
-                           choices=("constant", "linear", "cosine"))
+                           choices=LR_SCHEDULES,
+                           help="diffusers' get_scheduler: constant (no warm-up: use "
+                                "constant_with_warmup for one), constant_with_warmup, "
+                                "linear (to 0 at max_steps), cosine (to 0), "
+                                "cosine_with_restarts (train.lr_cycles hard restarts), "
+                                "polynomial (train.lr_power, to 1e-7). Each decaying one "
+                                "starts after train.lr_warmup_steps.")
     lr_warmup_steps: int = _f(0, label="Warm-up steps", min=0, max=10_000_000, advanced=True)
+    lr_cycles: int = _f(1, label="LR restarts (cycles)", min=1, max=10_000, advanced=True,
+                        help="cosine_with_restarts: the number of cosine cycles, each "
+                             "starting again from the full rate.")
+    lr_power: float = _f(1.0, label="LR polynomial power", min=0.0, max=100.0,
+                         min_exclusive=True, advanced=True,
+                         help="polynomial: the decay's power (1 is linear, 2 quadratic).")
     optimizer: str = _f("adamw", label="Optimizer", choices=OPTIMIZER_NAMES,
                         advanced=True,
                         help=optimizer_help())
@@ -266,7 +281,15 @@ TrainConfig = with_family_options("train", SharedTrainConfig, "TrainConfig")
 
 @dataclass
 class ValidationConfig:
-    prompts: list[str] = _f(["a red circle"], label="Validation prompts")
+    prompts: list[str] = _f(["a red circle"], label="Validation prompts",
+                            help="One per line. A prompt may end in its own settings, "
+                                 "kohya's flags: --n negative prompt, --w width, --h "
+                                 "height, --d seed, --l guidance scale, --s steps (e.g. "
+                                 "\"a red circle --w 768 --h 512 --d 7\").")
+    negative_prompt: str = _f("", label="Negative prompt", advanced=True,
+                              help="What classifier-free guidance steers away from (empty: "
+                                   "the empty prompt); a prompt's --n replaces it. Families "
+                                   "drawn without one (guidance-distilled FLUX.1) warn.")
     every: int = _f(100, label="Validate every (steps)", min=1, max=10_000_000)
     before_training: bool = _f(False, label="Validate before training",
                                help="Also draw the prompts at step 0 with the untrained "
@@ -275,6 +298,12 @@ class ValidationConfig:
     seed: int = _f(0, label="Validation seed", min=0, max=2**63 - 1)
     guidance_scale: float = _f(5.0, label="Guidance scale", min=0.0, max=100.0, advanced=True)
     resolution: int = _f(512, label="Validation resolution", min=64, max=4096, advanced=True)
+    width: int = _f(0, label="Validation width", min=0, max=4096, advanced=True,
+                    help="0: validation.resolution (a square); else a multiple of 16. A "
+                         "prompt's --w replaces it.")
+    height: int = _f(0, label="Validation height", min=0, max=4096, advanced=True,
+                     help="0: validation.resolution; else a multiple of 16. A prompt's --h "
+                          "replaces it.")
     frames: int = _f(1, label="Validation frames", min=1, max=1025, video=True,
                      help=f"Video families: frames per validation video ({frame_rules()}), "
                           "written "

@@ -105,8 +105,14 @@ def check_settings(bucketing: bool, crop: str, where: str) -> list[Problem]:
     return []
 
 
+def within_sides(bucket: Bucket, min_side: int = 0, max_side: int = 0) -> bool:
+    """Whether both sides lie in [min_side, max_side] (0: no limit on that end)."""
+    low, high = min(bucket), max(bucket)
+    return low >= min_side and (not max_side or high <= max_side)
+
+
 @lru_cache(maxsize=64)
-def _bucket_list(resolution: int) -> tuple[Bucket, ...]:
+def _bucket_list(resolution: int, min_side: int = 0, max_side: int = 0) -> tuple[Bucket, ...]:
     side = effective_resolution(resolution)
     budget = side * side
     m = BUCKET_MULTIPLE
@@ -122,13 +128,42 @@ def _bucket_list(resolution: int) -> tuple[Bucket, ...]:
             continue  # not maximal: a wider bucket of the same height fits
         if width > MAX_ASPECT * height or height > MAX_ASPECT * width:
             continue
-        found.append(Bucket(width, height))
+        if within_sides(Bucket(width, height), min_side, max_side):
+            found.append(Bucket(width, height))
     return tuple(sorted(found, key=lambda b: (Fraction(b.width, b.height), b.area)))
 
 
-def bucket_list(resolution: int) -> list[Bucket]:
-    """The candidate buckets at a resolution, portrait to landscape (deterministic)."""
-    return list(_bucket_list(resolution))
+def bucket_list(resolution: int, min_side: int = 0, max_side: int = 0) -> list[Bucket]:
+    """The candidate buckets at a resolution, portrait to landscape (deterministic);
+    with `min_side`/`max_side` (datasets.N.bucket_min_side/bucket_max_side) only those
+    whose sides lie between them (0: no limit), which narrows the aspect range."""
+    return list(_bucket_list(resolution, min_side, max_side))
+
+
+def check_sides(resolution: int, min_side: int, max_side: int, bucketing: bool,
+                where: str) -> list[Problem]:
+    """Problems with the bucket side limits of one dataset (`where`: "datasets.0"): a
+    limit without bucketing is ignored, and limits that leave no bucket are an error."""
+    if not min_side and not max_side:
+        return []
+    if not bucketing:
+        key = f"{where}.bucket_{'min' if min_side else 'max'}_side"
+        return [warning(key, "limits the aspect buckets, but bucketing is off: every image "
+                             "trains at the square resolution; it is ignored")]
+    if max_side and min_side > max_side:
+        return [error(f"{where}.bucket_min_side", f"is {min_side}, above "
+                                                 f"{where}.bucket_max_side ({max_side})")]
+    try:
+        found = _bucket_list(resolution, min_side, max_side)
+    except ValueError:
+        return []  # the resolution's own problem is reported with it
+    if found:
+        return []
+    whole = _bucket_list(resolution)
+    sides = f"{min(min(b) for b in whole)} to {max(max(b) for b in whole)}"
+    key = f"{where}.bucket_{'max' if max_side else 'min'}_side"
+    return [error(key, f"leaves no bucket at resolution {resolution} (bucket sides run "
+                       f"{sides} px, in steps of {BUCKET_MULTIPLE}); widen the limits")]
 
 
 def _validate_size(width: int, height: int) -> None:
@@ -144,8 +179,9 @@ def _distance(bucket: Bucket, width: int, height: int) -> Fraction:
 
 
 def bucket_for(width: int, height: int, resolution: int, bucketing: bool = True,
-               crop: str = "center") -> Bucket:
-    """The bucket an image of width x height pixels trains at."""
+               crop: str = "center", min_side: int = 0, max_side: int = 0) -> Bucket:
+    """The bucket an image of width x height pixels trains at (among those within the
+    side limits, `bucket_list`)."""
     _validate_size(width, height)
     if crop not in CROPS:
         raise ValueError(f"unknown crop {crop!r}; choose one of {', '.join(CROPS)}")
@@ -153,7 +189,7 @@ def bucket_for(width: int, height: int, resolution: int, bucketing: bool = True,
         side = effective_resolution(resolution)
         return Bucket(side, side)
     return min(
-        _bucket_list(resolution),
+        _bucket_list(resolution, min_side, max_side) or _bucket_list(resolution),
         key=lambda b: (_distance(b, width, height), -b.area, -b.width),
     )
 

@@ -162,7 +162,7 @@ class CaptionReader:
             self.problems.append(warning(where, f'no "text" string (keys: {keys}); '
                                                 "line ignored"))
             return
-        key = _normalise(name)
+        key = normalise_name(name)
         if key in out:
             self.problems.append(warning(where, f"{name!r} is listed again; the first "
                                                 "caption is kept"))
@@ -183,7 +183,8 @@ class CaptionReader:
                         f"{len(missing)} entries name no image in the folder: {shown}{more}")]
 
 
-def _normalise(name: str) -> str:
+def normalise_name(name: str) -> str:
+    """A metadata.jsonl file_name as the key it is looked up by."""
     name = name.strip().replace("\\", "/")
     while name.startswith("./"):
         name = name[2:]

@@ -9,12 +9,27 @@ choices without talking to the others. Pure python, no torch.
 from __future__ import annotations
 
 import random
+import re
 
 
 def sample_rng(seed: int, micro_step: int, slot: int) -> random.Random:
     """The generator for one sample. A string seed is hashed with SHA-512 by `random`,
     independent of PYTHONHASHSEED, so every process and every resume agree."""
     return random.Random(f"caption:{seed}:{micro_step}:{slot}")
+
+
+def flip_draw(seed: int, micro_step: int, slot: int) -> bool:
+    """Whether a sample of a datasets.N.flip dataset trains on its mirror image: half the
+    time, drawn as `sample_rng` draws captions, so a resume replays it."""
+    return random.Random(f"flip:{seed}:{micro_step}:{slot}").random() < 0.5
+
+
+_SIDES = re.compile(r"\b(left|right)\b", re.IGNORECASE)
+
+
+def mirrored_captions(captions: list[str]) -> int:
+    """How many captions name a side (left, right), which a mirror image swaps."""
+    return sum(1 for caption in captions if _SIDES.search(caption))
 
 
 def split_tags(caption: str) -> list[str]:

@@ -144,6 +144,17 @@ class FamilyDefaults:
     control_images: int = 0
     text_reads_controls: bool = False
 
+    # Why validation draws without a negative prompt (validation.negative_prompt, a
+    # prompt's --n), as the check's warning ends it ("FLUX.1 is guidance-distilled..."),
+    # or "" where the pipeline's classifier-free guidance uses it.
+    negative_prompt_note: str = ""
+
+    # The merged model as one original-layout (A1111/ComfyUI) checkpoint file
+    # (core/models/ldm_checkpoint.py, merged.safetensors): each text encoder's (component
+    # folder, key prefix, "clip" | "open_clip"); empty: no such layout (a transformer
+    # family's ComfyUI files split the model), and merge writes merged/ alone.
+    checkpoint_text_encoders: tuple[tuple[str, str, str], ...] = ()
+
     # The denoiser's repeated blocks, as the names of its nn.ModuleLists in the order the
     # forward runs them (Flux: double then single blocks): what model.blocks_to_swap
     # streams from host memory (core/models/block_swap.py) and the memory estimate sizes.
@@ -251,6 +262,8 @@ class ModelFamily(Protocol):
     trained_tiny: tuple[tuple[str, str], ...]
     control_images: int
     text_reads_controls: bool
+    negative_prompt_note: str
+    checkpoint_text_encoders: tuple[tuple[str, str, str], ...]
     block_lists: tuple[str, ...]
 
     def denoiser_stacks(self, denoiser: Any) -> list[list[Any]]:

@@ -21,7 +21,19 @@ functions that use them.
 from __future__ import annotations
 
 from core.ops.caches import cache_files, cache_status, caches_complete, clear_cache, start_cache
-from core.ops.captions import caption_config, check_captioning, save_caption, start_caption
+from core.ops.captions import (
+    EDITS,
+    CaptionEdit,
+    apply_caption_edit,
+    caption_config,
+    check_captioning,
+    dataset_tags,
+    preview_caption_edit,
+    read_caption,
+    save_caption,
+    start_caption,
+    undo_caption_edit,
+)
 from core.ops.checks import (
     PRESETS_DIR,
     CheckReport,
@@ -64,6 +76,7 @@ from core.ops.following import (
     RunInfo,
     attach,
     format_memory,
+    grid_steps,
     last_lines,
     read_status,
     run_info,
@@ -98,10 +111,11 @@ __all__ = [
     "follow_in_terminal", "run_summary",
     "Launched", "LogTail", "OpError", "RunFolder", "RunFollower", "RunHandle", "RunInfo",
     "attach", "bucket_histogram", "cache_files", "cache_status", "caches_complete",
-    "cancel_queued", "caption_config", "check", "check_captioning", "check_model_source",
+    "EDITS", "CaptionEdit", "apply_caption_edit", "cancel_queued", "caption_config", "dataset_tags",
+    "preview_caption_edit", "undo_caption_edit", "check", "check_captioning", "check_model_source",
     "clear_cache", "clip_frames", "dataset_name", "delete_run", "edit_pair_thumbnail",
     "estimate_inputs", "estimate_memory", "extend",
-    "format_memory", "gated_note", "has_swappable_blocks", "has_train_guidance",
+    "format_memory", "gated_note", "grid_steps", "has_swappable_blocks", "has_train_guidance",
     "index_dataset", "is_ddpm_family",
     "is_demo", "is_edit_family", "is_flow_family",
     "is_video_family",
@@ -109,7 +123,8 @@ __all__ = [
     "list_presets", "list_runs", "load_run_config", "merge", "merge_run", "move_queued",
     "latest_demo_run", "output_dir", "prepare_demo", "queue_entries", "queued_runs", "read_status",
     "reconcile_runs", "require_ok", "require_workspace", "resume", "run_downloads",
-    "run_info", "run_status", "run_status_or_none", "save_caption", "saved_config", "saved_loras",
+    "read_caption", "run_info", "run_status", "run_status_or_none", "save_caption",
+    "saved_config", "saved_loras",
     "start_cache", "start_caption", "start_next_queued", "stop", "tensorboard_command",
     "upload_images", "uploaded_dataset", "validation_controls", "validation_videos",
 ]

@@ -14,7 +14,8 @@ from core.runs.memory import format_memory
 from core.runs.registry import RunInfo, run_info
 from core.runs.status import LIVE_STATES, read_status
 from core.runs.tail import LogTail, last_lines
+from core.train.grid import grid_steps
 
 __all__ = ["LIVE_STATES", "SERIES", "CacheJob", "CaptionJob", "LogTail", "RunFolder",
-           "RunFollower", "RunHandle", "RunInfo", "attach", "format_memory", "last_lines",
-           "read_status", "run_info"]
+           "RunFollower", "RunHandle", "RunInfo", "attach", "format_memory", "grid_steps",
+           "last_lines", "read_status", "run_info"]

@@ -12,6 +12,8 @@
       wandb/                                  (logging.wandb_project: W&B's local files)
       model/                                  (full fine-tunes)
       merged/                                 (--stage merge: base + final LoRA fused)
+      merged.safetensors                      (--stage merge, sd15/sd2/sdxl: merged/ as
+                                               one A1111/ComfyUI checkpoint file)
       shared.token                            (multi-machine runs: rank 0's token)
       machines/<rank>/                        (multi-machine runs: machine <rank>'s own
                                                config.toml, command.txt, train.log,
@@ -179,6 +181,12 @@ class RunFolder:
         """`--stage merge` (core/merge.py): the base with the final LoRA fused in, a
         diffusers folder."""
         return self.root / "merged"
+
+    @property
+    def merged_checkpoint(self) -> Path:
+        """`--stage merge` of a family with a single-file checkpoint layout: merged/ as
+        one original-layout (A1111/ComfyUI) .safetensors."""
+        return self.root / "merged.safetensors"
 
     @property
     def shared_token(self) -> Path:

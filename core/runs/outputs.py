@@ -45,13 +45,18 @@ def _config_wants_tensorboard(folder: RunFolder) -> bool:
 
 def downloadable_files(where: RunFolder | str | Path) -> list[Path]:
     """What a user takes away from a run: its config.toml, the final LoRA files (the
-    diffusers file and the kohya/ComfyUI one beside it), then each step's, newest first."""
+    diffusers file and the kohya/ComfyUI one beside it), each step's, newest first, then
+    the merged model (`--stage merge`): its one-file checkpoint and merged/'s weights."""
     folder = as_folder(where)
     files = [folder.config] if folder.config.is_file() else []
     if folder.lora.is_dir():
         files += sorted(p for p in folder.lora.glob("*.safetensors") if p.is_file())
     for saved in reversed(saved_loras(folder)):
         files += saved.files
+    if folder.merged_checkpoint.is_file():
+        files.append(folder.merged_checkpoint)
+    if folder.merged.is_dir():
+        files += sorted(p for p in folder.merged.glob("*/*.safetensors") if p.is_file())
     return files
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.config import Config
+from core.config import Config, prompt_text
 from core.config.memory_advice import out_of_memory_becomes
 from core.data.collate import collate
 from core.models.adapters import LYCORIS_ONLY_NOTE
@@ -48,8 +48,11 @@ def micro_step(setup: Setup, cfg: Config, batch_plan: Any) -> Any:
     # Inside accumulate: a trained text encoder's forward is part of the step that
     # DDP synchronises (or not, between accumulation steps).
     with acc.accumulate(comps.denoiser, *trained):
-        items = setup.texts.apply(comps, batch_plan.dataset_index,
-                                  [dataset.load(i) for i in batch_plan.item_indices],
+        first = setup.texts.process_index * len(batch_plan.item_indices)  # global slot
+        loaded = [dataset.load(i, dataset.flips(i, cfg.train.seed, batch_plan.micro_step,
+                                                first + j))
+                  for j, i in enumerate(batch_plan.item_indices)]
+        items = setup.texts.apply(comps, batch_plan.dataset_index, loaded,
                                   batch_plan.micro_step)
         batch = to_device(collate(items), acc.device, setup.weight_dtype)
         sample = family.noise_and_target(comps, batch["latents"],
@@ -150,9 +153,9 @@ class Loop:
                                                    self.cfg.validation, folder, step,
                                                    self.acc.device, texts)
             if self.acc.is_main_process:
-                self.reporter.validation(step, paths, self.cfg.validation.prompts,
-                                         _since(started))
-                write_validation_grid(self.run_dir, self.cfg.validation.prompts,
+                labels = [prompt_text(p) for p in self.cfg.validation.prompts]
+                self.reporter.validation(step, paths, labels, _since(started))
+                write_validation_grid(self.run_dir, labels,
                                       self.cfg.validation.control_images
                                       if self.s.family.control_images else None)
         self.acc.wait_for_everyone()

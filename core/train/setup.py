@@ -192,7 +192,8 @@ def make_lr_scheduler(optimizer: Any, cfg: Config) -> Any:
 
     return get_scheduler(cfg.train.lr_scheduler, optimizer,
                          num_warmup_steps=cfg.train.lr_warmup_steps,
-                         num_training_steps=cfg.train.max_steps)
+                         num_training_steps=cfg.train.max_steps,
+                         num_cycles=cfg.train.lr_cycles, power=cfg.train.lr_power)
 
 
 def make_rebuild(family: ModelFamily, components: Components) -> Any:

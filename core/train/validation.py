@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.config import ValidationConfig
+from core.config.prompts import PromptSettings, prompt_settings
 from core.files import atomic_path
 from core.models.modules import plain_forward, unwrap
 from core.runs.folder import RunFolder
@@ -79,34 +80,41 @@ def control_images(family: ModelFamily, cfg: ValidationConfig) -> list[list[Any]
 
 def encode_validation_prompts(family: ModelFamily, components: Components,
                               cfg: ValidationConfig) -> ValidationTexts | None:
-    """The validation prompts and the empty prompt, encoded once (None without prompts);
-    with their control images where the family's text encoder reads them."""
-    prompts = cfg.prompts
-    if not prompts:
+    """The validation prompts (their text, flags left out) and each one's negative
+    prompt (validation.negative_prompt or its --n; empty by default), encoded once
+    (None without prompts); with their control images where the family's text encoder
+    reads them."""
+    if not cfg.prompts:
         return None
+    settings = [prompt_settings(cfg, i) for i in range(len(cfg.prompts))]
+    prompts = [s.text for s in settings]
+    negative_texts = [s.negative for s in settings]
     images = control_images(family, cfg) if family.text_reads_controls else []
 
     def cpu(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{k: v.detach().cpu() for k, v in item.items()} for item in items]
 
-    if images:
-        encoded = cpu(family.encode_prompts_with_images(components, prompts, images))
-        negatives = cpu(family.encode_prompts_with_images(components, [""] * len(prompts),
-                                                          images))
+    def texts(encoded: list[dict[str, Any]], negatives: list[dict[str, Any]]) -> ValidationTexts:
         return ValidationTexts(prompts=encoded, negative=negatives[0],
                                as_list=family.list_prompt_embeds,
                                mask_kwarg=family.pipeline_mask_kwarg, negatives=negatives)
-    encoded = cpu(family.encode_prompts(components, [*prompts, ""]))
-    return ValidationTexts(prompts=encoded[:-1], negative=encoded[-1],
-                           as_list=family.list_prompt_embeds,
-                           mask_kwarg=family.pipeline_mask_kwarg)
+
+    if images:
+        return texts(cpu(family.encode_prompts_with_images(components, prompts, images)),
+                     cpu(family.encode_prompts_with_images(components, negative_texts,
+                                                           images)))
+    unique = sorted(set(negative_texts))  # each negative encoded once
+    encoded = cpu(family.encode_prompts(components, [*prompts, *unique]))
+    by_text = dict(zip(unique, encoded[len(prompts):], strict=True))
+    return texts(encoded[:len(prompts)], [by_text[t] for t in negative_texts])
 
 
 def generate_validation_images(family: ModelFamily, components: Components,
                                cfg: ValidationConfig, run_dir: Path, step: int,
                                device: Any, texts: ValidationTexts | None) -> list[Path]:
-    """One image per prompt, each from seed `cfg.seed + index`, written atomically so a
-    watcher never shows half a PNG."""
+    """One image per prompt, each with its settings (`prompt_settings`: seed
+    validation.seed + index, the section's size, steps and guidance, unless its flags
+    say), written atomically so a watcher never shows half a PNG."""
     if texts is None or not cfg.prompts:
         return []
     without_text = dataclasses.replace(
@@ -121,29 +129,33 @@ def generate_validation_images(family: ModelFamily, components: Components,
     controls = control_images(family, cfg)
     try:
         with plain_forward(unwrap(components.denoiser)):
-            return [_one_image(pipe, cfg, texts.pipeline_inputs(index, device), index,
-                               folder, frames,
-                               family.validation_image_kwargs(controls[index],
-                                                            cfg.resolution)
-                               if controls else {})
-                    for index in range(len(cfg.prompts))]
+            out = []
+            for index in range(len(cfg.prompts)):
+                drawn = prompt_settings(cfg, index)
+                area_side = round((drawn.width * drawn.height) ** 0.5)
+                image = family.validation_image_kwargs(controls[index], area_side) \
+                    if controls else {}
+                out.append(_one_image(pipe, cfg, drawn, texts.pipeline_inputs(index, device),
+                                      index, folder, frames, image))
+            return out
     finally:
         vae.to(home)
 
 
-def _one_image(pipe: Any, cfg: ValidationConfig, text_inputs: dict[str, Any], index: int,
-               folder: Path, frames: int = 0, image: dict[str, Any] | None = None) -> Path:
-    """Prompt `index`'s image from its encoded prompt, `text_inputs` (a video family's:
-    `frames` frames, 0 for none; an edit family's: an edit of the control images in
-    `image`, the pipeline's kwargs)."""
+def _one_image(pipe: Any, cfg: ValidationConfig, drawn: PromptSettings,
+               text_inputs: dict[str, Any], index: int, folder: Path, frames: int = 0,
+               image: dict[str, Any] | None = None) -> Path:
+    """Prompt `index`'s image, drawn with `drawn`, from its encoded prompt, `text_inputs`
+    (a video family's: `frames` frames, 0 for none; an edit family's: an edit of the
+    control images in `image`, the pipeline's kwargs)."""
     import torch
 
-    generator = torch.Generator(device="cpu").manual_seed(cfg.seed + index)
+    generator = torch.Generator(device="cpu").manual_seed(drawn.seed)
     video = {"num_frames": frames} if frames else {}
     with torch.no_grad():
-        out = pipe(**text_inputs, num_inference_steps=cfg.steps,
-                   guidance_scale=cfg.guidance_scale, height=cfg.resolution,
-                   width=cfg.resolution, generator=generator, **video, **(image or {}))
+        out = pipe(**text_inputs, num_inference_steps=drawn.steps,
+                   guidance_scale=drawn.guidance_scale, height=drawn.height,
+                   width=drawn.width, generator=generator, **video, **(image or {}))
     image = out.images[0]
     if frames > 1:  # written first: a watcher that sees the PNG finds the video too
         from core.data.video import write_video

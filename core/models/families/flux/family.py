@@ -58,6 +58,9 @@ class FluxFamily(FlowFamily):
     latent_packing = 2  # 2x2 latent patches packed before the transformer
     block_lists = ("transformer_blocks", "single_transformer_blocks")
     train_guidance = 1.0
+    # Validation passes guidance_scale as the distilled guidance and no true_cfg_scale.
+    negative_prompt_note = ("FLUX.1 models are guidance-distilled and validation draws "
+                            "them without a negative prompt: it is ignored; leave it empty")
 
     # ------------------------------------------------------------ loading
 

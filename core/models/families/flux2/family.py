@@ -85,6 +85,10 @@ class Flux2Family(FlowFamily):
     max_sequence_length = 512
     latent_packing = 2  # 2x2 latent patches packed before the transformer
     train_guidance = 1.0
+    # dev (_DevValidation) drops the negative; klein's pipeline uses it only undistilled.
+    negative_prompt_note = ("only FLUX.2 klein base models use it (classifier-free "
+                            "guidance); guidance-distilled dev and step-distilled klein "
+                            "draw without it")
 
     def random_settings(self, c: Components) -> None:
         from core.models.full_size.spec import model_index

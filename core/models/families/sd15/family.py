@@ -54,6 +54,7 @@ class StableDiffusionFamily(FamilyDefaults):
     # Original-format single files and diffusers folders (core/models/loading.py).
     # last: any SD UNet's keys
     single_file_markers = ("cond_stage_model.transformer.", "model.diffusion_model.input_blocks.")
+    checkpoint_text_encoders = (("text_encoder", "cond_stage_model.transformer.", "clip"),)
     single_file_rank = 90
     pipeline_prefix = "StableDiffusion"
     prediction = "epsilon"

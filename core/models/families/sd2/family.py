@@ -19,6 +19,7 @@ class StableDiffusion2Family(StableDiffusionFamily):
     name = "sd2"
     # Original-format single files and diffusers folders (core/models/loading.py).
     single_file_markers = ("cond_stage_model.model.",)
+    checkpoint_text_encoders = (("text_encoder", "cond_stage_model.model.", "open_clip"),)
     single_file_rank = 80
     pipeline_prefix = "StableDiffusion"
     prediction = "v_prediction"

@@ -31,6 +31,9 @@ class StableDiffusionXLFamily(StableDiffusionFamily):
     # Original-format single files and diffusers folders (core/models/loading.py).
     # before sd15/sd2: SDXL also has the SD UNet keys
     single_file_markers = ("conditioner.embedders.1",)
+    checkpoint_text_encoders = (
+        ("text_encoder", "conditioner.embedders.0.transformer.", "clip"),
+        ("text_encoder_2", "conditioner.embedders.1.model.", "open_clip"))
     single_file_rank = 70
     pipeline_prefix = "StableDiffusionXL"
     prediction = "epsilon"

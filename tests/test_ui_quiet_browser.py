@@ -326,6 +326,13 @@ def test_the_config_tab_exports_in_one_click_and_applies_a_pasted_config(page) -
     assert "nothing was applied" in page.inner_text("#config-apply-message")
     assert page.locator(".toast-body").count() == 0
     editor.fill(re.sub(r"\nmax_steps = \d+\n", "\nmax_steps = 321\n", text))
+    # A form change before Apply (the live check rewrites the view from the form) keeps
+    # the typed TOML: it once replaced it, and Apply then applied the form to itself.
+    page.get_by_role("tab", name="Training").click()
+    set_field(page, "f-train-learning_rate", "0.0002")
+    page.wait_for_timeout(1500)
+    page.get_by_role("tab", name="Config").click()
+    assert "max_steps = 321" in page.locator("#config-toml .cm-content").inner_text()
     page.click("#config-apply")
     page.wait_for_function("document.querySelector('#config-apply-message')?.innerText"
                            ".includes('the form now holds this TOML')")

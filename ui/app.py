@@ -101,8 +101,8 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pa
     the preview refresh, as event arguments."""
     marks = gr.HTML("", elem_id="field-marks", padding=False)
     runs_tab, train_tab = pages
-    check_outputs = [dataset.check_html, dataset.histogram, config.toml, train.message, marks,
-                     train.launch]
+    check_outputs = [dataset.check_html, dataset.histogram, config.toml, config.rendered,
+                     train.message, marks, train.launch]
 
     @guarded("Check")
     def live_check(data: dict[Any, Any]) -> dict[Any, Any]:
@@ -111,13 +111,14 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pa
             with contextlib.suppress(OSError):
                 presets.remember(ctx, cfg)
         view, report = tab_dataset.check_view(ctx, dataset, cfg, problems)
-        return {**view, config.toml: presets.toml_text(cfg),
+        return {**view, **tab_config.toml_view(cfg, data, config),
                 train.message: tab_train.form_message(report.problems, data[train.message]),
                 marks: form.field_marks(data, report.problems),
                 # A launch would be refused: the button says so before it is clicked.
                 train.launch: gr.Button(interactive=not errors(report.problems))}
 
-    live = {"fn": live_check, "inputs": form.inputs() | {train.message},
+    live = {"fn": live_check,
+            "inputs": form.inputs() | {train.message, config.toml, config.rendered},
             "outputs": check_outputs, "api_visibility": "private", "show_progress": "hidden"}
     fields = [*form.editor.values(), *form.fields.values()]
     gr.on([c.change for c in fields], trigger_mode="always_last", **live)

@@ -38,6 +38,9 @@ class ConfigTab:
     message: gr.HTML
     apply: gr.Button  # the TOML view, edited or pasted, into the form
     apply_message: gr.HTML  # beside Apply: what was wrong with the TOML
+    # The TOML the app last wrote into the view: a view that differs holds the user's
+    # edits, which the live check must not overwrite before they are applied.
+    rendered: gr.State
 
 
 def build_bar(ctx: AppContext) -> PresetBar:
@@ -55,6 +58,17 @@ def build_bar(ctx: AppContext) -> PresetBar:
                          elem_id="preset-undo")
     message = gr.HTML("", elem_id="preset-message")
     return PresetBar(source, load, message, undo, gr.State(None))
+
+
+def toml_view(cfg: Any, data: dict[Any, Any], tab: ConfigTab) -> dict[Any, Any]:
+    """The TOML view's update for the form's config `cfg`: the config's TOML, unless
+    the view holds edits not yet applied (it differs from what was last written), which
+    stay until Apply."""
+    shown, rendered = data[tab.toml] or "", data[tab.rendered] or ""
+    if rendered and shown != rendered:
+        return {tab.toml: gr.skip(), tab.rendered: gr.skip()}
+    text = presets.toml_text(cfg)
+    return {tab.toml: text, tab.rendered: text}
 
 
 def build_tab() -> ConfigTab:
@@ -75,7 +89,7 @@ def build_tab() -> ConfigTab:
                          "then Apply)", language=None, lines=20, interactive=True,
                    elem_id="config-toml", buttons=["copy"])
     return ConfigTab(name, save, export, download, upload, toml, message, apply,
-                     apply_message)
+                     apply_message, gr.State(""))
 
 
 # After Export wrote the file into the File box: its link clicked, so one click downloads.
@@ -126,7 +140,9 @@ def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
             raise ActionError("the TOML is not a valid config; nothing was applied",
                               exc.problems) from None
         return {**filled(cfg, ["applied the TOML to the form"], data),
-                tab.apply_message: render.message_html("the form now holds this TOML", "ok")}
+                tab.apply_message: render.message_html("the form now holds this TOML", "ok"),
+                # Applied: no edits left, so the check writes the form's TOML again.
+                tab.rendered: data[tab.toml]}
 
     @guarded("Undo the load", inline=bar.message)
     def undo(before: Any) -> dict[Any, Any]:
@@ -164,7 +180,8 @@ def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
                   tab.upload.upload(imported, ins | {tab.upload}, fill_outs,
                                     api_visibility="private"),
                   bar.undo.click(undo, [bar.before], fill_outs, api_visibility="private"),
-                  tab.apply.click(applied, ins | {tab.toml}, [*fill_outs, tab.apply_message],
+                  tab.apply.click(applied, ins | {tab.toml},
+                                  [*fill_outs, tab.apply_message, tab.rendered],
                                   api_visibility="private")):
         for then in after_fill:
             event.then(**then)

@@ -64,7 +64,8 @@ def toml_view(cfg: Any, data: dict[Any, Any], tab: ConfigTab) -> dict[Any, Any]:
     """The TOML view's update for the form's config `cfg`: the config's TOML, unless
     the view holds edits not yet applied (it differs from what was last written), which
     stay until Apply."""
-    shown, rendered = data[tab.toml] or "", data[tab.rendered] or ""
+    # The browser's editor may give the text back without its final newline.
+    shown, rendered = (data[tab.toml] or "").strip(), (data[tab.rendered] or "").strip()
     if rendered and shown != rendered:
         return {tab.toml: gr.skip(), tab.rendered: gr.skip()}
     text = presets.toml_text(cfg)

@@ -16,7 +16,8 @@
 #
 # Settings (environment): PY (python3), FAMILIES, MEMORY_S (500: the whole memory
 # stage), CASE_S (200: one family's run), FP8_S (unset: also Flux with an fp8 base, in
-# that many seconds), OUT (/tmp/gpu-out: the log and the result files), PEERS_S (480:
+# that many seconds), PEERS_DIR (the diffusers examples; a GPU machine gets no ../shared,
+# so copy ../shared/peers/diffusers-examples into an ignored folder and carry it), OUT (/tmp/gpu-out: the log and the result files), PEERS_S (480:
 # the whole peers stage), PEERS_STEPS (20), PEERS_PY (a python with torchvision and
 # datasets for the examples; default PY, whose .whl/ may add them: torchvision's wheel
 # must be the one made for that machine's torch).
@@ -122,6 +123,9 @@ stage_peers() {
       --peers-python "${PEERS_PY:-$PY}" --timeout "$left" --workspace "$ws" \
       --out "$OUT/peers-$fam.json"
     echo "peers $case exit $?"
+    find "$ws/tool" -name train.log 2>/dev/null | while read -r log; do
+      echo "== $log"; grep -v -E "^\s*$" "$log" | tail -n 30
+    done > "$OUT/peers-$fam-tool-logs.txt"
     rm -rf "$ws/models" "$ws/peers" "$ws/tool"  # a full-size folder is tens of GB on disk
   done
 }

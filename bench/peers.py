@@ -46,7 +46,9 @@ from typing import Any
 from common import REPO, load_line, median, parse_run_options, workspace, write_images
 from step import run_trainer
 
-PEERS_DIR = REPO.parent / "shared" / "peers" / "diffusers-examples"
+# A GPU machine gets no ../shared: bench/gpu_session.sh carries a copy and names it here.
+PEERS_DIR = Path(os.environ.get("PEERS_DIR")
+                 or REPO.parent / "shared" / "peers" / "diffusers-examples")
 VENV = REPO / "bench" / ".peers-venv"
 # The torchvision release made for requirements.txt's torch (2.13), and a datasets the
 # examples' imagefolder loading works with.
@@ -267,9 +269,11 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         if row["trainer"].startswith("diffusers"):
             peer = row
-        speed = row["steps_per_s"] / peer["steps_per_s"]
-        typical = row["median_steps_per_s"] / peer["median_steps_per_s"]
-        mine, theirs = memory_of(row), memory_of(peer)
+        elif peer.get("family") != row["family"]:
+            peer = {}
+        speed, typical = (row[k] / peer[k] if peer else float("nan")
+                          for k in ("steps_per_s", "median_steps_per_s"))
+        mine, theirs = memory_of(row), (memory_of(peer) if peer else None)
         memory = f"{mine / theirs:.2f}" if mine and theirs else "-"
         print(f"{row['family']:<11}{row['trainer'][:47]:<48}{row['steps_per_s']:>8.3f}"
               f"{row['median_steps_per_s']:>8.3f}{gib(row['device_allocated']):>7}"
@@ -283,9 +287,13 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 def bench_family(family: str, ws: Path, python: str, args: argparse.Namespace) -> list[dict]:
     model = model_folder(family, args.models, ws, args.precision)
     images = image_folders(ws, args.resolution)
-    rows = [run_peer(family, model, images, ws, python, args)]
-    print(f"{family}: {rows[-1]['trainer']}: {rows[-1]['steps_per_s']:.3f} steps/s  "
-          f"[{load_line()}]", flush=True)
+    rows = []
+    try:
+        rows.append(run_peer(family, model, images, ws, python, args))
+        print(f"{family}: {rows[-1]['trainer']}: {rows[-1]['steps_per_s']:.3f} steps/s  "
+              f"[{load_line()}]", flush=True)
+    except SystemExit as failed:  # still time this tool: its own figures stand alone
+        print(f"{family}: the diffusers example failed, no ratios: {failed}", flush=True)
     for mode in args.compile.split(","):
         if mode == "blocks" and not family_has_blocks(family):
             print(f"{family}: train.compile=blocks skipped: the family declares no "

@@ -10,6 +10,10 @@ figures' end points), so the program's own host syncs, or their absence, stay wh
 are (STEPTIMER_SYNC_DEBUG=1 has torch name each of them in the log). At step STEPS,
 OUT.json gets the stamps and the peak memory so far (CUDA allocated and reserved, or the
 process's peak RSS), before the program saves anything.
+
+Both sides run with cuDNN's attention off, as this tool's trainer always does: since torch
+2.11 it is the first attention kernel on Hopper, and diffusers' Flux example stopped in
+its first backward there (docs/performance.md, 2026-11-27 on an H200).
 """
 
 from __future__ import annotations
@@ -88,6 +92,9 @@ def main() -> None:
         raise SystemExit(__doc__)
     install_clock(Path(out), int(steps), int(warmup))
     usable_torchvision()
+    import torch
+
+    torch.backends.cuda.enable_cudnn_sdp(False)
     if program[0] == "-m":
         sys.argv = [program[1], *program[2:]]
         runpy.run_module(program[1], run_name="__main__", alter_sys=True)

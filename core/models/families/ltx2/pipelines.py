@@ -1,0 +1,77 @@
+"""The LTX-2 validation pipeline: LTX2Pipeline sampling from the cached text (text.py)
+and returning frames as the shared validation reads them (built on first use, so
+importing this module needs no diffusers)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+
+@functools.cache
+def validation_pipeline_class() -> Any:
+    """A subclass of diffusers' LTX2Pipeline (see its docstring)."""
+    from types import SimpleNamespace
+
+    import torch
+    from diffusers import LTX2Pipeline
+    from PIL import Image
+
+    from core.models.families.ltx2.text import split
+
+    class CachedText(torch.nn.Module):
+        """Stands in for LTX2TextConnectors while the pipeline samples from cached
+        connector outputs: gives their two halves and the mask back as they are. It
+        says the transformer's device and dtype, where the pipeline asks a module."""
+
+        def __init__(self, video_dim: int, device: Any, dtype: Any) -> None:
+            super().__init__()
+            self.video_dim, self.device, self.dtype = video_dim, device, dtype
+
+        def forward(self, embeds: Any, mask: Any, padding_side: str = "left") -> Any:
+            video, audio = split(embeds, self.video_dim)
+            return video, audio, mask
+
+    class LTX2ValidationPipeline(LTX2Pipeline):  # type: ignore[misc, valid-type]
+        """Takes `prompt_embeds` / `prompt_attention_mask` (and the negatives) as
+        text.py caches them: the connectors already ran, so they are set aside for the
+        call (the real ones stay the pipeline's component, for merge and saving). The
+        audio VAE and the vocoder join the transformer's device for the call. Returns
+        `.images` (each video's first frame), `.frames` (PIL frames), `.audio`
+        ([B, channels, samples]) and `.audio_sample_rate`."""
+
+        def __call__(self, *args: Any, num_frames: int = 1, **kwargs: Any) -> Any:
+            kwargs["output_type"] = "np"
+            with self._cached_text(), self._audio_on(self.transformer.device):
+                out = super().__call__(*args, num_frames=num_frames, **kwargs)
+            frames = [[Image.fromarray((f * 255).round().clip(0, 255).astype("uint8"))
+                       for f in video] for video in out.frames]
+            rate = int(self.vocoder.config.output_sampling_rate)
+            return SimpleNamespace(images=[v[0] for v in frames], frames=frames,
+                                   audio=out.audio.float().cpu(), audio_sample_rate=rate)
+
+        @contextlib.contextmanager
+        def _cached_text(self) -> Iterator[None]:
+            real = self.connectors
+            dim = int(self.transformer.config.cross_attention_dim)
+            stand_in = CachedText(dim, self.transformer.device, self.transformer.dtype)
+            object.__setattr__(self, "connectors", stand_in)  # not a new component
+            try:
+                yield
+            finally:
+                object.__setattr__(self, "connectors", real)
+
+        @contextlib.contextmanager
+        def _audio_on(self, device: Any) -> Iterator[None]:
+            homes = [(m, next(m.parameters()).device) for m in (self.audio_vae, self.vocoder)]
+            for module, _ in homes:
+                module.to(device)
+            try:
+                yield
+            finally:
+                for module, home in homes:
+                    module.to(home)
+
+    return LTX2ValidationPipeline

@@ -28,6 +28,8 @@ class DatasetSummary:
     regularization: bool = False  # class images (datasets.N.regularization)
     per_epoch: int = 0  # images x repeats drawn per epoch (0 when not computed)
     controls: int = 0  # an edit dataset's control images per target (0: not paired)
+    # a family that trains audio: (clips with an audio track, clips without); None else
+    audio: tuple[int, int] | None = None
 
     @property
     def keys(self) -> list[tuple[int, ...]]:
@@ -49,7 +51,22 @@ class DatasetSummary:
         if not self.frames:
             return f"{self.images} image(s)"
         clips = sum(1 for f in self.frames if f > 1)
-        return f"{self.images - clips} image(s), {clips} clip sample(s)"
+        sound = "" if self.audio is None else \
+            f"; {self.audio[0]} clip(s) with audio, {self.audio[1]} without"
+        return f"{self.images - clips} image(s), {clips} clip sample(s){sound}"
+
+
+def _audio_count(cfg: Any, ds: Any, items: list[Any]) -> tuple[int, int] | None:
+    """(clips with an audio track, clips without) for a family that trains audio with
+    the dataset's audio on; None otherwise. Each video counts once."""
+    from core.data.audio import has_audio
+    from core.models.registry import family_or_defaults
+
+    if not family_or_defaults(cfg.model.family).geometry.audio or ds.audio == "off":
+        return None
+    clips = {item.path for item in items if item.frames}
+    sounding = sum(1 for path in clips if has_audio(path))
+    return sounding, len(clips) - sounding
 
 
 @dataclass
@@ -114,7 +131,8 @@ def _summarise(cfg: Config, problems: list[Problem]) -> tuple[list[DatasetSummar
         buckets = _buckets(ds, key, index.items, video, problems)
         frames = [max(1, len(item.frames)) for item in index.items] if video else []
         summary = DatasetSummary(ds.id, len(index.items), buckets, frames, ds.regularization,
-                                 controls=max((len(i.controls) for i in index.items), default=0))
+                                 controls=max((len(i.controls) for i in index.items), default=0),
+                                 audio=_audio_count(cfg, ds, index.items))
         summaries.append(summary)
         sources.append(SourceDataset(ds.id, summary.keys, ds.repeats, ds.probability,
                                      ds.regularization))

@@ -246,6 +246,7 @@ def clip_config(tmp_path: Path):
 
 def test_a_short_headless_run_caches_trains_saves_and_validates(tmp_path: Path,
                                                                  tiny_workspace: Path) -> None:
+    import av
     from conftest import train_in_process
     from safetensors import safe_open
 
@@ -259,7 +260,10 @@ def test_a_short_headless_run_caches_trains_saves_and_validates(tmp_path: Path,
     run = Path(cfg.output.dir)
     assert (run / "lora/pytorch_lora_weights.safetensors").is_file()
     assert (run / "lora/lora_comfyui.safetensors").is_file()
-    assert (run / "validation/step_000002/00.mp4").is_file()
+    video = run / "validation/step_000002/00.mp4"
+    with av.open(str(video)) as container:  # the generated sound rides along, as AAC
+        assert container.streams.video[0].frames == FRAMES
+        assert [s.codec_context.name for s in container.streams.audio] == ["aac"]
 
 
 def test_the_preset_checks_clean_and_estimates_under_24_gib(tmp_path: Path) -> None:

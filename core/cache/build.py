@@ -109,10 +109,26 @@ class _Loaded:
     jobs: list[VaeJob] = field(default_factory=list)
     pixels: list[Any] = field(default_factory=list)
     controls: list[list[Any]] = field(default_factory=list)  # per job, per control
+    audio: list[Any] = field(default_factory=list)  # per job: its waveform, or None
     problems: list[Problem] = field(default_factory=list)
 
 
-def _load_chunk(chunk: list[VaeJob]) -> _Loaded:
+def load_audio(job: VaeJob, rate: int, problems: list[Problem]) -> Any:
+    """A clip's audio under its frames ([channels, samples] at `rate`), or None: no
+    audio window, no audio stream, or one that does not decode (a warning naming the
+    file: the clip trains video-only)."""
+    if job.audio is None or not rate:
+        return None
+    from core.data.audio import BadAudio, read_audio
+
+    try:
+        return read_audio(job.image, *job.audio, rate)
+    except BadAudio as exc:
+        problems.append(warning(str(job.image), f"{exc.reason}; trains video-only"))
+        return None
+
+
+def _load_chunk(chunk: list[VaeJob], audio_rate: int = 0) -> _Loaded:
     out = _Loaded()
     for job in chunk:
         try:
@@ -129,6 +145,7 @@ def _load_chunk(chunk: list[VaeJob]) -> _Loaded:
         out.jobs.append(job)
         out.pixels.append(pixels)
         out.controls.append(controls)
+        out.audio.append(load_audio(job, audio_rate, out.problems))
     return out
 
 
@@ -200,12 +217,15 @@ def _batched_tensors(encoded: Any) -> dict[str, Any]:
 def build_vae_entries(encode: Callable[[Any], Any], jobs: list[VaeJob], *, batch_size: int = 4,
                       device: Any = "cpu", dtype: Any = None,
                       progress: Progress | None = None,
-                      encode_controls: Callable[[list[Any]], dict[str, Any]] | None = None
-                      ) -> BuildStats:
+                      encode_controls: Callable[[list[Any]], dict[str, Any]] | None = None,
+                      encode_audio: Callable[[Any, int, float], Any] | None = None,
+                      audio_rate: int = 0) -> BuildStats:
     """Encode `jobs` (this process's share) with `encode(pixels) -> latents` (or a
     dict of batched tensors holding "latents", see `_batched_tensors`); an edit pair's
     control images too, with `encode_controls(controls) -> tensors` (the family's
-    encode_controls: one [B, 3, H, W] batch per control image), saved in the same entry.
+    encode_controls: one [B, 3, H, W] batch per control image), saved in the same entry;
+    a clip's audio track (a family with audio: read at `audio_rate`, encoded by
+    `encode_audio(waveform, frames, fps)`) as "audio_latents" there too.
 
     Decoding the next chunk (a thread: PIL releases the GIL) and saving the last ones
     (`_Writer`) overlap with encoding this one, which keeps the build close to raw VAE speed.
@@ -215,15 +235,19 @@ def build_vae_entries(encode: Callable[[Any], Any], jobs: list[VaeJob], *, batch
     chunks = list(_chunks(jobs, batch_size))
     with _Writer(stats) as writer, ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="cache-loader") as pool:
-        pending = pool.submit(_load_chunk, chunks[0]) if chunks else None
+        rate = audio_rate if encode_audio is not None else 0
+        pending = pool.submit(_load_chunk, chunks[0], rate) if chunks else None
         for i in range(len(chunks)):
             loaded = pending.result()
-            pending = pool.submit(_load_chunk, chunks[i + 1]) if i + 1 < len(chunks) else None
+            pending = pool.submit(_load_chunk, chunks[i + 1], rate) \
+                if i + 1 < len(chunks) else None
             stats.problems.extend(loaded.problems)
             if loaded.pixels:
                 encoded = _encode_chunk(encode, encode_controls, loaded, device, dtype)
                 for row, job in enumerate(loaded.jobs):
-                    writer.submit(job, {k: v[row] for k, v in encoded.items()})
+                    tensors = {k: v[row] for k, v in encoded.items()}
+                    tensors.update(_audio_tensors(encode_audio, job, loaded.audio[row]))
+                    writer.submit(job, tensors)
             done += len(chunks[i])
             if progress:
                 progress("vae", done, len(jobs))
@@ -253,11 +277,28 @@ def _encode_chunk(encode: Callable[[Any], Any],
     return encoded
 
 
+def _audio_tensors(encode_audio: Callable[[Any, int, float], Any] | None, job: VaeJob,
+                   waveform: Any) -> dict[str, Any]:
+    """The entry's "audio_latents" (and its flip's, the same: a mirror image sounds the
+    same) for a clip with audio; {} otherwise."""
+    if encode_audio is None or waveform is None or job.audio is None:
+        return {}
+    import torch
+
+    frames = len(job.frames)
+    latents = encode_audio(torch.from_numpy(waveform)[None], frames, frames / job.audio[1])
+    out = {"audio_latents": latents[0].float().cpu()}
+    return out | ({FLIPPED + "audio_latents": out["audio_latents"]} if job.flip else {})
+
+
 def encode_kwargs(family: Any, components: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """The (VAE, text) encoders of a loaded model as the keyword arguments of
     build_vae_entries and build_text_entries."""
     vae = {"encode": lambda pixels: family.encode_images(components, pixels),
            "encode_controls": lambda controls: family.encode_controls(components, controls)}
+    if family.geometry.audio:  # a clip's audio track, encoded into its entry
+        vae.update(encode_audio=lambda wave, frames, fps: family.encode_audio(
+            components, wave, frames, fps), audio_rate=family.audio_sample_rate(components))
     text = {"encode": lambda captions: family.encode_prompts(components, captions),
             "encode_with_images": lambda captions, images: family.encode_prompts_with_images(
                 components, captions, images)}

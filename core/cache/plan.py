@@ -40,6 +40,9 @@ class VaeJob:
     frames: tuple[int, ...] = ()  # a clip's source frame indices; () for an image
     controls: tuple[Path, ...] = ()  # an edit model's control images, encoded beside
     flip: bool = False  # datasets.N.flip: the mirror image is encoded too
+    # A clip of a family that trains audio (datasets.N.audio not off): the seconds its
+    # frames span in the file, (start, duration), whose audio is encoded beside them.
+    audio: tuple[float, float] | None = None
 
     @property
     def batch_key(self) -> tuple[int, ...]:
@@ -110,6 +113,7 @@ IN_ENTRY_METADATA = {
     "flip": "flip",  # and the mirror image's latents beside the image's
     "crop": "box",
     "frames": "frames", "fps": "frames", "clips": "frames", "clip_count": "frames",
+    "audio": "audio",  # on: the window of the track encoded; off: no such key
     "control": "control0_source", "control_2": "control1_source",
     "control_3": "control2_source",
 }
@@ -154,7 +158,18 @@ def source_stamp(path: Path) -> dict[str, str]:
             "source_mtime_ns": str(stat.st_mtime_ns)}
 
 
-def _vae_job(ds: DatasetConfig, item: ImageItem, seed: int, model: dict[str, str]) -> VaeJob:
+def audio_window(ds: DatasetConfig, item: ImageItem) -> tuple[float, float] | None:
+    """The seconds a clip sample's frames span, (start, duration): from its first source
+    frame, as many frames as it holds at the rate it is sampled at (datasets.N.fps, or
+    the clip's own); None for an image or an unknown rate."""
+    if not item.frames or item.fps <= 0:
+        return None
+    rate = ds.fps or item.fps
+    return round(item.frames[0] / item.fps, 6), round(len(item.frames) / rate, 6)
+
+
+def _vae_job(ds: DatasetConfig, item: ImageItem, seed: int, model: dict[str, str],
+             audio: bool = False) -> VaeJob:
     bucket = bucket_for(item.width, item.height, ds.resolution, ds.bucketing, ds.crop,
                         ds.bucket_min_side, ds.bucket_max_side)
     # A random crop is drawn once per image (seeded by the image) and cached with it.
@@ -169,10 +184,13 @@ def _vae_job(ds: DatasetConfig, item: ImageItem, seed: int, model: dict[str, str
         meta["frames"] = ",".join(map(str, item.frames))
     if ds.flip:  # the entry holds the mirror image's latents too ("flipped_" keys)
         meta["flip"] = "1"
+    window = audio_window(ds, item) if audio and ds.audio != "off" else None
+    if window is not None:  # the entry holds that stretch of the track's latents
+        meta["audio"] = "{},{}".format(*window)
     meta.update(control_stamps(item.controls))
     return VaeJob(ds.id, item.path, vae_entry_path(ds, item.path, item.clip),
                   (bucket.width, bucket.height), tuple(box), (item.height, item.width),
-                  (box.top, box.left), meta, item.frames, item.controls, ds.flip)
+                  (box.top, box.left), meta, item.frames, item.controls, ds.flip, window)
 
 
 def _mask_job(item: ImageItem, vae: VaeJob, model: dict[str, str]) -> MaskJob | None:
@@ -210,7 +228,8 @@ def plan_caches(cfg: Config, model: dict[str, str], verify: bool = False) -> Cac
     for i, ds in enumerate(cfg.datasets):
         index = index_dataset(ds, f"datasets.{i}", verify=verify, video=family.video)
         problems.extend(index.problems)
-        jobs = [_vae_job(ds, item, cfg.train.seed, model) for item in index.items]
+        jobs = [_vae_job(ds, item, cfg.train.seed, model, family.geometry.audio)
+                for item in index.items]
         at_train_time = text_at_train_time(cfg, ds)
         keys = [(item.caption, item.controls if family.text_reads_controls else ())
                 for item in index.items]

@@ -21,7 +21,7 @@ from core.models.quantize import DEQUANTIZED_FOR_BACKWARD
 from core.models.registry import families, family_or_defaults, get_family, list_families
 from core.models.source import RANDOM_PREFIX, TINY_PREFIX, model_source
 from core.models.tiny import tiny_family, tiny_names
-from core.problems import Problem, error
+from core.problems import Problem, error, warning
 
 # ---------------------------------------------------------------- paths
 
@@ -363,16 +363,19 @@ def _check_frames(cfg: Config) -> list[Problem]:
     family ignores them, and says so for validation.frames, the one a user sets for
     stills by mistake."""
     geometry = _family(cfg).geometry
+    ignored = [warning(f"datasets.{i}.audio", f"is \"{ds.audio}\", but model.family = "
+                       f"{cfg.model.family!r} trains no audio; it is ignored")
+               for i, ds in enumerate(cfg.datasets) if ds.audio != "auto" and not geometry.audio]
     if not geometry.video:
         if cfg.validation.frames > 1:
             return [Problem("warning", "validation.frames",
                             f"is {cfg.validation.frames}, but model.family = "
                             f"{cfg.model.family!r} draws still images; it is ignored")]
-        return []
+        return ignored
     keys = [(f"datasets.{i}.frames", ds.frames) for i, ds in enumerate(cfg.datasets)]
     keys.append(("validation.frames", cfg.validation.frames))
-    return [error(key, geometry.frames_hint(n)) for key, n in keys
-            if not geometry.valid_frames(n)]
+    return ignored + [error(key, geometry.frames_hint(n)) for key, n in keys
+                      if not geometry.valid_frames(n)]
 
 
 def validate_config(cfg: Config) -> list[Problem]:

@@ -10,6 +10,8 @@ from core.data.video import CLIP_MODES as CLIP_CHOICES  # datasets.N.clips (vide
 from core.fields import _f
 from core.models.registry import frame_rules
 
+AUDIO_CHOICES = ("auto", "on", "off")  # datasets.N.audio (families with audio)
+
 CAPTION_STRATEGIES = ("textfile", "filename", "jsonl", "instance_prompt")
 
 
@@ -65,6 +67,11 @@ class DatasetConfig:
     clip_count: int = _f(1, label="Clips (uniform)", min=1, max=1000, video=True,
                          help="With clips = uniform: samples per video, evenly spaced; a "
                               "video too short for that many distinct ones gives fewer.")
+    audio: str = _f("auto", label="Audio track", choices=AUDIO_CHOICES, video=True,
+                    help="Families that train sound with the video (ltx2): auto and on "
+                         "train each clip's audio track beside its frames (a clip without "
+                         "one trains video-only); off trains video only. Other families "
+                         "ignore it (the check warns when it is set).")
     # Edit families (issue 24): the control (source) image of each target.
     control: str = _f("", label="Control images folder", kind="path", edit=True,
                       help="Edit models: the source image of each target, matched by "

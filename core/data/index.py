@@ -43,6 +43,7 @@ class ImageItem:
     frames: tuple[int, ...] = ()  # a clip's source frame indices; () for an image
     clip: int = 0  # which of the video's samples (datasets.N.clips = "uniform")
     controls: tuple[Path, ...] = ()  # an edit model's control images (datasets.N.control)
+    fps: float = 0.0  # a clip's source frame rate (where its frames lie in its audio)
 
 
 @dataclass
@@ -247,5 +248,5 @@ def _clip_items(path: Path, ds: DatasetEntry, out: DatasetIndex) -> list[ImageIt
                                                f"{out.dataset_key}.frames = {ds.frames}; "
                                                "skipped"))
         return []
-    return [ImageItem(path, info.width, info.height, "", frames=tuple(frames), clip=i)
-            for i, frames in enumerate(picks)]
+    return [ImageItem(path, info.width, info.height, "", frames=tuple(frames), clip=i,
+                      fps=info.fps) for i, frames in enumerate(picks)]

@@ -222,6 +222,19 @@ class FamilyDefaults:
         of its square): `image`, one image or a list of them."""
         return {"image": images[0] if len(images) == 1 else images}
 
+    def audio_sample_rate(self, c: Components) -> int:
+        """A family with audio (geometry.audio): the rate its audio encoder takes, which
+        the cache reads a clip's track at."""
+        raise NotImplementedError(f"{self.name}: trains no audio")
+
+    def encode_audio(self, c: Components, waveform: Any, frames: int, fps: float,
+                     generator: Any = None) -> Any:
+        """A family with audio: latents [B, L, D] of `waveform` [B, channels, samples] at
+        `audio_sample_rate`, the track under `frames` frames sampled at `fps`; cached in
+        the clip's entry as "audio_latents" and handed to `predict` as a per-item list
+        (None for a sample without audio)."""
+        raise NotImplementedError(f"{self.name}: trains no audio")
+
     def configure_run(self, c: Components, cfg: Any) -> None:
         """The run's settings a family reads from the Config onto its loaded model, before
         the trainer adds what it trains (Wan 2.2: model.experts, which expert trains):
@@ -283,6 +296,13 @@ class ModelFamily(Protocol):
 
     def config_problems(self, cfg: Any) -> list[Any]:
         """This family's own checks of a Config at --stage check (Problems)."""
+
+    def audio_sample_rate(self, c: Components) -> int:
+        """The rate a family with audio encodes at (FamilyDefaults')."""
+
+    def encode_audio(self, c: Components, waveform: Any, frames: int, fps: float,
+                     generator: Any = None) -> Any:
+        """A clip's audio latents, for a family with audio (FamilyDefaults')."""
 
     def configure_run(self, c: Components, cfg: Any) -> None:
         """The run's family-read settings onto the loaded model (FamilyDefaults')."""

@@ -1,6 +1,7 @@
 """Validation images: fixed prompts and seeds, saved as validation/step_NNNNNN/00.png;
 a video family with validation.frames > 1 also writes each video as 00.mp4 (00.png is its
-first frame, which the gallery and the grid show); an edit family edits each prompt's
+first frame, which the gallery and the grid show), with its AAC audio track when the
+pipeline generates one (`.audio`, `.audio_sample_rate`); an edit family edits each prompt's
 validation.control_images.
 
 The prompts are encoded once, before training, while the text encoders are still on the
@@ -161,6 +162,12 @@ def _one_image(pipe: Any, cfg: ValidationConfig, drawn: PromptSettings,
         from core.data.video import write_video
 
         write_video(folder / f"{index:02d}.mp4", out.frames[0], cfg.fps)
+        audio = getattr(out, "audio", None)  # a family that generates sound with the video
+        if audio is not None:
+            from core.data.audio import write_audio_track
+
+            write_audio_track(folder / f"{index:02d}.mp4", audio[0].numpy(),
+                              out.audio_sample_rate)
     path = folder / f"{index:02d}.png"
     with atomic_path(path) as tmp:
         image.save(tmp, format="PNG")

@@ -98,6 +98,16 @@ class LTX2Family(FlowFamily):
         return LTX2Components(**fields, connectors=pipe.connectors,
                               audio_vae=pipe.audio_vae, vocoder=pipe.vocoder)
 
+    @staticmethod
+    def parts(c: Components) -> LTX2Components:
+        """`c` with its connectors, audio VAE and vocoder; random:ltx2 (built without
+        them) is refused, naming model.path."""
+        if not isinstance(c, LTX2Components) or c.connectors is None:
+            raise ValueError("model.path: random:ltx2 is for --stage check's memory estimate "
+                             "only (its text connectors and Gemma tokenizer are not built); "
+                             "train Lightricks/LTX-2 or tiny:ltx2")
+        return c
+
     def config_problems(self, cfg: Any) -> list[Any]:
         """A dataset sampled at another rate than the 24 fps the transformer's video
         positions and the audio length assume."""
@@ -111,7 +121,7 @@ class LTX2Family(FlowFamily):
 
     def encode_prompts(self, c: Components, prompts: list[str]) -> list[dict[str, Any]]:
         """Per prompt: prompt_embeds [1024, D_video + D_audio], prompt_mask [1024]."""
-        return encode(self.validation_pipeline(c), c.connectors, prompts,
+        return encode(self.validation_pipeline(c), self.parts(c).connectors, prompts,
                       self.sequence_length(c))
 
     def encode_images(self, c: Components, pixels: Any, generator: Any = None) -> Any:
@@ -124,6 +134,9 @@ class LTX2Family(FlowFamily):
         return LTX2Pipeline._normalize_latents(_posterior(vae, video, generator),
                                                vae.latents_mean, vae.latents_std,
                                                vae.config.scaling_factor)
+
+    def audio_sample_rate(self, c: Components) -> int:
+        return int(c.audio_vae.config.sample_rate)
 
     def encode_audio(self, c: Components, waveform: Any, frames: int, fps: float,
                      generator: Any = None) -> Any:
@@ -228,6 +241,7 @@ class LTX2Family(FlowFamily):
         and returns frames and audio (pipelines.py); it takes `num_frames` (8k + 1)."""
         from core.models.families.ltx2.pipelines import validation_pipeline_class
 
+        c = self.parts(c)
         pipe = validation_pipeline_class()(
             scheduler=self.validation_scheduler(c), vae=c.vae, audio_vae=c.audio_vae,
             text_encoder=c.text_encoders[0], tokenizer=c.tokenizers[0],

@@ -276,3 +276,18 @@ def test_the_preset_checks_clean_and_estimates_under_24_gib(tmp_path: Path) -> N
                             "--set", "model.path=random:ltx2")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert 15 < per_gpu_gib(done.stdout) < 22.5, done.stdout[-2000:]
+
+
+def test_the_check_names_bad_frame_counts_and_another_frame_rate(tmp_path: Path) -> None:
+    from conftest import small_config
+
+    from core.config import validate_config
+
+    cfg = small_config(tmp_path, images=1, family="ltx2")
+    cfg.datasets[0].frames, cfg.validation.frames = 10, 33
+    frames = [p for p in validate_config(cfg) if p.where == "datasets.0.frames"]
+    assert [p.level for p in frames] == ["error"] and "use 9 or 17" in frames[0].message
+    fps = [p for p in LTX2.config_problems(cfg) if p.where == "datasets.0.fps"]
+    assert [p.level for p in fps] == ["warning"] and "24 fps" in fps[0].message
+    cfg.datasets[0].fps = 24.0
+    assert LTX2.config_problems(cfg) == []

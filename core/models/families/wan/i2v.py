@@ -74,6 +74,19 @@ def folder_pipeline_class(path: str, kind: str, default: str) -> str:
     return name if name == I2V_PIPELINE else default
 
 
+def model_takes_first_image(model_path: str) -> bool:
+    """A WanImageToVideoPipeline folder (or hub id in the local cache) or tiny:wan_i2v:
+    validation.control_images then gives each prompt its first frame."""
+    from core.models.source import model_source
+
+    source = model_source(model_path)
+    if source.kind == "tiny":
+        return source.name == "wan_i2v"
+    if source.kind not in ("folder", "hub"):
+        return False
+    return folder_pipeline_class(model_path, source.kind, "") == I2V_PIPELINE
+
+
 def i2v_components(c: Components, pipe: Any, source: str) -> Components:
     """`c` as WanI2VComponents, with the image encoder/processor, when `pipe` is a
     WanImageToVideoPipeline; `c` itself otherwise. A first-last-frame model (FLF2V: its

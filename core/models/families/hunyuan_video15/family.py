@@ -1,5 +1,5 @@
 """HunyuanVideo 1.5 text-to-video (hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v
-and -720p_t2v, their folders or hub ids): an 8.3B dual-stream DiT
+and -720p_t2v, their folders or hub ids; image-to-video below): an 8.3B dual-stream DiT
 (HunyuanVideo15Transformer3DModel, 54 blocks, patch 1), a Qwen2.5-VL-7B text model and a
 ByT5 glyph encoder, the causal 3D VAE AutoencoderKLHunyuanVideo15 (32 latent channels,
 16x in space, 4x in time: F = 4k + 1 frames become 1 + (F - 1) / 4 latent frames), flow
@@ -37,9 +37,14 @@ and lora_comfyui.safetensors in the original checkpoint's names under "diffusion
 (double_blocks.N.img_attn_q, txt_attn_proj, img_mlp.fc1, ...), as ComfyUI's
 LoraLoaderModelOnly maps any "diffusion_model.<key>" LoRA onto its model's weights.
 
+Image-to-video (a folder whose model_index.json names HunyuanVideo15ImageToVideoPipeline):
+i2v.py, which says how the first-frame condition is cached and fed; tiny_i2v/
+(tiny:hunyuan_video15_i2v) is its tiny model.
+
 Not here: single files (diffusers 0.42 cannot read an original HunyuanVideo 1.5 file, so
-one is refused naming the fix), the distilled and super-resolution models (untested),
-and a first image per validation prompt.
+one is refused naming the fix), the step-distilled models (use_meanflow, refused at load)
+and the super-resolution ones, and a first image per validation prompt (I2V validation
+starts from i2v.synthetic_image).
 """
 
 from __future__ import annotations
@@ -49,10 +54,18 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.families.hunyuan_video15.i2v import (
+    I2V_PIPELINE,
+    condition_inputs,
+    encode_condition,
+    folder_pipeline_class,
+    i2v_components,
+    is_i2v,
+)
 from core.models.families.hunyuan_video15.text import encode, unpack
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
-from core.models.modules import encode_latents, unwrap
+from core.models.modules import encode_latents, freeze, unwrap
 
 ATTENTION = ("to_q", "to_k", "to_v", r"to_out\.0", "add_q_proj", "add_k_proj", "add_v_proj",
              "to_add_out")
@@ -102,6 +115,9 @@ class HunyuanVideo15Family(FlowFamily):
     max_sequence_length = 1000
     extra_text_tokens = 256
     timestep_sampling = "uniform"
+    # tiny:hunyuan_video15_i2v, a random image-to-video model (tiny_i2v/ says why it goes
+    # through here).
+    trained_tiny = (("hunyuan_video15_i2v", "core.models.families.hunyuan_video15.tiny_i2v"),)
 
     def random_qwen_tokenizer(self, folder: Path) -> Any:
         """random:hunyuan_video15's Qwen tokenizer: the tiny build's, with this
@@ -122,7 +138,10 @@ class HunyuanVideo15Family(FlowFamily):
                 "original HunyuanVideo 1.5 file: set model.path to a diffusers folder (one "
                 "holding model_index.json) or a hub id such as "
                 "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v")
-        return super().load(path, dtype=dtype, device=device, config=config)
+        c = super().load(path, dtype=dtype, device=device, config=config)
+        if is_i2v(c):
+            freeze([c.image_encoder], device)
+        return c
 
     def config_problems(self, cfg: Any) -> list[Any]:
         """A single-file model.path is refused at the check already (see `load`)."""
@@ -136,6 +155,14 @@ class HunyuanVideo15Family(FlowFamily):
                                     "id such as hunyuanvideo-community/HunyuanVideo-1.5-"
                                     "Diffusers-480p_t2v")]
 
+    def _pretrained_class(self, path: str, kind: loading.SourceKind) -> Any:
+        """The folder's own pipeline (image-to-video where model_index.json names it,
+        i2v.py), as pipelines.py's subclass."""
+        from core.models.families.hunyuan_video15.pipelines import validation_pipeline_class
+
+        return validation_pipeline_class(
+            folder_pipeline_class(path, kind, self.pipeline_class_name))
+
     def _pipeline_class(self) -> Any:
         """pipelines.py's subclass: it loads the folder as diffusers' pipeline does and
         has the LoRA saver and loader diffusers' own lacks."""
@@ -144,11 +171,13 @@ class HunyuanVideo15Family(FlowFamily):
         return validation_pipeline_class(self.pipeline_class_name)
 
     def _components_from_pipeline(self, pipe: Any, source: str, fp: str) -> Components:
-        return Components(
+        """Both text encoders; an image-to-video folder's image encoder too (i2v.py)."""
+        c = Components(
             family=self.name, source=source, fingerprint=fp, vae=pipe.vae,
             denoiser=pipe.transformer, text_encoders=[pipe.text_encoder, pipe.text_encoder_2],
             tokenizers=[pipe.tokenizer, pipe.tokenizer_2], noise_scheduler=pipe.scheduler,
             max_sequence_length=self.max_sequence_length)
+        return i2v_components(c, pipe, source)
 
     # ------------------------------------------------------------ text and pixels
 
@@ -163,8 +192,15 @@ class HunyuanVideo15Family(FlowFamily):
         import torch
 
         video = pixels if pixels.ndim == 5 else pixels.unsqueeze(2)
-        return torch.cat([encode_latents(c.vae, video[i:i + 1], generator)
-                          for i in range(video.shape[0])])
+
+        def latents(clips: Any, noise: Any = None) -> Any:
+            return torch.cat([encode_latents(c.vae, clips[i:i + 1], noise)
+                              for i in range(clips.shape[0])])
+
+        if not is_i2v(c):
+            return latents(video, generator)
+        # Image-to-video: the first frame's condition, cached beside the latents (i2v.py).
+        return {"latents": latents(video, generator), **encode_condition(c, video, latents)}
 
     # ------------------------------------------------------------ training
 
@@ -183,8 +219,12 @@ class HunyuanVideo15Family(FlowFamily):
                              "built for another family; delete it to rebuild")
         text = unpack(batch["prompt_embeds"].to(noisy.device, dtype), config.text_embed_dim,
                       config.text_embed_2_dim)
-        hidden = torch.cat([noisy, condition_channels(noisy)], dim=1)
-        image = noisy.new_zeros(noisy.shape[0], 1, config.image_embed_dim)
+        if is_i2v(c):
+            condition, image = condition_inputs(noisy, batch)
+        else:
+            condition = condition_channels(noisy)
+            image = noisy.new_zeros(noisy.shape[0], 1, config.image_embed_dim)
+        hidden = torch.cat([noisy, condition], dim=1)
         return model(hidden_states=hidden, timestep=sample.timesteps.to(noisy.device, dtype),
                      image_embeds=image, return_dict=False, **text)[0]
 
@@ -222,13 +262,17 @@ class HunyuanVideo15Family(FlowFamily):
         scheduler); it takes `num_frames` (4k + 1) and validation.guidance_scale."""
         from diffusers.guiders import ClassifierFreeGuidance
 
+        from core.models.families.hunyuan_video15.pipelines import validation_pipeline_class
         from core.models.families.hunyuan_video15.tiny import GUIDANCE
 
-        pipe = self._pipeline_class()(
+        name = I2V_PIPELINE if is_i2v(c) else self.pipeline_class_name
+        image = ({"image_encoder": c.image_encoder, "feature_extractor": c.feature_extractor}
+                 if is_i2v(c) else {})
+        pipe = validation_pipeline_class(name)(
             transformer=unwrap(c.denoiser), vae=c.vae, scheduler=self.validation_scheduler(c),
             text_encoder=c.text_encoders[0], tokenizer=c.tokenizers[0],
             text_encoder_2=c.text_encoders[1], tokenizer_2=c.tokenizers[1],
-            guider=ClassifierFreeGuidance(guidance_scale=GUIDANCE))
+            guider=ClassifierFreeGuidance(guidance_scale=GUIDANCE), **image)
         pipe.set_progress_bar_config(disable=True)
         return pipe
 

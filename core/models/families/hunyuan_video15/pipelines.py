@@ -10,6 +10,9 @@ module needs no diffusers).
   `negative_prompt_embeds`; they are unpacked into the pipeline's four text inputs.
 - `guidance_scale` (validation.guidance_scale) becomes the guider's: the pipeline takes
   none, its ClassifierFreeGuidance component holds the scale.
+- Image-to-video without an `image` starts from i2v.synthetic_image (the config names
+  no first image per validation prompt), sized by height/width, which that pipeline
+  does not take (it sizes the video from the image and the model's target_size).
 - The output reads like an image pipeline's: `.images` (each video's first frame) and
   `.frames` (each video's frames as PIL images, for the .mp4).
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from core.models.families.hunyuan_video15.i2v import I2V_PIPELINE, synthetic_image
 from core.models.families.hunyuan_video15.text import unpack
 
 TEXT_KEYS = ("prompt_embeds", "negative_prompt_embeds")
@@ -52,6 +56,7 @@ def validation_pipeline_class(base_name: str = "HunyuanVideo15Pipeline") -> Any:
     from PIL import Image
 
     base = getattr(diffusers, base_name)
+    needs_image = base_name == I2V_PIPELINE
 
     class HunyuanVideo15ValidationPipeline(base, HunyuanVideoLoraLoaderMixin):  # type: ignore[misc, valid-type]
         def __call__(self, *args: Any, guidance_scale: float | None = None,
@@ -61,6 +66,13 @@ def validation_pipeline_class(base_name: str = "HunyuanVideo15Pipeline") -> Any:
                     guidance_scale=guidance_scale))
             kwargs = unpacked_kwargs(self.transformer, kwargs)
             kwargs["output_type"] = "np"
+            if needs_image:
+                # The image-to-video pipeline sizes its video from the image and the
+                # model's target_size, and takes no height/width: they shape the fixed
+                # first image when none is given.
+                width, height = kwargs.pop("width", None), kwargs.pop("height", None)
+                if not args and kwargs.get("image") is None:
+                    kwargs["image"] = synthetic_image(int(width or 848), int(height or 480))
             videos = super().__call__(*args, num_frames=num_frames, **kwargs).frames
             frames = [[Image.fromarray((f * 255).round().clip(0, 255).astype("uint8"))
                        for f in video] for video in videos]

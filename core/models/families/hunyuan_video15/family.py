@@ -111,9 +111,10 @@ class HunyuanVideo15Family(FlowFamily):
     text_encoder_count = 2
     pipeline_class_name = "HunyuanVideo15Pipeline"
     # The memory estimate's text tokens: Qwen's 1000 (the most a prompt gives) beside
-    # ByT5's 256 glyph tokens.
+    # ByT5's 256 glyph tokens and the 729 image tokens (SigLIP's, real in image-to-video;
+    # zeros the validation pipeline still carries through every block in text-to-video).
     max_sequence_length = 1000
-    extra_text_tokens = 256
+    extra_text_tokens = 256 + 729
     timestep_sampling = "uniform"
     # tiny:hunyuan_video15_i2v, a random image-to-video model (tiny_i2v/ says why it goes
     # through here).

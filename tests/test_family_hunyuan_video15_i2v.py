@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import small_config, train_in_process
+from conftest import check_in_process, small_config, train_in_process
 from test_family_wan import clip
 
 from core.config import save_config
@@ -108,18 +108,31 @@ def test_an_entry_without_the_condition_is_refused_naming_the_fix(loaded) -> Non
         HV.predict(loaded, sample, batch)
 
 
-def test_validation_starts_from_the_fixed_first_image(loaded) -> None:
+def test_validation_starts_from_the_prompts_first_image_or_a_fixed_one(loaded) -> None:
+    """validation.control_images reaches the pipeline as `image` (the family's
+    validation_image_kwargs); without it the fixed synthetic image is the start."""
+    from PIL import Image
+
+    assert HV.takes_first_image("tiny:hunyuan_video15_i2v")
+    assert not HV.takes_first_image("tiny:hunyuan_video15")
     texts = HV.encode_prompts(loaded, [PROMPTS[0], ""])
-    out = HV.validation_pipeline(loaded)(
-        prompt_embeds=texts[0]["prompt_embeds"][None],
-        negative_prompt_embeds=texts[1]["prompt_embeds"][None], height=64, width=64,
-        num_frames=5, num_inference_steps=2, guidance_scale=4.0,
-        generator=torch.Generator().manual_seed(0))
-    assert len(out.frames[0]) == 5 and out.images[0].size == (64, 64)
+
+    def frames(**image) -> np.ndarray:
+        out = HV.validation_pipeline(loaded)(
+            prompt_embeds=texts[0]["prompt_embeds"][None],
+            negative_prompt_embeds=texts[1]["prompt_embeds"][None], height=64, width=64,
+            num_frames=5, num_inference_steps=2, guidance_scale=4.0,
+            generator=torch.Generator().manual_seed(0), **image)
+        assert len(out.frames[0]) == 5 and out.images[0].size == (64, 64)
+        return np.stack([np.asarray(f, dtype=np.float32) for f in out.frames[0]])
+
+    given = HV.validation_image_kwargs([Image.new("RGB", (64, 64), (250, 10, 10))], 64)
+    assert np.abs(frames(**given) - frames()).max() > 1.0
 
 
 def test_a_run_caches_the_condition_and_trains_to_a_lora_and_a_video(
         tmp_path: Path, tiny_workspace: Path) -> None:
+    from PIL import Image
     from safetensors import safe_open
 
     from core.data.video import probe_clip, write_synthetic_clip
@@ -136,7 +149,12 @@ def test_a_run_caches_the_condition_and_trains_to_a_lora_and_a_video(
     ds.images, ds.frames, ds.fps = str(clips), 5, 0.0
     cfg.train.max_steps = cfg.train.eval_every = cfg.validation.every = 2
     cfg.validation.prompts, cfg.validation.frames, cfg.validation.steps = ["a red square"], 5, 2
+    first = tmp_path / "first.png"
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(first)
+    cfg.validation.control_images = [str(first)]  # the prompt's first frame
     save_config(cfg, tmp_path / "run.toml")
+    done = check_in_process("--config", str(tmp_path / "run.toml"))
+    assert done.returncode == 0 and "control_images" not in done.stdout, done.stdout
     assert train_in_process(tmp_path / "run.toml", tiny_workspace) == 0
     with safe_open(str(Path(ds.vae_cache) / "a.mp4.safetensors"), "pt") as fh:
         assert set(fh.keys()) >= {"latents", "hv15_first_frame_latents", "hv15_image_embeds"}

@@ -43,8 +43,8 @@ i2v.py, which says how the first-frame condition is cached and fed; tiny_i2v/
 
 Not here: single files (diffusers 0.42 cannot read an original HunyuanVideo 1.5 file, so
 one is refused naming the fix), the step-distilled models (use_meanflow, refused at load)
-and the super-resolution ones, and a first image per validation prompt (I2V validation
-starts from i2v.synthetic_image).
+and the super-resolution ones. I2V validation starts from each prompt's
+validation.control_images entry (`takes_first_image`), or i2v.synthetic_image without one.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from core.models.families.hunyuan_video15.i2v import (
     folder_pipeline_class,
     i2v_components,
     is_i2v,
+    model_takes_first_image,
 )
 from core.models.families.hunyuan_video15.text import encode, unpack
 from core.models.flow import FlowFamily
@@ -155,6 +156,11 @@ class HunyuanVideo15Family(FlowFamily):
                                     "read as HunyuanVideo 1.5: use a diffusers folder or a hub "
                                     "id such as hunyuanvideo-community/HunyuanVideo-1.5-"
                                     "Diffusers-480p_t2v")]
+
+    def takes_first_image(self, model_path: str) -> bool:
+        """An image-to-video model (i2v.py): validation.control_images gives each
+        validation prompt its first frame."""
+        return model_takes_first_image(model_path)
 
     def _pretrained_class(self, path: str, kind: loading.SourceKind) -> Any:
         """The folder's own pipeline (image-to-video where model_index.json names it,

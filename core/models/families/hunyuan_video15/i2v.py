@@ -71,6 +71,20 @@ def folder_pipeline_class(path: str, kind: str, default: str) -> str:
     return I2V_PIPELINE if name == I2V_PIPELINE else default
 
 
+def model_takes_first_image(model_path: str) -> bool:
+    """An image-to-video folder (or hub id in the local cache) or
+    tiny:hunyuan_video15_i2v: validation.control_images then gives each prompt its first
+    frame."""
+    from core.models.source import model_source
+
+    source = model_source(model_path)
+    if source.kind == "tiny":
+        return source.name == "hunyuan_video15_i2v"
+    if source.kind not in ("folder", "hub"):
+        return False
+    return folder_pipeline_class(model_path, source.kind, "") == I2V_PIPELINE
+
+
 def i2v_components(c: Components, pipe: Any, source: str) -> Components:
     """`c` as I2VComponents with the pipeline's image encoder and processor when `pipe`
     is the image-to-video pipeline; `c` itself otherwise. A step-distilled transformer
@@ -146,8 +160,8 @@ def condition_inputs(noisy: Any, batch: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def synthetic_image(width: int, height: int) -> Any:
-    """The fixed first image I2V validation starts from (the config names none per
-    prompt): a top-to-bottom blue-to-orange gradient with a white disc in the middle."""
+    """The fixed first image I2V validation starts from where validation.control_images
+    names none: a top-to-bottom blue-to-orange gradient with a white disc in the middle."""
     import numpy as np
     from PIL import Image
 

@@ -10,9 +10,9 @@ module needs no diffusers).
   `negative_prompt_embeds`; they are unpacked into the pipeline's four text inputs.
 - `guidance_scale` (validation.guidance_scale) becomes the guider's: the pipeline takes
   none, its ClassifierFreeGuidance component holds the scale.
-- Image-to-video without an `image` starts from i2v.synthetic_image (the config names
-  no first image per validation prompt), sized by height/width, which that pipeline
-  does not take (it sizes the video from the image and the model's target_size).
+- Image-to-video starts from the prompt's `image` (validation.control_images), or
+  without one from i2v.synthetic_image sized by height/width, which that pipeline does
+  not take (it sizes the video from the image and the model's target_size).
 - The output reads like an image pipeline's: `.images` (each video's first frame) and
   `.frames` (each video's frames as PIL images, for the .mp4).
 """

@@ -26,9 +26,7 @@ is refused at load: not trained here.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from core.models.base import Components
@@ -53,36 +51,21 @@ def is_i2v(c: Components) -> bool:
 
 
 def folder_pipeline_class(path: str, kind: str, default: str) -> str:
-    """The pipeline class model_index.json names for a folder, or for a hub id whose
-    model_index.json is in the local hub cache: I2V_PIPELINE or `default`."""
-    index: Path | None = Path(path) / "model_index.json" if kind == "folder" else None
-    if kind == "hub":
-        try:
-            from huggingface_hub import try_to_load_from_cache
+    """The pipeline class model_index.json names for a folder (or a hub id in the local
+    hub cache) when it is I2V_PIPELINE; `default` otherwise. `kind` is the source's kind:
+    only a folder or a hub id has one to read."""
+    from core.models.source import folder_class_name
 
-            found = try_to_load_from_cache(path, "model_index.json")
-            index = Path(found) if isinstance(found, str) else None
-        except Exception:  # noqa: BLE001 - no cache entry: the default
-            index = None
-    try:
-        name = json.loads(index.read_text())["_class_name"] if index else default
-    except (OSError, ValueError, KeyError):
-        return default
-    return I2V_PIPELINE if name == I2V_PIPELINE else default
+    named = folder_class_name(path) if kind in ("folder", "hub") else None
+    return I2V_PIPELINE if named == I2V_PIPELINE else default
 
 
 def model_takes_first_image(model_path: str) -> bool:
-    """An image-to-video folder (or hub id in the local cache) or
-    tiny:hunyuan_video15_i2v: validation.control_images then gives each prompt its first
-    frame."""
-    from core.models.source import model_source
+    """An image-to-video folder (or hub id in the local cache) or tiny:hunyuan_video15_i2v:
+    validation.control_images then gives each prompt its first frame."""
+    from core.models.source import names_pipeline
 
-    source = model_source(model_path)
-    if source.kind == "tiny":
-        return source.name == "hunyuan_video15_i2v"
-    if source.kind not in ("folder", "hub"):
-        return False
-    return folder_pipeline_class(model_path, source.kind, "") == I2V_PIPELINE
+    return names_pipeline(model_path, I2V_PIPELINE, "hunyuan_video15_i2v")
 
 
 def i2v_components(c: Components, pipe: Any, source: str) -> Components:

@@ -240,15 +240,42 @@ def init_lora_problems(cfg: Config) -> list[Problem]:
 
 
 def validation_file_problems(cfg: Config) -> list[Problem]:
-    """An edit family's validation.control_images (resolved), decoded now: the run would
-    otherwise stop at its first validation, after loading and training, on a file the
-    config names (a preset's example path left in)."""
+    """validation.control_images (resolved) of an edit family, or of an image-to-video
+    model (each prompt's first image), decoded now: the run would otherwise stop at its
+    first validation, after loading and training, on a file the config names (a preset's
+    example path left in)."""
     from core.data.controls import validation_control_problems
     from core.models.registry import family_or_defaults
 
-    if not cfg.validation.prompts or not family_or_defaults(cfg.model.family).control_images:
+    family = family_or_defaults(cfg.model.family)
+    entries, prompts = cfg.validation.control_images, cfg.validation.prompts
+    if family.video and not family.control_images:
+        return first_image_problems(cfg, family)
+    if not prompts or not family.control_images:
         return []
-    return validation_control_problems(cfg.validation.control_images, cfg.validation.prompts)
+    return validation_control_problems(entries, prompts)
+
+
+def first_image_problems(cfg: Config, family: Any) -> list[Problem]:
+    """A video family's validation.control_images: one first image per prompt for an
+    image-to-video model, which samples from the synthetic first image without one;
+    ignored (a warning) for a text-to-video model."""
+    from core.data.controls import split_controls, validation_control_problems
+
+    key, entries = "validation.control_images", cfg.validation.control_images
+    prompts = cfg.validation.prompts
+    if not family.takes_first_image(cfg.model.path):
+        return [warning(key, f"is ignored: {cfg.model.path} is a text-to-video model; "
+                             "an image-to-video model takes a first image per prompt "
+                             "there")] if entries else []
+    if not prompts or not entries:
+        return []
+    if len(entries) != len(prompts) or any(len(split_controls(e)) != 1 for e in entries):
+        return [error(key, f"has {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} "
+                           f"for {len(prompts)} validation prompt(s): give one first image "
+                           "per prompt, in order, for the image-to-video model to start "
+                           "from (or none, for a synthetic one)")]
+    return validation_control_problems(entries, prompts)
 
 
 def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> CheckReport:

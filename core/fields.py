@@ -26,13 +26,16 @@ def meta(
     guidance: bool = False,
     lora: bool = False,
     blocks: bool = False,
+    conditioned: bool = False,
 ) -> dict[str, Any]:
     """Field metadata. `kind="path"` marks paths (or lists of them) resolved against
     the workspace. The tags say where a key applies, and the form shows it only there
     (ui/form.py): `video` a video family, `edit` an edit family (FAMILY.control_images >
     0), `flow` a flow-matching family, `ddpm` an epsilon/v family, `guidance` a family
     with guidance-distilled models, `lora` an adapter run (train.method = "lora"),
-    `blocks` an adapter run of a family with blocks to swap (model.blocks_to_swap)."""
+    `blocks` an adapter run of a family with blocks to swap (model.blocks_to_swap),
+    `conditioned` a family whose validation can start from given images (an edit
+    family, or a video family: its image-to-video models take a first image)."""
     return {
         "video": video,
         "edit": edit,
@@ -41,6 +44,7 @@ def meta(
         "guidance": guidance,
         "lora": lora,
         "blocks": blocks,
+        "conditioned": conditioned,
         "label": label,
         "help": help,
         "choices": choices,

@@ -44,8 +44,9 @@ CACHE_VAE_BATCH = 4
 CACHE_TEXT_BATCH = 16
 CLIP_TOKENS = 77
 # Decoder LMs used as text encoders (Z-Image's and FLUX.2-klein's Qwen3, FLUX.2-dev's
-# Mistral3): padded to the family's text length, not read at their context window.
-LLM_ENCODERS = ("qwen3", "mistral3")
+# Mistral3, Qwen2.5-VL's text model saved alone): padded to the family's text length, not
+# read at their context window.
+LLM_ENCODERS = ("qwen3", "mistral3", "qwen2_5_vl_text")
 
 
 # ---------------------------------------------------------------- the estimate

@@ -108,6 +108,10 @@ def small_config(tmp: Path, datasets: int = 1, images: int = 6, family: str = "s
     cfg.text_cache = TextCacheConfig(dir=str(tmp / "cache/text"))
     cfg.output = OutputConfig(dir=str(tmp / "runs/run"))
     cfg.train.batch_size = 2
+    # Each eval scores every eval image at 4 timesteps, own and shuffled captions: with
+    # the default 8 images it cost a short test run more than its steps. Tests of the
+    # eval itself set their own.
+    cfg.train.eval_images = 2
     cfg.validation.resolution = 64
     cfg.validation.steps = 2
     cfg.launch.main_process_port = free_port()  # a two-process run's rendezvous

@@ -161,11 +161,57 @@ def test_a_saved_lora_reloads_in_the_i2v_pipeline_and_changes_it(folder: Path,
     torch.testing.assert_close(comfy, loaded, atol=1e-4, rtol=1e-4)
 
 
+def first_image(tmp_path: Path) -> Path:
+    from PIL import Image
+
+    path = tmp_path / "first.png"
+    Image.new("RGB", (48, 32), (20, 200, 40)).save(path)
+    return path
+
+
+def test_validation_control_images_give_an_i2v_model_its_first_frames(
+        tmp_path: Path, workspace: Path) -> None:
+    """Checked before launch: one readable image per prompt for an image-to-video model;
+    ignored, with a warning, for a text-to-video one."""
+    from core.check import run_check
+    from core.config import Config
+    from core.train.validation import control_images
+
+    cfg = two_clip_config(tmp_path, "tiny:wan_i2v", FRAMES)
+    cfg.validation.control_images = [str(first_image(tmp_path))]
+
+    def said(cfg: Config) -> list[tuple[str, str]]:
+        return [(p.level, p.message) for p in run_check(cfg, workspace, estimate=False)
+                .problems if p.where == "validation.control_images"]
+
+    assert said(cfg) == []
+    (loaded,) = control_images(WAN, cfg.validation, first_image=True)
+    assert loaded[0].getpixel((0, 0)) == (20, 200, 40)
+    cfg.validation.control_images = [str(tmp_path / "missing.png")]
+    ((level, message),) = said(cfg)
+    assert level == "error" and "missing.png does not exist" in message
+    cfg.validation.control_images = []
+    assert said(cfg) == [], "without one the model starts from a synthetic image"
+    cfg.validation.control_images = [str(first_image(tmp_path))] * 2
+    ((level, message),) = said(cfg)
+    assert level == "error" and "one first image per prompt" in message
+    cfg.model.path = "tiny:wan"
+    cfg.validation.control_images = [str(first_image(tmp_path))]
+    ((level, message),) = said(cfg)
+    assert level == "warning" and "is ignored: tiny:wan is a text-to-video model" in message
+    assert WAN.takes_first_image(str(workspace / "models/tiny-wan_i2v")) or \
+        not (workspace / "models/tiny-wan_i2v").exists(), "a materialized folder says so too"
+
+
 def test_a_short_run_on_clips_caches_the_condition_trains_and_validates(
         tmp_path: Path, workspace: Path) -> None:
+    import numpy as np
+    from PIL import Image
     from safetensors import safe_open
 
     cfg = two_clip_config(tmp_path, "tiny:wan_i2v", FRAMES)
+    cfg.validation.control_images = [str(first_image(tmp_path))]
+    cfg.validation.before_training = True  # a grid: before beside after
     ds = cfg.datasets[0]
     save_config(cfg, tmp_path / "run.toml")
     assert train_in_process(tmp_path / "run.toml", workspace) == 0
@@ -176,6 +222,9 @@ def test_a_short_run_on_clips_caches_the_condition_trains_and_validates(
     run = Path(cfg.output.dir)
     assert (run / "lora/pytorch_lora_weights.safetensors").is_file()
     assert (run / "validation/step_000002/00.mp4").is_file()
+    with Image.open(run / "validation/grid.png") as grid:  # first image | before | after
+        pixels = np.asarray(grid.convert("RGB"))
+    assert (pixels == (20, 200, 40)).all(-1).any(), "the grid shows the first image"
 
 
 def test_wan22_i2v_two_experts_take_the_condition_without_image_embeds(

@@ -208,3 +208,18 @@ def test_the_run_view_shows_the_line_as_the_events_arrive(tmp_path: Path):
     assert f.memory.version == 1
     assert ("memory: peak 3.0 GiB on the GPU (first step 3.0 GiB) · host 1.0 GiB"
             in progress_html(ctx, f))
+
+
+def test_the_peak_line_names_one_figure(tmp_path: Path, capsys):
+    """The "peak" phase's line gives the run's peak alone: its interval's own peak,
+    smaller, read as a contradiction ("GPU 23.25 GiB (peak 22.48 GiB)") on an H200."""
+    from core.train.report import Reporter
+
+    reporter = Reporter(tmp_path, is_main=True, max_steps=1)
+    reporter.memory({"phase": "first_step", "device_bytes": 6 * GIB,
+                     "device_peak_bytes": 8 * GIB, "host_rss_bytes": GIB})
+    reporter.memory({"phase": "peak", "device_bytes": 9 * GIB,
+                     "device_peak_bytes": 6 * GIB, "host_rss_bytes": GIB})
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        "memory, first_step: GPU 6.00 GiB (peak 8.00 GiB), host 1.00 GiB",
+        "memory, peak: GPU 9.00 GiB, host 1.00 GiB"]

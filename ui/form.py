@@ -70,6 +70,7 @@ FAMILY_TAGS: dict[str, Callable[[str, str], bool]] = {
     "guidance": lambda family, method: has_train_guidance(family),
     "lora": lambda family, method: method == "lora",
     "blocks": lambda family, method: has_swappable_blocks(family) and method == "lora",
+    "conditioned": lambda family, method: is_edit_family(family) or is_video_family(family),
 }
 _DEFAULTS = Config()  # the form's first view, before any fill (an sd15 LoRA run)
 

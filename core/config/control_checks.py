@@ -86,7 +86,9 @@ def _not_edit(cfg: Any, family: Any) -> list[Problem]:
     out = [error(f"datasets.{i}.{name}", f"is set, but {what}")
            for i, ds in enumerate(cfg.datasets) for name in CONTROL_KEYS
            if getattr(ds, name).strip()]
-    if cfg.validation.control_images:
+    # A video family's model may take a first image (image-to-video): the check, which
+    # reads the model's folder, says whether the key is used (core/check.py).
+    if cfg.validation.control_images and not family.video:
         out.append(warning("validation.control_images", f"is ignored: {what}"))
     return out
 

@@ -312,10 +312,12 @@ class ValidationConfig:
     fps: float = _f(16.0, label="Validation video fps", min=1.0, max=240.0, video=True,
                     advanced=True, help="Frame rate of the validation .mp4 files.")
     control_images: list[str] = _f([], label="Validation control images", kind="path",
-                                   edit=True,
+                                   conditioned=True,
                                    help="Edit models: one control image per prompt, in "
                                         "order (a multi-reference model: several per "
-                                        "prompt, separated by |).")
+                                        "prompt, separated by |). Image-to-video models: "
+                                        "each prompt's first image (without one, a "
+                                        "synthetic image).")
 
 
 # ---- issue 26 items 6-7 (merge; launch.distributed is in LaunchConfig)

@@ -216,6 +216,13 @@ class FamilyDefaults:
         images at their own size (orientation applied)."""
         raise NotImplementedError(f"{self.name}: its text encoder reads no images")
 
+    def takes_first_image(self, model_path: str) -> bool:
+        """Image-to-video: whether the model `model_path` names (model.path, resolved)
+        samples from a first image, so validation.control_images gives each validation
+        prompt its first frame (one image per prompt, passed as `validation_image_kwargs`
+        gives it). The model decides, not the family: one family may load both kinds."""
+        return False
+
     def validation_image_kwargs(self, images: list[Any], resolution: int) -> dict[str, Any]:
         """The pipeline keyword arguments of one validation prompt's control images
         (validation.control_images; PIL RGB) for a validation at `resolution` (the side
@@ -316,6 +323,9 @@ class ModelFamily(Protocol):
     def encode_prompts_with_images(self, c: Components, prompts: list[str],
                                    images: list[list[Any]]) -> list[dict[str, Any]]:
         """Prompts read with their control images (FamilyDefaults')."""
+
+    def takes_first_image(self, model_path: str) -> bool:
+        """Whether the model samples from a first image (FamilyDefaults')."""
 
     def validation_image_kwargs(self, images: list[Any], resolution: int) -> dict[str, Any]:
         """A validation prompt's control images as pipeline kwargs (FamilyDefaults')."""

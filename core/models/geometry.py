@@ -57,14 +57,16 @@ STILLS = Geometry()
 def vae_geometry(config: dict[str, Any]) -> tuple[int, int, int]:
     """(latent channels, spatial compression, temporal compression) a diffusers VAE
     config says: a 2D AutoencoderKL halves per level after the first; a causal video VAE
-    (Wan's, Qwen-Image's) names its spatial factor or halves per level too, and its
-    temporal one or doubles per `temperal_downsample` level that is on; the LTX VAEs name
-    both factors `spatial_compression_ratio` / `temporal_compression_ratio`."""
+    names its factors or halves per level in space (Wan's, Qwen-Image's) and doubles per
+    `temperal_downsample` level that is on in time."""
     channels = int(config.get("latent_channels") or config.get("z_dim") or 4)
     levels = len(config.get("block_out_channels") or config.get("dim_mult") or (0,) * 4)
+    # diffusers names the factors scale_factor_* in some VAE configs and *_compression_ratio
+    # in others, where a config states them.
     spatial = int(config.get("scale_factor_spatial") or config.get("spatial_compression_ratio")
                   or 2 ** (levels - 1))
     downsample = config.get("temperal_downsample")
-    temporal = int(config.get("scale_factor_temporal") or config.get("temporal_compression_ratio")
+    temporal = int(config.get("scale_factor_temporal")
+                   or config.get("temporal_compression_ratio")
                    or (2 ** sum(bool(d) for d in downsample) if downsample else 1))
     return channels, spatial, temporal

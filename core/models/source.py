@@ -179,3 +179,35 @@ def hub_error(path: str, what: str, exc: BaseException | None = None) -> ModelLo
     return ModelLoadError(path, f"cannot download {what} of hub model {path!r} "
                           f"({type(exc).__name__}: {first}); check the id, and log in "
                           "(huggingface-cli login) for gated or private models")
+
+
+def folder_class_name(path: str) -> str | None:
+    """The pipeline class (`_class_name`) model_index.json names for `path`: a diffusers
+    folder, or a hub id whose model_index.json is already in the local hub cache; None
+    when there is none to read (a single file, tiny:, random:, an uncached id)."""
+    import json
+
+    kind = model_source(path).kind
+    index: Path | None = Path(path) / "model_index.json" if kind == "folder" else None
+    if kind == "hub":
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(path, "model_index.json")
+            index = Path(found) if isinstance(found, str) else None
+        except Exception:  # noqa: BLE001 - no cache entry: nothing to read
+            index = None
+    try:
+        return json.loads(index.read_text())["_class_name"] if index else None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def names_pipeline(path: str, pipeline: str, tiny_name: str) -> bool:
+    """Whether model.path `path` is a `pipeline` model: its folder (or cached hub id)
+    names that class, or it is `tiny:<tiny_name>`, the tiny model built as one. A
+    family with variants (image-to-video beside text-to-video) tells them apart so."""
+    source = model_source(path)
+    if source.kind == "tiny":
+        return source.name == tiny_name
+    return folder_class_name(path) == pipeline

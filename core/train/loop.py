@@ -147,17 +147,19 @@ class Loop:
                 texts = encode_validation_prompts(self.s.family,
                                                   _unwrapped(self.s.components),
                                                   self.cfg.validation)
+            first_image = self.s.family.takes_first_image(self.cfg.model.path)
             with self.averaged(), _images_folder(self.run_dir,
                                                  self.acc.is_main_process) as folder:
                 paths = generate_validation_images(self.s.family, self.s.components,
                                                    self.cfg.validation, folder, step,
-                                                   self.acc.device, texts)
+                                                   self.acc.device, texts, first_image)
             if self.acc.is_main_process:
                 labels = [prompt_text(p) for p in self.cfg.validation.prompts]
                 self.reporter.validation(step, paths, labels, _since(started))
                 write_validation_grid(self.run_dir, labels,
                                       self.cfg.validation.control_images
-                                      if self.s.family.control_images else None)
+                                      if self.s.family.control_images or first_image
+                                      else None)
         self.acc.wait_for_everyone()
         if self.cfg.validation.prompts:
             self.reporter.took("validation", time.monotonic() - started)

@@ -68,13 +68,15 @@ class ValidationTexts:
         return out
 
 
-def control_images(family: ModelFamily, cfg: ValidationConfig) -> list[list[Any]]:
-    """Each validation prompt's control images (PIL RGB) for an edit family; [] for
-    others or when none are configured (the check refuses that for an edit family)."""
+def control_images(family: ModelFamily, cfg: ValidationConfig,
+                   first_image: bool = False) -> list[list[Any]]:
+    """Each validation prompt's control images (PIL RGB) for an edit family, or its first
+    image for an image-to-video model (`first_image`); [] for others or when none are
+    configured (the check refuses that for an edit family)."""
     from core.data.controls import split_controls
     from core.data.images import load_rgb
 
-    if not family.control_images or not cfg.control_images:
+    if not (family.control_images or first_image) or not cfg.control_images:
         return []
     return [[load_rgb(path) for path in split_controls(entry)] for entry in cfg.control_images]
 
@@ -112,10 +114,13 @@ def encode_validation_prompts(family: ModelFamily, components: Components,
 
 def generate_validation_images(family: ModelFamily, components: Components,
                                cfg: ValidationConfig, run_dir: Path, step: int,
-                               device: Any, texts: ValidationTexts | None) -> list[Path]:
+                               device: Any, texts: ValidationTexts | None,
+                               first_image: bool = False) -> list[Path]:
     """One image per prompt, each with its settings (`prompt_settings`: seed
     validation.seed + index, the section's size, steps and guidance, unless its flags
-    say), written atomically so a watcher never shows half a PNG."""
+    say), written atomically so a watcher never shows half a PNG. `first_image`: the
+    model is image-to-video, and validation.control_images gives each prompt its first
+    frame."""
     if texts is None or not cfg.prompts:
         return []
     without_text = dataclasses.replace(
@@ -127,7 +132,7 @@ def generate_validation_images(family: ModelFamily, components: Components,
     home = vae.device
     vae.to(device)
     frames = cfg.frames if family.video else 0
-    controls = control_images(family, cfg)
+    controls = control_images(family, cfg, first_image)
     try:
         with plain_forward(unwrap(components.denoiser)):
             out = []

@@ -62,6 +62,10 @@ def _tokenizers(family: str) -> list[Any]:
             cls = component_specs(family)[name][1]
             if cls.startswith("T5"):
                 out.append(t5_tokenizer(Path(tmp) / name)[0])
+            elif cls == "ByT5Tokenizer":  # byte-level: the real one, no files to fetch
+                from transformers import ByT5Tokenizer
+
+                out.append(ByT5Tokenizer())
             elif cls.startswith("Qwen2"):  # each Qwen family's tiny tokenizer and template
                 out.append(spec.random_qwen_tokenizer(Path(tmp) / name))
             else:

@@ -73,6 +73,7 @@ from core.models.families.wan.i2v import (
     folder_pipeline_class,
     i2v_components,
     is_i2v,
+    model_takes_first_image,
 )
 from core.models.families.wan.pipelines import validation_pipeline_class
 from core.models.families.wan.ti2v import (
@@ -161,6 +162,9 @@ class WanFamily(FlowFamily):
         if is_i2v(c):
             freeze([c.image_encoder], device)
         return c
+
+    def takes_first_image(self, model_path: str) -> bool:
+        return model_takes_first_image(model_path)
 
     def _pretrained_class(self, path: str, kind: loading.SourceKind) -> Any:
         """The folder's own pipeline class: WanImageToVideoPipeline where model_index.json

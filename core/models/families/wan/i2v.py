@@ -25,9 +25,7 @@ the rest and stay there.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from core.models.base import Components
@@ -53,25 +51,21 @@ def is_i2v(c: Components) -> bool:
 
 
 def folder_pipeline_class(path: str, kind: str, default: str) -> str:
-    """The pipeline class model_index.json names (`_class_name`) for a folder, or for a
-    hub id whose model_index.json is already in the local hub cache; `default` when it
-    cannot be read or names neither Wan pipeline this family trains."""
-    index: Path | None = None
-    if kind == "folder":
-        index = Path(path) / "model_index.json"
-    elif kind == "hub":
-        try:
-            from huggingface_hub import try_to_load_from_cache
+    """The pipeline class model_index.json names for a folder (or a hub id in the local
+    hub cache) when it is I2V_PIPELINE; `default` otherwise. `kind` is the source's kind:
+    only a folder or a hub id has one to read."""
+    from core.models.source import folder_class_name
 
-            found = try_to_load_from_cache(path, "model_index.json")
-            index = Path(found) if isinstance(found, str) else None
-        except Exception:  # noqa: BLE001 - no cache entry: the default, as before
-            index = None
-    try:
-        name = json.loads(index.read_text())["_class_name"] if index else default
-    except (OSError, ValueError, KeyError):
-        return default
-    return name if name == I2V_PIPELINE else default
+    named = folder_class_name(path) if kind in ("folder", "hub") else None
+    return I2V_PIPELINE if named == I2V_PIPELINE else default
+
+
+def model_takes_first_image(model_path: str) -> bool:
+    """An image-to-video folder (or hub id in the local cache) or tiny:wan_i2v:
+    validation.control_images then gives each prompt its first frame."""
+    from core.models.source import names_pipeline
+
+    return names_pipeline(model_path, I2V_PIPELINE, "wan_i2v")
 
 
 def i2v_components(c: Components, pipe: Any, source: str) -> Components:

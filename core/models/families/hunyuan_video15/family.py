@@ -1,0 +1,287 @@
+"""HunyuanVideo 1.5 text-to-video (hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v
+and -720p_t2v, their folders or hub ids; image-to-video below): an 8.3B dual-stream DiT
+(HunyuanVideo15Transformer3DModel, 54 blocks, patch 1), a Qwen2.5-VL-7B text model and a
+ByT5 glyph encoder, the causal 3D VAE AutoencoderKLHunyuanVideo15 (32 latent channels,
+16x in space, 4x in time: F = 4k + 1 frames become 1 + (F - 1) / 4 latent frames), flow
+matching. Follows HunyuanVideo15Pipeline (diffusers 0.42).
+
+Text: the pipeline's own encode_prompt (text.py says how both encoders' output is packed
+into one cached tensor, each prompt's real tokens only: the transformer moves the real
+tokens first and masks the rest, so the pipeline's padding changes nothing).
+
+Latents: `encode_images` takes pixels [B, 3, H, W] (an image, one frame) or
+[B, 3, F, H, W] (a clip) and gives the posterior mean times the VAE's scaling_factor,
+[B, 32, F', H/16, W/16], as the pipeline divides it out before decoding. One sample at a
+time: diffusers 0.42's VAE mid-block attention builds its causal mask [B, S, S] against
+queries [B, 1, S, C], which broadcasts wrongly for B > 1.
+
+The transformer's input, as HunyuanVideo15Pipeline builds it for text-to-video: the noisy
+latents, 32 channels of condition latents and one of mask, both zero
+(`prepare_cond_latents_and_mask`), on channels (65); `image_embeds` all zero (the
+pipeline gives 729 zero tokens; any count of zero tokens is the same, the transformer
+masks them all when every one is zero, so training gives one); t = sigma * 1000 in the
+latents' dtype, as the pipeline passes the scheduler's timesteps.
+
+Sigmas: uniform, then shifted by the scheduler's `shift` (5.0 for the 480p models, 9.0
+for 720p T2V: the pipeline samples np.linspace(1, 0) through that shift), the
+shifted-uniform draw musubi-tuner trains Hunyuan and Wan with; train.flow_shift overrides
+it. The loss is MSE against noise - latents (FlowMatchEulerDiscreteScheduler's velocity).
+
+LoRA: both streams' attention projections in every dual-stream block (to_q/k/v/out.0 on
+the video tokens, add_q/k/v_proj/to_add_out on the text tokens; "all" adds both
+feed-forwards), not the token refiner's (its original q/k/v are one fused tensor). Files:
+pytorch_lora_weights ("transformer.<module>" keys, HunyuanVideoLoraLoaderMixin's
+save_lora_weights: diffusers 0.42's HunyuanVideo15Pipeline has no LoRA loader, and
+pipelines.py's pipeline, which mixes that loader in, loads it with `load_lora_weights`)
+and lora_comfyui.safetensors in the original checkpoint's names under "diffusion_model."
+(double_blocks.N.img_attn_q, txt_attn_proj, img_mlp.fc1, ...), as ComfyUI's
+LoraLoaderModelOnly maps any "diffusion_model.<key>" LoRA onto its model's weights.
+
+Image-to-video (a folder whose model_index.json names HunyuanVideo15ImageToVideoPipeline):
+i2v.py, which says how the first-frame condition is cached and fed; tiny_i2v/
+(tiny:hunyuan_video15_i2v) is its tiny model.
+
+Not here: single files (diffusers 0.42 cannot read an original HunyuanVideo 1.5 file, so
+one is refused naming the fix), the step-distilled models (use_meanflow, refused at load)
+and the super-resolution ones. I2V validation starts from each prompt's
+validation.control_images entry (`takes_first_image`), or i2v.synthetic_image without one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from core.models import loading
+from core.models.base import Components, NoiseSample
+from core.models.families.hunyuan_video15.i2v import (
+    I2V_PIPELINE,
+    condition_inputs,
+    encode_condition,
+    folder_pipeline_class,
+    i2v_components,
+    is_i2v,
+    model_takes_first_image,
+)
+from core.models.families.hunyuan_video15.text import encode, unpack
+from core.models.flow import FlowFamily
+from core.models.geometry import Geometry
+from core.models.modules import encode_latents, freeze, unwrap
+
+ATTENTION = ("to_q", "to_k", "to_v", r"to_out\.0", "add_q_proj", "add_k_proj", "add_v_proj",
+             "to_add_out")
+FEED_FORWARD = (r"ff\.net\.0\.proj", r"ff\.net\.2", r"ff_context\.net\.0\.proj",
+                r"ff_context\.net\.2")
+# diffusers module (inside transformer_blocks.N) -> the original name (double_blocks.N).
+ORIGINAL_NAMES = {"attn.to_q": "img_attn_q", "attn.to_k": "img_attn_k",
+                  "attn.to_v": "img_attn_v", "attn.to_out.0": "img_attn_proj",
+                  "attn.add_q_proj": "txt_attn_q", "attn.add_k_proj": "txt_attn_k",
+                  "attn.add_v_proj": "txt_attn_v", "attn.to_add_out": "txt_attn_proj",
+                  "ff.net.0.proj": "img_mlp.fc1", "ff.net.2": "img_mlp.fc2",
+                  "ff_context.net.0.proj": "txt_mlp.fc1", "ff_context.net.2": "txt_mlp.fc2",
+                  "norm1.linear": "img_mod.linear", "norm1_context.linear": "txt_mod.linear"}
+
+
+def original_module_name(module: str) -> str | None:
+    """The original name of a diffusers module ("transformer_blocks.3.attn.to_q" ->
+    "double_blocks.3.img_attn_q"); None for one without a LoRA name there."""
+    head, _, rest = module.partition(".")
+    index, _, leaf = rest.partition(".")
+    if head == "transformer_blocks" and index.isdigit() and leaf in ORIGINAL_NAMES:
+        return f"double_blocks.{index}.{ORIGINAL_NAMES[leaf]}"
+    return None
+
+
+def condition_channels(noisy: Any) -> Any:
+    """The text-to-video condition: 32 zero latent channels and a zero mask channel."""
+    b, ch, frames, h, w = noisy.shape
+    return noisy.new_zeros(b, ch + 1, frames, h, w)
+
+
+class HunyuanVideo15Family(FlowFamily):
+    name = "hunyuan_video15"
+    block_lists = ("transformer_blocks",)
+    # 4k + 1 frames, 4 to a latent frame, 16x16 pixels to a latent; patch 1.
+    geometry = Geometry(video=True, frame_step=4, temporal_compression=4,
+                        spatial_compression=16, latent_channels=32, spatial_multiple=16)
+    pipeline_prefix = "HunyuanVideo15"
+    # An original file (its ByT5 projection) is named as this family, before Flux's
+    # "double_blocks." claims it, so the refusal below is the one a user sees.
+    single_file_markers = ("byt5_in.",)
+    single_file_rank = 25
+    text_encoder_count = 2
+    pipeline_class_name = "HunyuanVideo15Pipeline"
+    # The memory estimate's text tokens: Qwen's 1000 (the most a prompt gives) beside
+    # ByT5's 256 glyph tokens and the 729 image tokens (SigLIP's, real in image-to-video;
+    # zeros the validation pipeline still carries through every block in text-to-video).
+    max_sequence_length = 1000
+    extra_text_tokens = 256 + 729
+    timestep_sampling = "uniform"
+    # tiny:hunyuan_video15_i2v, a random image-to-video model (tiny_i2v/ says why it goes
+    # through here).
+    trained_tiny = (("hunyuan_video15_i2v", "core.models.families.hunyuan_video15.tiny_i2v"),)
+
+    def random_qwen_tokenizer(self, folder: Path) -> Any:
+        """random:hunyuan_video15's Qwen tokenizer: the tiny build's, with this
+        pipeline's template."""
+        from core.models.families.hunyuan_video15.tiny import TEMPLATE_DROP, template_prefix
+        from core.models.tiny.qwen import TEMPLATE_SUFFIX, qwen_tokenizer
+
+        return qwen_tokenizer(folder, template_prefix(), TEMPLATE_SUFFIX, TEMPLATE_DROP)
+
+    # ------------------------------------------------------------ loading
+
+    def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",
+             config: str | None = None) -> Components:
+        """A diffusers folder or hub id; a single file is refused (see the docstring)."""
+        if loading.checked_source(path, self.name) == "file":
+            raise loading.ModelLoadError(
+                path, "is a single-file checkpoint, but diffusers 0.42 cannot read an "
+                "original HunyuanVideo 1.5 file: set model.path to a diffusers folder (one "
+                "holding model_index.json) or a hub id such as "
+                "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v")
+        c = super().load(path, dtype=dtype, device=device, config=config)
+        if is_i2v(c):
+            freeze([c.image_encoder], device)
+        return c
+
+    def config_problems(self, cfg: Any) -> list[Any]:
+        """A single-file model.path is refused at the check already (see `load`)."""
+        from core.problems import error
+
+        path = str(cfg.model.path)
+        if not path.endswith((".safetensors", ".ckpt", ".pt", ".gguf")):
+            return []
+        return [error("model.path", f"{path} is a single file, which diffusers 0.42 cannot "
+                                    "read as HunyuanVideo 1.5: use a diffusers folder or a hub "
+                                    "id such as hunyuanvideo-community/HunyuanVideo-1.5-"
+                                    "Diffusers-480p_t2v")]
+
+    def takes_first_image(self, model_path: str) -> bool:
+        """An image-to-video model (i2v.py): validation.control_images gives each
+        validation prompt its first frame."""
+        return model_takes_first_image(model_path)
+
+    def _pretrained_class(self, path: str, kind: loading.SourceKind) -> Any:
+        """The folder's own pipeline (image-to-video where model_index.json names it,
+        i2v.py), as pipelines.py's subclass."""
+        from core.models.families.hunyuan_video15.pipelines import validation_pipeline_class
+
+        return validation_pipeline_class(
+            folder_pipeline_class(path, kind, self.pipeline_class_name))
+
+    def _pipeline_class(self) -> Any:
+        """pipelines.py's subclass: it loads the folder as diffusers' pipeline does and
+        has the LoRA saver and loader diffusers' own lacks."""
+        from core.models.families.hunyuan_video15.pipelines import validation_pipeline_class
+
+        return validation_pipeline_class(self.pipeline_class_name)
+
+    def _components_from_pipeline(self, pipe: Any, source: str, fp: str) -> Components:
+        """Both text encoders; an image-to-video folder's image encoder too (i2v.py)."""
+        c = Components(
+            family=self.name, source=source, fingerprint=fp, vae=pipe.vae,
+            denoiser=pipe.transformer, text_encoders=[pipe.text_encoder, pipe.text_encoder_2],
+            tokenizers=[pipe.tokenizer, pipe.tokenizer_2], noise_scheduler=pipe.scheduler,
+            max_sequence_length=self.max_sequence_length)
+        return i2v_components(c, pipe, source)
+
+    # ------------------------------------------------------------ text and pixels
+
+    def encode_prompts(self, c: Components, prompts: list[str]) -> list[dict[str, Any]]:
+        """Per prompt: prompt_embeds [L, D1 + D2 + 2] and prompt_mask [L] (text.py)."""
+        return encode(self.validation_pipeline(c), prompts, c.text_encoders[0].device)
+
+    def encode_images(self, c: Components, pixels: Any, generator: Any = None) -> Any:
+        """scaling_factor * z of pixels in [-1, 1], [B, 3, H, W] or [B, 3, F, H, W], as
+        [B, 32, F', H/16, W/16] (one sample at a time, see the docstring): the posterior
+        mean without a generator, a posterior sample with one."""
+        import torch
+
+        video = pixels if pixels.ndim == 5 else pixels.unsqueeze(2)
+
+        def latents(clips: Any, noise: Any = None) -> Any:
+            return torch.cat([encode_latents(c.vae, clips[i:i + 1], noise)
+                              for i in range(clips.shape[0])])
+
+        if not is_i2v(c):
+            return latents(video, generator)
+        # Image-to-video: the first frame's condition, cached beside the latents (i2v.py).
+        return {"latents": latents(video, generator), **encode_condition(c, video, latents)}
+
+    # ------------------------------------------------------------ training
+
+    def predict(self, c: Components, sample: NoiseSample, batch: dict[str, Any]) -> Any:
+        """The transformer's velocity for latents [B, 32, F', h, w] at t = sigma * 1000,
+        given as HunyuanVideo15Pipeline gives it (see the docstring)."""
+        import torch
+
+        model = c.denoiser
+        config = unwrap(model).config
+        dtype = unwrap(model).dtype
+        noisy = sample.noisy.to(dtype)
+        if noisy.ndim != 5 or noisy.shape[1] != config.out_channels:
+            raise ValueError(f"hunyuan_video15 latents must be [B, {config.out_channels}, "
+                             f"frames, h, w], got {tuple(noisy.shape)}: the latent cache was "
+                             "built for another family; delete it to rebuild")
+        text = unpack(batch["prompt_embeds"].to(noisy.device, dtype), config.text_embed_dim,
+                      config.text_embed_2_dim)
+        if is_i2v(c):
+            condition, image = condition_inputs(noisy, batch)
+        else:
+            condition = condition_channels(noisy)
+            image = noisy.new_zeros(noisy.shape[0], 1, config.image_embed_dim)
+        hidden = torch.cat([noisy, condition], dim=1)
+        return model(hidden_states=hidden, timestep=sample.timesteps.to(noisy.device, dtype),
+                     image_embeds=image, return_dict=False, **text)[0]
+
+    @staticmethod
+    def activation_layout(config: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        """The memory estimate's MMDiT formula over the dual-stream blocks (patch 1: a
+        token per latent voxel). Not calibrated on a measured run."""
+        return ({"num_attention_heads": int(config.get("num_attention_heads", 16)),
+                 "attention_head_dim": int(config.get("attention_head_dim", 128)),
+                 "num_layers": int(config.get("num_layers", 54))},
+                int(config.get("patch_size", 1)))
+
+    def lora_target_modules(self, scope: str = "attention") -> Any:
+        """A regular expression peft matches against the whole module name (a list would
+        match by suffix and take the token refiner's to_q/k/v too)."""
+        leaves = [f"attn\\.{leaf}" for leaf in ATTENTION]
+        leaves += list(FEED_FORWARD) if scope == "all" else []
+        return rf"transformer_blocks\.\d+\.({'|'.join(leaves)})"
+
+    def _save_comfy(self, c: Components, peft_sd: dict[str, Any], config: Any,
+                    path: Path) -> Path | None:
+        """Original names under "diffusion_model." (see the docstring)."""
+        from core.models.lora_files import base_weights, lora_modules, save_comfy_lora
+
+        module = unwrap(c.denoiser)
+        if any(original_module_name(m) is None for m in lora_modules(peft_sd)):
+            return save_comfy_lora(peft_sd, config, path, base_weights(module))
+        return save_comfy_lora(peft_sd, config, path, base_weights(module),
+                               prefix="diffusion_model.", rename=original_module_name)
+
+    # ------------------------------------------------------------ validation
+
+    def validation_pipeline(self, c: Components) -> Any:
+        """pipelines.py's HunyuanVideo15Pipeline sharing the loaded modules (its own
+        scheduler); it takes `num_frames` (4k + 1) and validation.guidance_scale."""
+        from diffusers.guiders import ClassifierFreeGuidance
+
+        from core.models.families.hunyuan_video15.pipelines import validation_pipeline_class
+        from core.models.families.hunyuan_video15.tiny import GUIDANCE
+
+        name = I2V_PIPELINE if is_i2v(c) else self.pipeline_class_name
+        image = ({"image_encoder": c.image_encoder, "feature_extractor": c.feature_extractor}
+                 if is_i2v(c) else {})
+        pipe = validation_pipeline_class(name)(
+            transformer=unwrap(c.denoiser), vae=c.vae, scheduler=self.validation_scheduler(c),
+            text_encoder=c.text_encoders[0], tokenizer=c.tokenizers[0],
+            text_encoder_2=c.text_encoders[1], tokenizer_2=c.tokenizers[1],
+            guider=ClassifierFreeGuidance(guidance_scale=GUIDANCE), **image)
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
+
+
+FAMILY = HunyuanVideo15Family()

@@ -1,0 +1,156 @@
+"""HunyuanVideo 1.5 image-to-video (hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_i2v,
+-720p_i2v): training conditioned as HunyuanVideo15ImageToVideoPipeline conditions sampling.
+
+The pipeline (diffusers 0.42, pipeline_hunyuan_video1_5_image2video.py) gives the
+transformer the noisy latents [B, 32, F', h, w] with, on channels, `latent_condition`
+(the VAE's mode of the first image alone, a one-frame clip, times scaling_factor, on the
+first latent frame; zeros on the others) and `latent_mask` (one channel: 1 on the first
+latent frame, 0 after), and `image_embeds`: the SigLIP vision encoder's last hidden state
+of the first image ([729, 1152] in the real model), which the transformer then attends to
+(a non-zero image_embeds turns its image tokens on). Every latent frame is noised and
+trained, the first too, as the pipeline denoises them all.
+
+Why cached: `predict` sees latents, not pixels, and the condition depends only on the
+item's pixels, so it is encoded once, into the latents' cache entry: `encode_images`
+returns a dict (core/cache/build.py saves every tensor of it into the entry), and the
+dataset hands the extra tensors to `predict` as per-item lists (`I2V_KEYS`). The first
+frame's latents are cached alone ([32, 1, h, w]); the zeros and the mask are built at
+train time. An entry without them (built by the text-to-video model) is refused by
+`predict`, naming the fix; a cache of another model is stale through its fingerprint.
+
+The image encoder and its processor live on `I2VComponents` (a family-private subclass
+of Components, kept by dataclasses.replace), loaded on the device with the rest.
+A step-distilled model (the transformer's `use_meanflow`, which takes a second timestep)
+is refused at load: not trained here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from core.models.base import Components
+
+I2V_PIPELINE = "HunyuanVideo15ImageToVideoPipeline"
+CONDITION = "hv15_first_frame_latents"  # [32, 1, h, w]: the first image's latents
+IMAGE_EMBEDS = "hv15_image_embeds"  # [tokens, image_embed_dim]: SigLIP's last hidden state
+I2V_KEYS = (CONDITION, IMAGE_EMBEDS)
+
+
+@dataclass
+class I2VComponents(Components):
+    """A loaded image-to-video model: the SigLIP vision encoder and its processor beside
+    the shared Components."""
+
+    image_encoder: Any = None
+    feature_extractor: Any = None
+
+
+def is_i2v(c: Components) -> bool:
+    return isinstance(c, I2VComponents)
+
+
+def folder_pipeline_class(path: str, kind: str, default: str) -> str:
+    """The pipeline class model_index.json names for a folder (or a hub id in the local
+    hub cache) when it is I2V_PIPELINE; `default` otherwise. `kind` is the source's kind:
+    only a folder or a hub id has one to read."""
+    from core.models.source import folder_class_name
+
+    named = folder_class_name(path) if kind in ("folder", "hub") else None
+    return I2V_PIPELINE if named == I2V_PIPELINE else default
+
+
+def model_takes_first_image(model_path: str) -> bool:
+    """An image-to-video folder (or hub id in the local cache) or tiny:hunyuan_video15_i2v:
+    validation.control_images then gives each prompt its first frame."""
+    from core.models.source import names_pipeline
+
+    return names_pipeline(model_path, I2V_PIPELINE, "hunyuan_video15_i2v")
+
+
+def i2v_components(c: Components, pipe: Any, source: str) -> Components:
+    """`c` as I2VComponents with the pipeline's image encoder and processor when `pipe`
+    is the image-to-video pipeline; `c` itself otherwise. A step-distilled transformer
+    (use_meanflow) is refused."""
+    from diffusers import HunyuanVideo15ImageToVideoPipeline
+
+    from core.models import loading
+
+    if pipe.transformer.config.get("use_meanflow"):
+        raise loading.ModelLoadError(source, "is a step-distilled HunyuanVideo 1.5 model "
+                                     "(use_meanflow), which this version does not train; "
+                                     "use the 480p or 720p model it was distilled from")
+    if not isinstance(pipe, HunyuanVideo15ImageToVideoPipeline):
+        return c
+    fields = {k: getattr(c, k) for k in c.__dataclass_fields__}
+    return I2VComponents(**fields, image_encoder=pipe.image_encoder,
+                         feature_extractor=pipe.feature_extractor)
+
+
+def to_pil(frames: Any) -> list[Any]:
+    """Pixels [B, 3, H, W] in [-1, 1] (from 8-bit images) as the PIL images the
+    pipeline's feature extractor is given."""
+    import numpy as np
+    from PIL import Image
+
+    array = ((frames.float().cpu().clamp(-1, 1) + 1) * 127.5).round().byte()
+    return [Image.fromarray(np.ascontiguousarray(a.permute(1, 2, 0).numpy())) for a in array]
+
+
+def encode_condition(c: I2VComponents, video: Any, encode: Any) -> dict[str, Any]:
+    """The cached condition of pixels [B, 3, F, H, W]: CONDITION, `encode` (the family's
+    latents) of the first frame alone; IMAGE_EMBEDS, the image encoder's last hidden
+    state of it (HunyuanVideo15ImageToVideoPipeline._get_image_embeds)."""
+    import torch
+
+    first = video[:, :, :1]
+    latents = encode(first)
+    encoder = c.image_encoder
+    params = next(encoder.parameters())
+    inputs = c.feature_extractor.preprocess(images=to_pil(first[:, :, 0]), do_resize=True,
+                                            return_tensors="pt", do_convert_rgb=True)
+    with torch.no_grad():
+        embeds = encoder(pixel_values=inputs["pixel_values"].to(params.device, params.dtype)
+                         ).last_hidden_state
+    return {CONDITION: latents, IMAGE_EMBEDS: embeds.to(latents.device, latents.dtype)}
+
+
+def _stacked(batch: dict[str, Any], key: str, device: Any, dtype: Any) -> Any:
+    import torch
+
+    values = batch.get(key)
+    if values is None or any(v is None for v in values):
+        raise ValueError(f"this HunyuanVideo 1.5 image-to-video model trains on a cached "
+                         f"{key!r} beside each item's latents, which some entries lack: the "
+                         "latent cache was built without the first-frame condition; delete "
+                         "it to rebuild")
+    tensors = values if isinstance(values, torch.Tensor) else torch.stack(list(values))
+    return tensors.to(device, dtype)
+
+
+def condition_inputs(noisy: Any, batch: dict[str, Any]) -> tuple[Any, Any]:
+    """(the condition channels [B, 33, F', h, w], image_embeds) of an I2V batch: the
+    first frame's latents on the first latent frame then zeros, and the mask."""
+    first = _stacked(batch, CONDITION, noisy.device, noisy.dtype)
+    if first.shape[-2:] != noisy.shape[-2:] or first.shape[1] != noisy.shape[1]:
+        raise ValueError(f"cached first-frame latents {tuple(first.shape)} do not match the "
+                         f"latents {tuple(noisy.shape)}; delete the latent cache")
+    b, ch, frames, h, w = noisy.shape
+    condition = noisy.new_zeros(b, ch + 1, frames, h, w)
+    condition[:, :ch, :1] = first
+    condition[:, ch, 0] = 1.0
+    return condition, _stacked(batch, IMAGE_EMBEDS, noisy.device, noisy.dtype)
+
+
+def synthetic_image(width: int, height: int) -> Any:
+    """The fixed first image I2V validation starts from where validation.control_images
+    names none: a top-to-bottom blue-to-orange gradient with a white disc in the middle."""
+    import numpy as np
+    from PIL import Image
+
+    ramp = np.linspace(0.0, 1.0, height, dtype=np.float32)[:, None].repeat(width, axis=1)
+    rgb = np.stack([ramp, 0.5 * ramp, 1.0 - ramp], axis=-1)
+    yy, xx = np.mgrid[:height, :width]
+    disc = (yy - height / 2) ** 2 + (xx - width / 2) ** 2 < (min(width, height) / 4) ** 2
+    rgb[disc] = 1.0
+    return Image.fromarray((rgb * 255).round().astype(np.uint8))

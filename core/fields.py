@@ -27,6 +27,7 @@ def meta(
     lora: bool = False,
     blocks: bool = False,
     conditioned: bool = False,
+    audio: bool = False,
 ) -> dict[str, Any]:
     """Field metadata. `kind="path"` marks paths (or lists of them) resolved against
     the workspace. The tags say where a key applies, and the form shows it only there
@@ -35,7 +36,8 @@ def meta(
     with guidance-distilled models, `lora` an adapter run (train.method = "lora"),
     `blocks` an adapter run of a family with blocks to swap (model.blocks_to_swap),
     `conditioned` a family whose validation can start from given images (an edit
-    family, or a video family: its image-to-video models take a first image)."""
+    family, or a video family: its image-to-video models take a first image), `audio`
+    a family that trains sound with its video (geometry.audio)."""
     return {
         "video": video,
         "edit": edit,
@@ -45,6 +47,7 @@ def meta(
         "lora": lora,
         "blocks": blocks,
         "conditioned": conditioned,
+        "audio": audio,
         "label": label,
         "help": help,
         "choices": choices,

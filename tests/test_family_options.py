@@ -68,3 +68,26 @@ def test_a_key_declared_twice_is_refused_naming_both_places() -> None:
     with pytest.raises(TypeError, match="model.experts: declared by wan's options.py and by "
                                         "the shared schema"):
         with_family_options("model", Clashing, "ModelConfig")
+
+
+def test_the_audio_key_is_shown_and_saved_for_a_family_with_sound_only() -> None:
+    """datasets.N.audio applies where the family's geometry has audio (ltx2), not to
+    every video family: the form hides it for Wan and a saved Wan config leaves it out;
+    validation.control_images shows for edit and video families (a first image)."""
+    from core.config import Config, DatasetConfig
+    from core.config.files import dumps_config
+    from ui.form import family_tags, shown_for
+    from ui.state import dataset_specs, section_specs
+
+    audio = family_tags(next(s for s in dataset_specs() if s.name == "audio"))
+    assert shown_for(audio, "ltx2") and not shown_for(audio, "wan")
+    assert not shown_for(audio, "sd15")
+    images = family_tags(next(s for s in section_specs("validation")
+                              if s.name == "control_images"))
+    assert all(shown_for(images, f) for f in ("wan", "flux_kontext", "ltx2"))
+    assert not shown_for(images, "sdxl")
+    cfg = Config()
+    cfg.datasets.append(DatasetConfig(id="clips", images="clips"))
+    for family, saved in (("ltx2", True), ("wan", False)):
+        cfg.model.family = family
+        assert ('audio = "auto"' in dumps_config(cfg)) is saved, family

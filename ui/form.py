@@ -16,6 +16,7 @@ from core.config import Config
 from core.ops import (
     has_swappable_blocks,
     has_train_guidance,
+    is_audio_family,
     is_ddpm_family,
     is_edit_family,
     is_flow_family,
@@ -71,6 +72,7 @@ FAMILY_TAGS: dict[str, Callable[[str, str], bool]] = {
     "lora": lambda family, method: method == "lora",
     "blocks": lambda family, method: has_swappable_blocks(family) and method == "lora",
     "conditioned": lambda family, method: is_edit_family(family) or is_video_family(family),
+    "audio": lambda family, method: is_audio_family(family),
 }
 _DEFAULTS = Config()  # the form's first view, before any fill (an sd15 LoRA run)
 

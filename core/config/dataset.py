@@ -67,7 +67,7 @@ class DatasetConfig:
     clip_count: int = _f(1, label="Clips (uniform)", min=1, max=1000, video=True,
                          help="With clips = uniform: samples per video, evenly spaced; a "
                               "video too short for that many distinct ones gives fewer.")
-    audio: str = _f("auto", label="Audio track", choices=AUDIO_CHOICES, video=True,
+    audio: str = _f("auto", label="Audio track", choices=AUDIO_CHOICES, video=True, audio=True,
                     help="Families that train sound with the video (ltx2): auto and on "
                          "train each clip's audio track beside its frames (a clip without "
                          "one trains video-only); off trains video only. Other families "

@@ -107,7 +107,8 @@ def dumps_config(cfg: Config) -> str:
     family = family_or_defaults(cfg.model.family)
     edit = family.control_images > 0
     unused = [tag for tag, used in (("video", family.video), ("edit", edit),
-                                    ("conditioned", edit or family.video)) if not used]
+                                    ("conditioned", edit or family.video),
+                                    ("audio", family.geometry.audio)) if not used]
     for section, table in [("datasets", d) for d in data["datasets"]] + [
             (name, data[name]) for name in SECTION_TYPES]:
         for key in _tagged_keys(section, unused) + _other_families_keys(section, cfg):

@@ -81,6 +81,14 @@ def index_dataset(ds: DatasetConfig, dataset_key: str, family: str = "") -> Data
     return index(ds, dataset_key, video=is_video_family(family))
 
 
+def is_audio_family(family: str) -> bool:
+    """Whether model.family `family` trains a clip's sound with its frames
+    (datasets.N.audio); False for an unknown name."""
+    from core.models.registry import family_or_defaults
+
+    return family_or_defaults(family).geometry.audio
+
+
 def is_video_family(family: str) -> bool:
     """Whether model.family `family` trains on clips (its datasets' frames, fps and clips
     keys, validation.frames); False for an unknown name."""

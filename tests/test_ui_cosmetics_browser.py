@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import glob
 import itertools
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,7 +85,7 @@ def test_an_idle_page_draws_no_animation_frames(page) -> None:
                                  f"longest pause is {gap:.0f} ms")
 
 
-def test_a_dropdown_left_with_tab_closes_its_options(page) -> None:
+def test_a_dropdown_left_with_tab_closes_its_options(page, tmp_path: Path) -> None:
     """Tab into the Captions dropdown opens its options; Tab on closes them (they stayed
     over the fields below). A click still opens them and picks an option."""
     page.locator("#ds-vae_cache input, #ds-vae_cache textarea").first.click()
@@ -98,14 +97,15 @@ def test_a_dropdown_left_with_tab_closes_its_options(page) -> None:
     page.wait_for_timeout(500)
     shown = page.evaluate("Array.from(document.querySelectorAll('ul.option-list'))"
                           ".filter(u => u.getBoundingClientRect().height > 0).length")
-    page.screenshot(path=str(Path(os.environ.get("TMPDIR", "/tmp")) / "dropdown-tab.png"))
+    page.screenshot(path=str(tmp_path / "dropdown-tab.png"))
     assert shown == 0, f"{shown} dropdown option list(s) left open"
     page.locator("#ds-crop input").click()
     page.locator("ul.option-list li").filter(has_text="random").first.click()
     page.wait_for_function("document.querySelector('#ds-crop input').value === 'random'")
 
 
-def test_long_captions_show_whole_in_the_table_and_as_gallery_tooltips(app, page) -> None:
+def test_long_captions_show_whole_in_the_table_and_as_gallery_tooltips(app, page,
+                                                                      tmp_path: Path) -> None:
     ctx, _, _ = app
     for text in sorted((ctx.workspace / "demo/shapes").glob("*.txt"))[:6]:
         text.write_text(f"{LONG} {text.stem}", encoding="utf-8")
@@ -120,8 +120,7 @@ def test_long_captions_show_whole_in_the_table_and_as_gallery_tooltips(app, page
                           && td.getBoundingClientRect().height > 0)
             .filter(td => td.getBoundingClientRect().right > box.right + 1).length;
     })()""")
-    page.locator("#preview-captions").screenshot(
-        path=str(Path(os.environ.get("TMPDIR", "/tmp")) / "preview-captions.png"))
+    page.locator("#preview-captions").screenshot(path=str(tmp_path / "preview-captions.png"))
     assert cut == 0, f"{cut} caption cell(s) run past the table's right edge"
     label = page.locator("#preview .caption-label").first
     label.hover()

@@ -284,3 +284,24 @@ def test_the_histogram_counts_clips_by_size_and_frames(tmp_path: Path) -> None:
     bucket, images = plot["columns"].index("bucket"), plot["columns"].index("images")
     assert sorted((row[bucket], row[images]) for row in plot["data"]) == [
         ("64x64, 1 frame (1)", 1), ("64x64, 5 frames (2)", 2)]
+
+
+def test_a_clip_preview_gif_is_written_whole_and_a_finished_one_is_kept(tmp_path: Path):
+    """The preview's GIF goes through core.files (ops.write_gif): a temp of its own beside
+    the target, renamed into place; another page's copy already there is kept; a failed
+    write leaves nothing behind."""
+    import pytest
+    from PIL import Image
+
+    from core.ops import write_gif
+
+    frames = [Image.new("RGB", (8, 8), (i * 40, 0, 0)) for i in range(5)]
+    out = write_gif(tmp_path / "clip.gif", frames, 8.0)
+    with Image.open(out) as gif:
+        assert gif.n_frames == 5
+    first = out.read_bytes()
+    write_gif(out, frames[:2], 8.0)
+    assert out.read_bytes() == first
+    with pytest.raises(AttributeError):
+        write_gif(tmp_path / "broken.gif", [object()], 8.0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clip.gif"]

@@ -13,12 +13,15 @@ import contextlib
 from typing import Any
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from core.problems import errors
 from ui import (
     api,
+    gradio_fixes,
     pace,
     presets,
+    render,
     tab_cache,
     tab_caption,
     tab_caption_bulk,
@@ -58,6 +61,15 @@ CSS = """
 #validation-grid .dt-grid-prompt { max-width: 160px; text-align: left;
   overflow-wrap: anywhere; }
 #validation-grid img { width: 128px; height: auto; display: block; }
+/* A loss series with one point (the step-0 eval of a short run) is a line of no length,
+   "Mx,yZ": a round dot instead of nothing, whole even in the plot's corner (the axes
+   span the data, so no line runs past them unclipped). */
+#loss-plot path[aria-roledescription="line mark"][d$="Z"] { stroke-width: 10px;
+  stroke-linecap: round; }
+#loss-plot g.mark-line { clip-path: none; }
+/* A dropdown's options show only while it has the focus: one opened by Tab stayed open
+   over the fields (and the check panel) below after Tab moved on. */
+.block:not(:focus-within) .options:has(> ul.option-list) { display: none; }
 """
 
 
@@ -140,6 +152,7 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pa
               [train.following], [*runs.listed(), *train.components()],
               api_visibility="private")
     demo.load(**memory_estimate)
+    demo.load(None, js=render.CAPTION_TOOLTIPS)
     train_tab.select(**memory_estimate)  # the caches may have been built since
     return live, preview
 
@@ -155,5 +168,7 @@ def launch_app(ctx: AppContext, *, server_name: str = "127.0.0.1", port: int = 7
         auth_message="Log in with the user name and password given to the server.",
         allowed_paths=[str(ctx.workspace)], prevent_thread_lock=prevent_thread_lock,
         quiet=quiet, show_error=True, theme=gr.themes.Soft(), css=CSS,
-        footer_links=["api", "settings"])
+        footer_links=["api", "settings"],
+        # Gradio's idle animation loop, stopped (ui/gradio_fixes.py).
+        app_kwargs={"middleware": [Middleware(gradio_fixes.PatchStatusTracker)]})
     return demo, url

@@ -45,10 +45,9 @@ def animated(path: Path, indices: list[int], frames: list[Any], fps: float) -> s
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / f"{hashlib.sha1(stamp.encode()).hexdigest()[:20]}.gif"
     if not out.exists():
-        tmp = out.with_name(f".{out.name}.tmp")
-        frames[0].save(tmp, format="GIF", save_all=True, append_images=frames[1:], loop=0,
-                       duration=max(20, round(1000 / fps)))
-        tmp.replace(out)
+        from core.ops import write_gif
+
+        write_gif(out, frames, fps)
     return str(out)
 
 

@@ -218,6 +218,15 @@ def scroll_to_end(elem_id: str) -> str:
             "if (t && document.activeElement !== t) t.scrollTop = t.scrollHeight; }")
 
 
+# Browser-side, once per page: a gallery caption cut short ("a blue sq...") shows whole
+# as the hovered label's tooltip (Gradio gives the label none; the labels are redrawn
+# with each new set of images, so the title is set when the pointer reaches one).
+CAPTION_TOOLTIPS = ("() => { document.addEventListener('mouseover', (e) => { "
+                    "const label = e.target.closest?.('.caption-label'); "
+                    "if (label && label.title !== label.innerText) "
+                    "label.title = label.innerText; }); }")
+
+
 GRID_COLUMNS = 8  # validation rounds the Training tab's grid shows
 
 

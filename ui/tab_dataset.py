@@ -114,7 +114,9 @@ def build(form: Form) -> DatasetTab:
                              scale=3, object_fit="contain")
         captions = gr.Dataframe(headers=CAPTION_HEADERS, label="Captions (in full)",
                                 interactive=False, wrap=True, max_height=360, scale=2,
-                                elem_id="preview-captions")
+                                # Widths the table keeps: left to itself, the caption
+                                # column grew past the table's right edge, cut off.
+                                column_widths=["35%", "65%"], elem_id="preview-captions")
     with gr.Row():
         caption_path = gr.Textbox(label="Image", interactive=False, scale=2)
         caption_text = gr.Textbox(label="Caption (saved to its .txt, or metadata.jsonl)", scale=4,

@@ -105,7 +105,7 @@ from core.ops.runs import (
 )
 from core.ops.terminal import follow_in_terminal, run_summary
 from core.ops.uploads import dataset_name, upload_images, uploaded_dataset
-from core.ops.videos import clip_frames, validation_videos
+from core.ops.videos import clip_frames, validation_videos, write_gif
 
 __all__ = [
     "LIVE_STATES", "PRESETS_DIR", "SERIES", "CacheJob", "CaptionJob", "CheckReport",
@@ -128,5 +128,5 @@ __all__ = [
     "read_caption", "run_info", "run_status", "run_status_or_none", "save_caption",
     "saved_config", "saved_loras",
     "start_cache", "start_caption", "start_next_queued", "stop", "tensorboard_command",
-    "upload_images", "uploaded_dataset", "validation_controls", "validation_videos",
+    "upload_images", "uploaded_dataset", "validation_controls", "validation_videos", "write_gif",
 ]

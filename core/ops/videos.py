@@ -1,4 +1,5 @@
-"""Videos as the UI shows them: a clip's frames for the dataset preview's thumbnails, and
+"""Videos as the UI shows them: a clip's frames for the dataset preview's thumbnails (and
+the animated GIF of them it plays, written whole through core.files), and
 the validation videos of a run (validation/step_NNNNNN/NN.mp4, written beside NN.png
 by a video family when validation.frames > 1).
 
@@ -16,7 +17,7 @@ from core.runs.folder import STEP_PREFIX, RunFolder
 if TYPE_CHECKING:
     from PIL import Image
 
-__all__ = ["clip_frames", "validation_videos"]
+__all__ = ["clip_frames", "validation_videos", "write_gif"]
 
 
 def clip_frames(path: Path | str, indices: Sequence[int]) -> list[Image.Image] | None:
@@ -29,6 +30,18 @@ def clip_frames(path: Path | str, indices: Sequence[int]) -> list[Image.Image] |
         return read_frames(path, list(indices))
     except BadClip:
         return None
+
+
+def write_gif(path: Path, frames: Sequence[Image.Image], fps: float) -> Path:
+    """`frames` as a looping animated GIF at `path`, written whole (core.files: a temp
+    beside it, renamed into place). Two pages may write the same preview at once: each
+    writes its own temp, and a copy already in place is kept."""
+    from core.files import atomic_path, keep_first
+
+    with atomic_path(path, unique=(f".{path.name}.", ".tmp"), swap=keep_first) as tmp:
+        frames[0].save(tmp, format="GIF", save_all=True, append_images=list(frames[1:]),
+                       loop=0, duration=max(20, round(1000 / fps)))
+    return path
 
 
 def validation_videos(run_dir: Path | str) -> list[Path]:

@@ -1,0 +1,165 @@
+"""The page in a browser, issue 40's cosmetic items: an idle page draws no animation
+frames (Gradio's page loader left a status timer running at 60 frames a second, about
+10% of a core: ui/gradio_fixes.py); a dropdown left with Tab closes its options; long
+captions show whole in the preview table and as the gallery labels' tooltips; a loss
+series with one point shows as a dot.
+
+One app and one browser for the module; each test opens its own page.
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import free_port
+from test_ui_quiet_browser import settle
+from test_ui_support import open_browser, running_app
+
+pytestmark = pytest.mark.slow
+
+VIEWPORT = {"width": 1280, "height": 800}
+# Every animation frame's time, from before Gradio's modules take requestAnimationFrame.
+FRAME_TIMES = ("window.__frames = []; const raf = window.requestAnimationFrame.bind(window);"
+               "window.requestAnimationFrame = (cb) => raf((t) => {"
+               " window.__frames.push(performance.now()); return cb(t); });")
+IDLE_WINDOW_MS = 15_000
+QUIET_GAP_MS = 3_000
+LONG = ("a very long caption about a red circle on a pale grey background, drawn with a "
+        "soft edge, slightly off centre, long enough to be cut short in any thumbnail")
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[object, str, object]]:
+    with running_app(tmp_path_factory.mktemp("cosmetics") / "ws") as (ctx, url), \
+            open_browser() as browser:
+        yield ctx, url, browser
+
+
+@pytest.fixture
+def page(app) -> Iterator[object]:
+    from ui.presets import FORM_FILE
+
+    ctx, url, browser = app
+    (ctx.workspace / FORM_FILE).unlink(missing_ok=True)  # the demo preset opens by itself
+    page = browser.new_page(viewport=VIEWPORT)
+    page.set_default_timeout(90_000)
+    page.add_init_script(FRAME_TIMES)
+    try:
+        page.goto(url)
+        page.wait_for_selector("#check-panel .dt-ok")
+        yield page
+    finally:
+        page.close()
+
+
+def test_the_served_status_tracker_stops_its_timer_with_its_element() -> None:
+    import gradio
+
+    from ui.gradio_fixes import MARK, patch_status_tracker
+
+    assets = Path(gradio.__file__).parent / "templates/frontend/assets"
+    (source,) = glob.glob(str(assets / "statustracker-*.js"))
+    patched = patch_status_tracker(Path(source).read_text(encoding="utf-8"))
+    assert patched is not None and patched.count(MARK) == 1, \
+        "this Gradio's status tracker has another shape: update ui/gradio_fixes.py"
+
+
+def test_an_idle_page_draws_no_animation_frames(page) -> None:
+    """Between two idle ticks (10 s apart, each a request and a few frames of its
+    trackers) the page draws nothing: a stretch of 3 s without an animation frame. A
+    status timer left running draws 60 frames a second, and no such stretch exists.
+    Deterministic where CPU time is not (2 busy cores)."""
+    settle(page)
+    page.evaluate("window.__frames = []")
+    page.wait_for_timeout(IDLE_WINDOW_MS)
+    frames = page.evaluate("[performance.now(), ...window.__frames]")
+    end, times = frames[0], frames[1:]
+    edges = [end - IDLE_WINDOW_MS, *times, end]
+    gap = max(b - a for a, b in itertools.pairwise(edges))
+    rate = len(times) * 1000 / IDLE_WINDOW_MS
+    assert gap >= QUIET_GAP_MS, (f"the idle page draws {rate:.1f} animation frames/s; its "
+                                 f"longest pause is {gap:.0f} ms")
+
+
+def test_a_dropdown_left_with_tab_closes_its_options(page, tmp_path: Path) -> None:
+    """Tab into the Captions dropdown opens its options; Tab on closes them (they stayed
+    over the fields below). A click still opens them and picks an option."""
+    page.locator("#ds-vae_cache input, #ds-vae_cache textarea").first.click()
+    page.keyboard.press("Tab")  # into the Captions dropdown
+    page.wait_for_function("document.activeElement.closest('#ds-caption') !== null")
+    for _ in range(3):  # the instance prompt, the crop dropdown, the resolution
+        page.keyboard.press("Tab")
+    page.wait_for_function("document.activeElement.closest('#ds-resolution') !== null")
+    page.wait_for_timeout(500)
+    shown = page.evaluate("Array.from(document.querySelectorAll('ul.option-list'))"
+                          ".filter(u => u.getBoundingClientRect().height > 0).length")
+    page.screenshot(path=str(tmp_path / "dropdown-tab.png"))
+    assert shown == 0, f"{shown} dropdown option list(s) left open"
+    page.locator("#ds-crop input").click()
+    page.locator("ul.option-list li").filter(has_text="random").first.click()
+    page.wait_for_function("document.querySelector('#ds-crop input').value === 'random'")
+
+
+def test_long_captions_show_whole_in_the_table_and_as_gallery_tooltips(app, page,
+                                                                      tmp_path: Path) -> None:
+    ctx, _, _ = app
+    for text in sorted((ctx.workspace / "demo/shapes").glob("*.txt"))[:6]:
+        text.write_text(f"{LONG} {text.stem}", encoding="utf-8")
+    page.get_by_role("button", name="Refresh preview").click()
+    page.wait_for_function("document.querySelector('#preview-captions')?.innerText"
+                           ".includes('very long')", timeout=60_000)
+    page.wait_for_timeout(1000)
+    cut = page.evaluate("""(() => {
+        const box = document.querySelector('#preview-captions').getBoundingClientRect();
+        return Array.from(document.querySelectorAll('#preview-captions td'))
+            .filter(td => td.innerText.includes('very long')
+                          && td.getBoundingClientRect().height > 0)
+            .filter(td => td.getBoundingClientRect().right > box.right + 1).length;
+    })()""")
+    page.locator("#preview-captions").screenshot(path=str(tmp_path / "preview-captions.png"))
+    assert cut == 0, f"{cut} caption cell(s) run past the table's right edge"
+    label = page.locator("#preview .caption-label").first
+    label.hover()
+    page.wait_for_function("document.querySelector('#preview .caption-label')?.title"
+                           ".includes('cut short in any thumbnail')")
+
+
+def test_a_loss_series_with_one_point_is_drawn_as_a_dot(app, tmp_path: Path) -> None:
+    """A short run's only eval (step 0) beside a train curve: a line of no length, drawn
+    as a round dot, whole in the plot's corner (step 0, the lowest loss)."""
+    import gradio as gr
+    import pandas as pd
+
+    from ui import run_views
+    from ui.app import CSS
+
+    rows = [(s, 0.9 - s / 100, "train") for s in range(1, 11)] + [(0, 0.5, "eval")]
+    frame = pd.DataFrame(rows, columns=["step", "loss", "series"])
+    with gr.Blocks() as demo:
+        plot = run_views.loss_plot()
+        demo.load(lambda: frame, None, plot)
+    demo.launch(server_port=free_port(), prevent_thread_lock=True, quiet=True, css=CSS)
+    page = app[2].new_page(viewport={"width": 1000, "height": 700})
+    try:
+        page.goto(demo.local_url)
+        marks = "#loss-plot path[aria-roledescription='line mark']"
+        page.wait_for_function(f"document.querySelectorAll(\"{marks}\").length >= 2")
+        widths = page.evaluate(f"""Array.from(document.querySelectorAll("{marks}"))
+            .map(e => [(e.getAttribute('aria-label') || '').split('series: ')[1],
+                       e.getAttribute('d'), getComputedStyle(e).strokeWidth,
+                       getComputedStyle(e).strokeLinecap,
+                       getComputedStyle(e.closest('g.mark-line')).clipPath])""")
+        page.locator("#loss-plot").screenshot(path=str(tmp_path / "one-point.png"))
+    finally:
+        page.close()
+        demo.close()
+    (dot,) = [w for w in widths if w[0] == "eval"]
+    assert dot[1].endswith("Z") and "L" not in dot[1], dot
+    assert float(dot[2].removesuffix("px")) >= 8 and dot[3] == "round", dot
+    assert dot[4] == "none", "a dot in the plot's corner is drawn whole, not a quarter"
+    (train,) = [w for w in widths if w[0] == "train"]
+    assert train[2] == "2px", "a line keeps its own width"

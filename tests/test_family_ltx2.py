@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -215,7 +216,8 @@ def test_validation_from_the_cached_text_samples_what_the_pipeline_samples(
         height=SIZE, width=SIZE, num_frames=FRAMES, num_inference_steps=2,
         generator=torch.Generator().manual_seed(0))
     assert len(out.frames[0]) == FRAMES and out.images[0] is out.frames[0][0]
-    got = torch.tensor([[list(f.getdata()) for f in video] for video in out.frames])
+    got = torch.tensor(np.stack([np.stack([np.asarray(f) for f in video])
+                                  for video in out.frames]))
     want = (want_video * 255).round().clamp(0, 255).reshape(got.shape)
     assert (got.float() - want).abs().max() <= 1
     torch.testing.assert_close(out.audio, want_audio.float(), atol=1e-4, rtol=1e-4)

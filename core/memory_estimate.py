@@ -287,10 +287,11 @@ def activation_bytes(sizes: ModelSizes, shape: StepShape) -> int:
     layout = family.activation_layout
     if layout is not None:
         config, patch = layout(d.config)
-        return act.mmdit_activation_bytes(config, shape, text_tokens(sizes.family), patch)
-    # Flux, Chroma and FLUX.2 pack 2x2 latent patches themselves (configs say patch_size 1).
-    patch = int(d.config.get("patch_size", 1) or 1) * family.latent_packing
-    return act.mmdit_activation_bytes(d.config, shape, text_tokens(sizes.family), patch)
+    else:  # Flux, Chroma and FLUX.2 pack 2x2 latent patches themselves (patch_size 1)
+        config = d.config
+        patch = int(d.config.get("patch_size", 1) or 1) * family.latent_packing
+    return (act.mmdit_activation_bytes(config, shape, text_tokens(sizes.family), patch)
+            + family.extra_stream_bytes(d.config, shape))
 
 
 def caching_activation_bytes(cfg: Config, sizes: ModelSizes,

@@ -280,6 +280,24 @@ def test_the_preset_checks_clean_and_estimates_under_24_gib(tmp_path: Path) -> N
     assert 15 < per_gpu_gib(done.stdout) < 22.5, done.stdout[-2000:]
 
 
+def test_the_estimate_counts_the_audio_tokens_beside_the_video() -> None:
+    """The audio stream's activations come on top of the video stream's, at its own
+    width, growing with the clip (25 audio latents a second at 24 fps); a family
+    without a second stream adds none."""
+    import json
+
+    from conftest import REPO
+
+    from core.models.families.wan.family import FAMILY as WAN
+    from core.models.memory_activations import StepShape
+
+    config = json.loads((REPO / "core/models/families/ltx2/full_size/transformer"
+                         / "config.json").read_text())
+    short, long = (StepShape(16, 16, 1, 2, True, latent_frames=f) for f in (2, 16))
+    assert 0 < LTX2.extra_stream_bytes(config, short) < LTX2.extra_stream_bytes(config, long)
+    assert WAN.extra_stream_bytes(config, long) == 0
+
+
 def test_the_check_names_bad_frame_counts_and_another_frame_rate(tmp_path: Path) -> None:
     from conftest import small_config
 

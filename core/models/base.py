@@ -216,6 +216,12 @@ class FamilyDefaults:
         images at their own size (orientation applied)."""
         raise NotImplementedError(f"{self.name}: its text encoder reads no images")
 
+    def extra_stream_bytes(self, config: dict[str, Any], shape: Any) -> int:
+        """The memory estimate's activations of a second token stream the denoiser runs
+        beside the image tokens (LTX-2's audio), for the transformer `config` and the
+        step `shape` (memory_activations.StepShape); 0 for a family with none."""
+        return 0
+
     def takes_first_image(self, model_path: str) -> bool:
         """Image-to-video: whether the model `model_path` names (model.path, resolved)
         samples from a first image, so validation.control_images gives each validation
@@ -323,6 +329,9 @@ class ModelFamily(Protocol):
     def encode_prompts_with_images(self, c: Components, prompts: list[str],
                                    images: list[list[Any]]) -> list[dict[str, Any]]:
         """Prompts read with their control images (FamilyDefaults')."""
+
+    def extra_stream_bytes(self, config: dict[str, Any], shape: Any) -> int:
+        """A second token stream's activations for the estimate (FamilyDefaults')."""
 
     def takes_first_image(self, model_path: str) -> bool:
         """Whether the model samples from a first image (FamilyDefaults')."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from core.data.video import CLIP_MODES as CLIP_CHOICES  # datasets.N.clips (video families)
 from core.fields import _f
-from core.models.registry import frame_rules
+from core.models.registry import families, frame_rules
 
 AUDIO_CHOICES = ("auto", "on", "off")  # datasets.N.audio (families with audio)
 
@@ -68,7 +68,9 @@ class DatasetConfig:
                          help="With clips = uniform: samples per video, evenly spaced; a "
                               "video too short for that many distinct ones gives fewer.")
     audio: str = _f("auto", label="Audio track", choices=AUDIO_CHOICES, video=True, audio=True,
-                    help="Families that train sound with the video (ltx2): auto and on "
+                    help="Families that train sound with the video ("
+                         f"{', '.join(f.name for f in families() if f.geometry.audio)}): "
+                         "auto and on "
                          "train each clip's audio track beside its frames (a clip without "
                          "one trains video-only); off trains video only. Other families "
                          "ignore it (the check warns when it is set).")

@@ -54,11 +54,12 @@ def test_the_edit_keys_are_tagged_and_shown_only_for_an_edit_family() -> None:
         tab_train.build(form)
     edit = {c.elem_id for c in form.tagged("edit")}
     video = {c.elem_id for c in form.tagged("video")}
-    assert edit == {"ds-control", "ds-control_2", "ds-control_3",
-                    "f-validation-control_images"}
+    assert edit == {"ds-control", "ds-control_2", "ds-control_3"}
+    # Edit models' control images, image-to-video models' first images.
+    assert {c.elem_id for c in form.tagged("conditioned")} == {"f-validation-control_images"}
     assert {"ds-frames", "f-validation-frames"} <= video and not edit & video
     assert all(not c.visible for c, tags in form.family_keys()
-               if {"video", "edit"} & set(tags)), "hidden until the family fits"
+               if {"video", "edit", "conditioned"} & set(tags)), "hidden until the family fits"
     assert [tags for _, tags, _ in form.family_rows] == [("video",), ("edit",)]
     assert shown_for(("edit",), "flux_kontext") and not shown_for(("edit",), "sd15")
     assert not shown_for(("edit",), "wan") and shown_for(("video",), "wan")

@@ -83,11 +83,15 @@ def build(form: Form) -> DatasetTab:
             # Keys of some families only, a row per tag (a video family's frames, fps,
             # clips; an edit family's control folder), shown only for such a family
             # (Form.wire_family_keys).
+            # A key with two tags (audio: video and audio) sits in its first tag's row,
+            # and its own tags show or hide it there.
+            placed: set[str] = set()
             for tag in FAMILY_TAGS:
                 names = tuple(s.name for s in dataset_specs()
-                              if s.meta.get(tag) and not s.advanced)
+                              if s.meta.get(tag) and not s.advanced and s.name not in placed)
                 if names:  # the tags of dataset keys (video, edit) get a row
                     form.family_row(tag, names)
+                    placed.update(names)
             # Every dataset key marked advanced (loss masks, regularization, ...) from
             # the schema's metadata, so a new one shows up here by itself.
             with gr.Accordion("Advanced", open=False, elem_id="ds-advanced"), gr.Row():

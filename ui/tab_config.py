@@ -69,6 +69,10 @@ def toml_view(cfg: Any, data: dict[Any, Any], tab: ConfigTab) -> dict[Any, Any]:
     if rendered and shown != rendered:
         return {tab.toml: gr.skip(), tab.rendered: gr.skip()}
     text = presets.toml_text(cfg)
+    # Unchanged: nothing sent, so a check that read the view just before the user typed
+    # (a slow one, in flight) cannot put the old text back over the edit.
+    if rendered and text.strip() == rendered:
+        return {tab.toml: gr.skip(), tab.rendered: gr.skip()}
     return {tab.toml: text, tab.rendered: text}
 
 

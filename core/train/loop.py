@@ -80,6 +80,9 @@ class Loop:
         self.last_lora_step = -1
         self.measured_rounds: set[str] = set()
         self.compiled = setup.compiled  # train.compile's watch, or None
+        # An image-to-video model: validation.control_images are its first images (read
+        # once: the answer may read the model folder's model_index.json).
+        self.first_image = setup.family.takes_first_image(cfg.model.path)
 
     @property
     def acc(self) -> Any:
@@ -147,7 +150,7 @@ class Loop:
                 texts = encode_validation_prompts(self.s.family,
                                                   _unwrapped(self.s.components),
                                                   self.cfg.validation)
-            first_image = self.s.family.takes_first_image(self.cfg.model.path)
+            first_image = self.first_image
             with self.averaged(), _images_folder(self.run_dir,
                                                  self.acc.is_main_process) as folder:
                 paths = generate_validation_images(self.s.family, self.s.components,

@@ -264,10 +264,13 @@ def first_image_problems(cfg: Config, family: Any) -> list[Problem]:
 
     key, entries = "validation.control_images", cfg.validation.control_images
     prompts = cfg.validation.prompts
-    if not family.takes_first_image(cfg.model.path):
-        return [warning(key, f"is ignored: {cfg.model.path} is a text-to-video model; "
-                             "an image-to-video model takes a first image per prompt "
-                             "there")] if entries else []
+    if not family.takes_first_image(cfg.model):
+        switch = family.first_image_switch
+        how = (f"set {switch} for each prompt to start from its image there" if switch
+               else "an image-to-video model takes a first image per prompt there")
+        what = "runs text-to-video here" if switch else "is a text-to-video model"
+        return [warning(key, f"is ignored: {cfg.model.path} {what}; {how}")] \
+            if entries else []
     if not prompts or not entries:
         return []
     if len(entries) != len(prompts) or any(len(split_controls(e)) != 1 for e in entries):

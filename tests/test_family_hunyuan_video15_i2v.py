@@ -113,8 +113,10 @@ def test_validation_starts_from_the_prompts_first_image_or_a_fixed_one(loaded) -
     validation_image_kwargs); without it the fixed synthetic image is the start."""
     from PIL import Image
 
-    assert HV.takes_first_image("tiny:hunyuan_video15_i2v")
-    assert not HV.takes_first_image("tiny:hunyuan_video15")
+    from core.config.schema import ModelConfig
+
+    assert HV.takes_first_image(ModelConfig(path="tiny:hunyuan_video15_i2v"))
+    assert not HV.takes_first_image(ModelConfig(path="tiny:hunyuan_video15"))
     texts = HV.encode_prompts(loaded, [PROMPTS[0], ""])
 
     def frames(**image) -> np.ndarray:

@@ -175,6 +175,7 @@ def test_validation_control_images_give_an_i2v_model_its_first_frames(
     ignored, with a warning, for a text-to-video one."""
     from core.check import run_check
     from core.config import Config
+    from core.config.schema import ModelConfig
     from core.train.validation import control_images
 
     cfg = two_clip_config(tmp_path, "tiny:wan_i2v", FRAMES)
@@ -199,7 +200,7 @@ def test_validation_control_images_give_an_i2v_model_its_first_frames(
     cfg.validation.control_images = [str(first_image(tmp_path))]
     ((level, message),) = said(cfg)
     assert level == "warning" and "is ignored: tiny:wan is a text-to-video model" in message
-    assert WAN.takes_first_image(str(workspace / "models/tiny-wan_i2v")) or \
+    assert WAN.takes_first_image(ModelConfig(path=str(workspace / "models/tiny-wan_i2v"))) or \
         not (workspace / "models/tiny-wan_i2v").exists(), "a materialized folder says so too"
 
 

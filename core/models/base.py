@@ -148,6 +148,10 @@ class FamilyDefaults:
     # prompt's --n), as the check's warning ends it ("FLUX.1 is guidance-distilled..."),
     # or "" where the pipeline's classifier-free guidance uses it.
     negative_prompt_note: str = ""
+    # The setting that makes a model of this family image-to-video, where one checkpoint
+    # does both and the folder cannot say (ltx2's 'model.ltx2_mode = "image_to_video"'):
+    # the check's warning on an ignored validation.control_images names it.
+    first_image_switch: str = ""
 
     # The merged model as one original-layout (A1111/ComfyUI) checkpoint file
     # (core/models/ldm_checkpoint.py, merged.safetensors): each text encoder's (component
@@ -222,11 +226,13 @@ class FamilyDefaults:
         step `shape` (memory_activations.StepShape); 0 for a family with none."""
         return 0
 
-    def takes_first_image(self, model_path: str) -> bool:
-        """Image-to-video: whether the model `model_path` names (model.path, resolved)
+    def takes_first_image(self, model: Any) -> bool:
+        """Image-to-video: whether the config's model section `model` (paths resolved)
         samples from a first image, so validation.control_images gives each validation
         prompt its first frame (one image per prompt, passed as `validation_image_kwargs`
-        gives it). The model decides, not the family: one family may load both kinds."""
+        gives it). The model decides (one family may load both kinds: wan's folders
+        name their pipeline), or a family's own key where one checkpoint does both
+        (ltx2: `first_image_switch`)."""
         return False
 
     def validation_image_kwargs(self, images: list[Any], resolution: int) -> dict[str, Any]:
@@ -289,6 +295,7 @@ class ModelFamily(Protocol):
     control_images: int
     text_reads_controls: bool
     negative_prompt_note: str
+    first_image_switch: str
     checkpoint_text_encoders: tuple[tuple[str, str, str], ...]
     block_lists: tuple[str, ...]
 
@@ -333,7 +340,7 @@ class ModelFamily(Protocol):
     def extra_stream_bytes(self, config: dict[str, Any], shape: Any) -> int:
         """A second token stream's activations for the estimate (FamilyDefaults')."""
 
-    def takes_first_image(self, model_path: str) -> bool:
+    def takes_first_image(self, model: Any) -> bool:
         """Whether the model samples from a first image (FamilyDefaults')."""
 
     def validation_image_kwargs(self, images: list[Any], resolution: int) -> dict[str, Any]:

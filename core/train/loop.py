@@ -82,7 +82,7 @@ class Loop:
         self.compiled = setup.compiled  # train.compile's watch, or None
         # An image-to-video model: validation.control_images are its first images (read
         # once: the answer may read the model folder's model_index.json).
-        self.first_image = setup.family.takes_first_image(cfg.model.path)
+        self.first_image = setup.family.takes_first_image(cfg.model)
 
     @property
     def acc(self) -> Any:

@@ -157,10 +157,10 @@ class HunyuanVideo15Family(FlowFamily):
                                     "id such as hunyuanvideo-community/HunyuanVideo-1.5-"
                                     "Diffusers-480p_t2v")]
 
-    def takes_first_image(self, model_path: str) -> bool:
+    def takes_first_image(self, model: Any) -> bool:
         """An image-to-video model (i2v.py): validation.control_images gives each
         validation prompt its first frame."""
-        return model_takes_first_image(model_path)
+        return model_takes_first_image(model.path)
 
     def _pretrained_class(self, path: str, kind: loading.SourceKind) -> Any:
         """The folder's own pipeline (image-to-video where model_index.json names it,

@@ -163,8 +163,8 @@ class WanFamily(FlowFamily):
             freeze([c.image_encoder], device)
         return c
 
-    def takes_first_image(self, model_path: str) -> bool:
-        return model_takes_first_image(model_path)
+    def takes_first_image(self, model: Any) -> bool:
+        return model_takes_first_image(model.path)
 
     def _pretrained_class(self, path: str, kind: loading.SourceKind) -> Any:
         """The folder's own pipeline class: WanImageToVideoPipeline where model_index.json

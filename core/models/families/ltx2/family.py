@@ -25,9 +25,14 @@ which ComfyUI's LTX-2 loader and diffusers' own converter read.
 
 The connectors, the audio VAE and the vocoder wait in host memory and come to the
 device for their use (the text cache, the audio cache, validation): the real connectors
-alone are about 1.4 B parameters. Not yet here: image-to-video
-(LTX2ImageToVideoPipeline), single files (ComfyUI's ltx-2-19b-*.safetensors), the
-LTX-2.3 text path (per-modality projections) is untested.
+alone are about 1.4 B parameters.
+
+Image-to-video: the same checkpoint, chosen by model.ltx2_mode (options.py; the folder
+cannot say), set onto the loaded model by `configure_run`; i2v.py says how training
+follows LTX2ImageToVideoPipeline (the first latent frame clean at timestep 0, no loss on
+it) and validation samples with that pipeline from each prompt's first image.
+Not yet here: single files (ComfyUI's ltx-2-19b-*.safetensors); the LTX-2.3 text path
+(per-modality projections) is untested.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from typing import Any
 from core.models import loading
 from core.models.base import Components, NoiseSample
 from core.models.families.ltx2.audio import FRAME_RATE, audio_length, encode_waveform
+from core.models.families.ltx2.i2v import keep_first_frame, video_timesteps
 from core.models.families.ltx2.objective import (
     AudioVideoSample,
     audio_inputs,
@@ -45,12 +51,13 @@ from core.models.families.ltx2.objective import (
     token_shift,
     video_per_item,
 )
+from core.models.families.ltx2.options import IMAGE_TO_VIDEO, TEXT_TO_VIDEO
 from core.models.families.ltx2.text import MAX_SEQUENCE_LENGTH, encode, split
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
 from core.models.modules import _posterior, freeze, unwrap
 from core.models.objectives import sample_sigmas
-from core.problems import warning
+from core.problems import error, warning
 
 AUDIO_LATENTS_PER_SECOND = 16000 / 160 / 4
 
@@ -67,6 +74,7 @@ class LTX2Components(Components):
     connectors: Any = None
     audio_vae: Any = None
     vocoder: Any = None
+    first_image: bool = False  # model.ltx2_mode = "image_to_video" (configure_run)
 
 
 class LTX2Family(FlowFamily):
@@ -80,6 +88,7 @@ class LTX2Family(FlowFamily):
     pipeline_class_name = "LTX2Pipeline"
     max_sequence_length = MAX_SEQUENCE_LENGTH
     pipeline_mask_kwarg = "prompt_attention_mask"
+    first_image_switch = f'model.ltx2_mode = "{IMAGE_TO_VIDEO}"'
 
     # ------------------------------------------------------------ loading
 
@@ -112,12 +121,29 @@ class LTX2Family(FlowFamily):
 
     def config_problems(self, cfg: Any) -> list[Any]:
         """A dataset sampled at another rate than the 24 fps the transformer's video
-        positions and the audio length assume."""
-        return [warning(f"datasets.{i}.fps", f"{ds.fps:g} fps: ltx2 trains at "
-                        f"{FRAME_RATE:g} fps, the rate LTX2Pipeline samples at (its video "
-                        "positions and audio length assume it); set it to 24 unless the "
-                        "clips are meant to play slower or faster")
-                for i, ds in enumerate(cfg.datasets) if ds.fps != FRAME_RATE]
+        positions and the audio length assume; image-to-video on one-frame samples,
+        whose one latent frame is the condition, leaving nothing to train."""
+        out = [warning(f"datasets.{i}.fps", f"{ds.fps:g} fps: ltx2 trains at "
+                       f"{FRAME_RATE:g} fps, the rate LTX2Pipeline samples at (its video "
+                       "positions and audio length assume it); set it to 24 unless the "
+                       "clips are meant to play slower or faster")
+               for i, ds in enumerate(cfg.datasets) if ds.fps != FRAME_RATE]
+        if self.takes_first_image(cfg.model):
+            out += [error(f"datasets.{i}.frames", f"is 1, but {self.first_image_switch} "
+                          "keeps each sample's first latent frame as the clean condition "
+                          "and trains the frames after it: a one-frame sample has none; "
+                          "use 9 or more frames, or text_to_video")
+                    for i, ds in enumerate(cfg.datasets) if ds.frames == 1]
+        return out
+
+    def takes_first_image(self, model: Any) -> bool:
+        """model.ltx2_mode: one checkpoint does both, so the config says (options.py)."""
+        return getattr(model, "ltx2_mode", TEXT_TO_VIDEO) == IMAGE_TO_VIDEO
+
+    def configure_run(self, c: Components, cfg: Any) -> None:
+        """model.ltx2_mode onto the loaded model: training conditions on each clip's
+        first latent frame and validation samples with LTX2ImageToVideoPipeline."""
+        self.parts(c).first_image = self.takes_first_image(cfg.model)
 
     # ------------------------------------------------------------ text and latents
 
@@ -171,8 +197,11 @@ class LTX2Family(FlowFamily):
                                    s.mode_scale)
             timesteps = sigmas * n_train
         base = super().noise_and_target(c, latents, generator, timesteps, noise, noise_offset)
+        given = bool(getattr(c, "first_image", False))
+        if given:  # image-to-video (i2v.py): the first latent frame stays clean
+            base.noisy = keep_first_frame(base.noisy, latents)
         return AudioVideoSample(**vars(base), generator=generator,
-                                fixed_noise=noise is not None)
+                                fixed_noise=noise is not None, first_frame_given=given)
 
     def predict(self, c: Components, sample: NoiseSample, batch: dict[str, Any]) -> Any:
         """The transformer's video velocity [B, 128, F', h, w]; the audio velocity waits
@@ -198,10 +227,13 @@ class LTX2Family(FlowFamily):
         audio, audio_t = audio_inputs(sample, batch, length, int(config.audio_in_channels),
                                       steps)
         t = sample.timesteps.to(device)
+        # image-to-video: timestep 0 on the first frame's tokens (i2v.py); sigma stays t
+        video_t = video_timesteps(t, noisy) if getattr(sample, "first_frame_given", False) \
+            else t
         video, audio_out = model(
             hidden_states=LTX2Pipeline._pack_latents(noisy).to(dtype),
             audio_hidden_states=audio.to(dtype), encoder_hidden_states=video_text,
-            audio_encoder_hidden_states=audio_text, timestep=t, audio_timestep=audio_t,
+            audio_encoder_hidden_states=audio_text, timestep=video_t, audio_timestep=audio_t,
             sigma=t, audio_sigma=audio_t, encoder_attention_mask=mask,
             audio_encoder_attention_mask=mask, num_frames=f, height=h, width=w,
             fps=FRAME_RATE, audio_num_frames=audio.shape[1], use_cross_timestep=True,
@@ -258,11 +290,13 @@ class LTX2Family(FlowFamily):
 
     def validation_pipeline(self, c: Components) -> Any:
         """An LTX2Pipeline sharing the loaded modules that samples from the cached text
-        and returns frames and audio (pipelines.py); it takes `num_frames` (8k + 1)."""
-        from core.models.families.ltx2.pipelines import validation_pipeline_class
+        and returns frames and audio (pipelines.py); it takes `num_frames` (8k + 1).
+        Image-to-video: LTX2ImageToVideoPipeline over the same modules, from `image`."""
+        from core.models.families.ltx2.pipelines import I2V_PIPELINE, validation_pipeline_class
 
         c = self.parts(c)
-        pipe = validation_pipeline_class()(
+        name = I2V_PIPELINE if c.first_image else self.pipeline_class_name
+        pipe = validation_pipeline_class(name)(
             scheduler=self.validation_scheduler(c), vae=c.vae, audio_vae=c.audio_vae,
             text_encoder=c.text_encoders[0], tokenizer=c.tokenizers[0],
             connectors=c.connectors, transformer=unwrap(c.denoiser), vocoder=c.vocoder)

@@ -41,6 +41,9 @@ class AudioVideoSample(NoiseSample):
 
     generator: Any = None
     fixed_noise: bool = False
+    # Image-to-video (i2v.py): the first latent frame is the clean condition, at
+    # timestep 0, and takes no loss.
+    first_frame_given: bool = False
     audio_prediction: Any = None
     audio_target: Any = None
     has_audio: Any = None
@@ -85,10 +88,16 @@ def audio_inputs(sample: AudioVideoSample, batch: dict[str, Any], length: int,
 
 
 def video_per_item(prediction: Any, sample: NoiseSample) -> Any:
-    """Each item's video MSE (over the loss mask's area when datasets.N.masks gives one)."""
+    """Each item's video MSE (over the loss mask's area when datasets.N.masks gives one);
+    image-to-video: over the latent frames after the given first one (a one-frame item,
+    a still, then has none: 0, kept in the graph)."""
     from core.models.objectives import masked_mean
 
     error = (prediction.float() - sample.target.float()) ** 2
+    if getattr(sample, "first_frame_given", False):
+        if error.shape[2] == 1:
+            return error.reshape(error.shape[0], -1).sum(dim=1) * 0.0
+        error = error[:, :, 1:]
     if sample.mask is not None:
         return masked_mean(error, sample.mask)
     return error.reshape(error.shape[0], -1).mean(dim=1)

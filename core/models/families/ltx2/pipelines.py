@@ -1,4 +1,5 @@
-"""The LTX-2 validation pipeline: LTX2Pipeline sampling from the cached text (text.py)
+"""The LTX-2 validation pipelines: LTX2Pipeline (text-to-video) or
+LTX2ImageToVideoPipeline (image-to-video, i2v.py) sampling from the cached text (text.py)
 and returning frames as the shared validation reads them (built on first use, so
 importing this module needs no diffusers)."""
 
@@ -9,16 +10,20 @@ import functools
 from collections.abc import Iterator
 from typing import Any
 
+I2V_PIPELINE = "LTX2ImageToVideoPipeline"
+
 
 @functools.cache
-def validation_pipeline_class() -> Any:
-    """A subclass of diffusers' LTX2Pipeline (see its docstring)."""
+def validation_pipeline_class(base_name: str = "LTX2Pipeline") -> Any:
+    """A subclass of diffusers' `base_name`, LTX2Pipeline or LTX2ImageToVideoPipeline
+    (see its docstring)."""
     from types import SimpleNamespace
 
+    import diffusers
     import torch
-    from diffusers import LTX2Pipeline
     from PIL import Image
 
+    from core.models.families.ltx2.i2v import synthetic_image
     from core.models.families.ltx2.text import split
 
     class CachedText(torch.nn.Module):
@@ -34,16 +39,24 @@ def validation_pipeline_class() -> Any:
             video, audio = split(embeds, self.video_dim)
             return video, audio, mask
 
-    class LTX2ValidationPipeline(LTX2Pipeline):  # type: ignore[misc, valid-type]
+    base = getattr(diffusers, base_name)
+    needs_image = base_name == I2V_PIPELINE
+
+    class LTX2ValidationPipeline(base):  # type: ignore[misc, valid-type]
         """Takes `prompt_embeds` / `prompt_attention_mask` (and the negatives) as
         text.py caches them: the connectors already ran, so they are set aside for the
         call (the real ones stay the pipeline's component, for merge and saving). The
         audio VAE and the vocoder join the transformer's device for the call. Returns
         `.images` (each video's first frame), `.frames` (PIL frames), `.audio`
-        ([B, channels, samples]) and `.audio_sample_rate`."""
+        ([B, channels, samples]) and `.audio_sample_rate`. Image-to-video without an
+        `image` starts from i2v.synthetic_image: the config names no first image for the
+        prompt."""
 
         def __call__(self, *args: Any, num_frames: int = 1, **kwargs: Any) -> Any:
             kwargs["output_type"] = "np"
+            if needs_image and not args and kwargs.get("image") is None:
+                kwargs["image"] = synthetic_image(int(kwargs.get("width") or 768),
+                                                  int(kwargs.get("height") or 512))
             with self._cached_text(), self._audio_on(self.transformer.device):
                 out = super().__call__(*args, num_frames=num_frames, **kwargs)
             frames = [[Image.fromarray((f * 255).round().clip(0, 255).astype("uint8"))

@@ -68,12 +68,24 @@ def audio_config(tmp_path: Path):
     return cfg
 
 
+def top_level_boxes(path: Path) -> list[bytes]:
+    """The MP4's top-level box types in file order (ftyp, moov, mdat, ...)."""
+    data, at, boxes = path.read_bytes(), 0, []
+    while at + 8 <= len(data):
+        size = int.from_bytes(data[at:at + 4], "big")
+        boxes.append(data[at + 4:at + 8])
+        at += size if size >= 8 else len(data)
+    return boxes
+
+
 def test_a_track_is_read_at_the_asked_rate_and_cut_to_the_window(tmp_path: Path) -> None:
     path = tmp_path / "a.mp4"
     write_synthetic_clip(path, frames=24, fps=24)
     assert not has_audio(path) and read_audio(path, 0.0, 0.5, 16000) is None
     write_audio_track(path, tone(1.0, 440.0), 44100)
     assert has_audio(path)
+    assert top_level_boxes(path).index(b"moov") < top_level_boxes(path).index(b"mdat"), \
+        "the index first (faststart), so a browser plays before the whole file is in"
     window = read_audio(path, 0.25, 0.5, 16000)
     assert window.shape == (2, 8000) and window.dtype == np.float32
     assert 0.2 < float(np.abs(window).max()) < 0.6

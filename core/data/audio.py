@@ -92,7 +92,9 @@ def write_audio_track(video: Path | str, waveform: Any, rate: int) -> None:
     samples = np.clip(np.asarray(waveform, dtype=np.float32), -1.0, 1.0)
     layout = "mono" if samples.shape[0] == 1 else "stereo"
     with atomic_path(video, temp=video.name + ".tmp.mp4") as tmp, \
-            av.open(str(video), "r") as source, av.open(str(tmp), "w") as out:
+            av.open(str(video), "r") as source, \
+            av.open(str(tmp), "w", format="mp4", options={"movflags": "+faststart"}) as out:
+        # faststart, as write_video: the index first, so a browser plays before the end
         in_video = source.streams.video[0]
         out_video = out.add_stream_from_template(in_video)
         out_audio = out.add_stream("aac", rate=rate, layout=layout)

@@ -91,13 +91,15 @@ def chromium() -> str:
 
 
 @contextlib.contextmanager
-def browser_page(url: str, width: int = 1280, height: int = 800) -> Iterator[object]:
-    """One headless Chromium page on `url` (a module fixture keeps it for its tests)."""
+def browser_page(url: str, width: int = 1280, height: int = 800,
+                 args: tuple[str, ...] = ()) -> Iterator[object]:
+    """One headless Chromium page on `url` (a module fixture keeps it for its tests);
+    `args`: Chromium switches beside CHROMIUM_ARGS."""
     from playwright.sync_api import sync_playwright
 
     executable = chromium()
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        browser = p.chromium.launch(executable_path=executable, args=[*CHROMIUM_ARGS, *args])
         try:
             page = browser.new_page(viewport={"width": width, "height": height})
             page.set_default_timeout(60_000)

@@ -203,6 +203,13 @@ def folder_class_name(path: str) -> str | None:
         return None
 
 
+def pipeline_class_or(path: str, wanted: str, default: str) -> str:
+    """`wanted` where model.path `path` (a folder, or a hub id whose model_index.json is
+    in the local hub cache) names that pipeline class, else `default`: the class a family
+    with variants (image-to-video beside text-to-video) loads the folder with."""
+    return wanted if folder_class_name(path) == wanted else default
+
+
 def names_pipeline(path: str, pipeline: str, tiny_name: str) -> bool:
     """Whether model.path `path` is a `pipeline` model: its folder (or cached hub id)
     names that class, or it is `tiny:<tiny_name>`, the tiny model built as one. A

@@ -58,15 +58,14 @@ from core.models.families.hunyuan_video15.i2v import (
     I2V_PIPELINE,
     condition_inputs,
     encode_condition,
-    folder_pipeline_class,
     i2v_components,
     is_i2v,
-    model_takes_first_image,
 )
 from core.models.families.hunyuan_video15.text import encode, unpack
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
 from core.models.modules import encode_latents, freeze, unwrap
+from core.models.source import names_pipeline, pipeline_class_or
 
 ATTENTION = ("to_q", "to_k", "to_v", r"to_out\.0", "add_q_proj", "add_k_proj", "add_v_proj",
              "to_add_out")
@@ -160,7 +159,7 @@ class HunyuanVideo15Family(FlowFamily):
     def takes_first_image(self, model: Any) -> bool:
         """An image-to-video model (i2v.py): validation.control_images gives each
         validation prompt its first frame."""
-        return model_takes_first_image(model.path)
+        return names_pipeline(model.path, I2V_PIPELINE, "hunyuan_video15_i2v")
 
     def _pretrained_class(self, path: str, kind: loading.SourceKind) -> Any:
         """The folder's own pipeline (image-to-video where model_index.json names it,
@@ -168,7 +167,7 @@ class HunyuanVideo15Family(FlowFamily):
         from core.models.families.hunyuan_video15.pipelines import validation_pipeline_class
 
         return validation_pipeline_class(
-            folder_pipeline_class(path, kind, self.pipeline_class_name))
+            pipeline_class_or(path, I2V_PIPELINE, self.pipeline_class_name))
 
     def _pipeline_class(self) -> Any:
         """pipelines.py's subclass: it loads the folder as diffusers' pipeline does and

@@ -68,12 +68,11 @@ from core.models import loading
 from core.models.base import Components, NoiseSample
 from core.models.families.wan.expert_checks import BOTH, expert_problems, run_refusal
 from core.models.families.wan.i2v import (
+    I2V_PIPELINE,
     condition_inputs,
     encode_condition,
-    folder_pipeline_class,
     i2v_components,
     is_i2v,
-    model_takes_first_image,
 )
 from core.models.families.wan.pipelines import validation_pipeline_class
 from core.models.families.wan.ti2v import (
@@ -86,6 +85,7 @@ from core.models.families.wan.ti2v import (
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
 from core.models.modules import encode_causal_latents, freeze, unwrap
+from core.models.source import names_pipeline, pipeline_class_or
 
 ATTENTION = ["attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
              "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0"]
@@ -164,14 +164,15 @@ class WanFamily(FlowFamily):
         return c
 
     def takes_first_image(self, model: Any) -> bool:
-        return model_takes_first_image(model.path)
+        return names_pipeline(model.path, I2V_PIPELINE, "wan_i2v")
 
     def _pretrained_class(self, path: str, kind: loading.SourceKind) -> Any:
         """The folder's own pipeline class: WanImageToVideoPipeline where model_index.json
         names it (i2v.py), WanPipeline otherwise."""
         import diffusers
 
-        return getattr(diffusers, folder_pipeline_class(path, kind, self.pipeline_class_name))
+        return getattr(diffusers,
+                       pipeline_class_or(path, I2V_PIPELINE, self.pipeline_class_name))
 
     def _components_from_pipeline(self, pipe: Any, source: str, fp: str) -> Components:
         """One transformer (Wan 2.1, Wan 2.2 TI2V-5B), or Wan 2.2's two experts as one
@@ -366,8 +367,6 @@ class WanFamily(FlowFamily):
 
     @staticmethod
     def _pipeline_name(c: Components) -> str:
-        from core.models.families.wan.i2v import I2V_PIPELINE
-
         return I2V_PIPELINE if is_i2v(c) else "WanPipeline"
 
     def validation_scheduler(self, c: Components) -> Any:

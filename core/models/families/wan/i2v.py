@@ -50,24 +50,6 @@ def is_i2v(c: Components) -> bool:
     return isinstance(c, WanI2VComponents)
 
 
-def folder_pipeline_class(path: str, kind: str, default: str) -> str:
-    """The pipeline class model_index.json names for a folder (or a hub id in the local
-    hub cache) when it is I2V_PIPELINE; `default` otherwise. `kind` is the source's kind:
-    only a folder or a hub id has one to read."""
-    from core.models.source import folder_class_name
-
-    named = folder_class_name(path) if kind in ("folder", "hub") else None
-    return I2V_PIPELINE if named == I2V_PIPELINE else default
-
-
-def model_takes_first_image(model_path: str) -> bool:
-    """An image-to-video folder (or hub id in the local cache) or tiny:wan_i2v:
-    validation.control_images then gives each prompt its first frame."""
-    from core.models.source import names_pipeline
-
-    return names_pipeline(model_path, I2V_PIPELINE, "wan_i2v")
-
-
 def i2v_components(c: Components, pipe: Any, source: str) -> Components:
     """`c` as WanI2VComponents, with the image encoder/processor, when `pipe` is a
     WanImageToVideoPipeline; `c` itself otherwise. A first-last-frame model (FLF2V: its

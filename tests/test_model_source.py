@@ -77,3 +77,22 @@ def test_only_the_source_module_reads_the_model_path_prefixes() -> None:
              for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
              if pattern.search(line)]
     assert found == [], found
+
+
+def test_a_folder_names_the_pipeline_variant_it_loads_with(tmp_path: Path) -> None:
+    """pipeline_class_or: the image-to-video class where model_index.json names it, the
+    family's default for another folder and for what has no model_index.json to read."""
+    import json
+
+    from core.models.source import names_pipeline, pipeline_class_or
+
+    i2v, t2v = tmp_path / "i2v", tmp_path / "t2v"
+    for folder, name in ((i2v, "WanImageToVideoPipeline"), (t2v, "WanPipeline")):
+        folder.mkdir()
+        (folder / "model_index.json").write_text(json.dumps({"_class_name": name}))
+    wanted = "WanImageToVideoPipeline"
+    assert pipeline_class_or(str(i2v), wanted, "WanPipeline") == wanted
+    assert pipeline_class_or(str(t2v), wanted, "WanPipeline") == "WanPipeline"
+    assert pipeline_class_or("tiny:wan", wanted, "WanPipeline") == "WanPipeline"
+    assert names_pipeline(str(i2v), wanted, "wan_i2v") and names_pipeline("tiny:wan_i2v",
+                                                                          wanted, "wan_i2v")

@@ -68,6 +68,54 @@ def test_the_served_status_tracker_stops_its_timer_with_its_element() -> None:
         "this Gradio's status tracker has another shape: update ui/gradio_fixes.py"
 
 
+def test_the_served_layout_lookup_finds_the_node_gradios_walk_finds(app) -> None:
+    """ui/gradio_fixes.py indexes Gradio's layout lookup: on a tree with repeated ids it
+    answers what Gradio's own walk answers (the first node in the walk's order, null for
+    an id not there), and once the task has ended it sees a replaced subtree."""
+    import re
+
+    import gradio
+
+    from ui.gradio_fixes import INDEXED_LOOKUP, LOOKUP, LOOKUP_MARK, patch_layout_lookup
+
+    assets = Path(gradio.__file__).parent / "templates/frontend/assets"
+    (core,) = glob.glob(str(assets / "core-*.js"))
+    source = Path(core).read_text(encoding="utf-8")
+    patched = patch_layout_lookup(source)
+    assert patched is not None and patched.count(LOOKUP_MARK) == 1, \
+        "this Gradio's layout lookup has another shape: update ui/gradio_fixes.py"
+    original = LOOKUP.search(source)
+    walk = re.sub(rf"\b{re.escape(original[1])}\(", "walk(", original[0])
+    page = app[2].new_page()
+    try:
+        found = page.evaluate(f"""async () => {{
+            {walk} {INDEXED_LOOKUP.format(name="indexed")}
+            let seed = 7;
+            const rand = (n) => (seed = (seed * 1103515245 + 12345) % 2147483648) % n;
+            // 400 nodes, level by level, 1 to 4 children each; 300 ids, so some repeat
+            const root = {{id: rand(300), children: []}};
+            const queue = [root];
+            let made = 1;
+            for (let i = 0; made < 400; i++) {{
+                for (let k = 0; k <= i % 4 && made < 400; k++, made++) {{
+                    const child = {{id: rand(300), children: []}};
+                    queue[i].children.push(child);
+                    queue.push(child);
+                }}
+            }}
+            const ids = [...Array(320).keys()];
+            const same = ids.every((id) => walk(root, id) === indexed(root, id));
+            root.children = [{{id: 5000, children: []}}];
+            await new Promise((done) => setTimeout(done, 0));
+            return {{same, made, replaced: indexed(root, 5000) !== null
+                     && indexed(root, 5000) === walk(root, 5000)}};
+        }}""")
+    finally:
+        page.close()
+    assert found["made"] >= 300, found  # a tree of that size, with ids repeated
+    assert found["same"] and found["replaced"], found
+
+
 def test_an_idle_page_draws_no_animation_frames(page) -> None:
     """Between two idle ticks (10 s apart, each a request and a few frames of its
     trackers) the page draws nothing: a stretch of 3 s without an animation frame. A

@@ -169,6 +169,6 @@ def launch_app(ctx: AppContext, *, server_name: str = "127.0.0.1", port: int = 7
         allowed_paths=[str(ctx.workspace)], prevent_thread_lock=prevent_thread_lock,
         quiet=quiet, show_error=True, theme=gr.themes.Soft(), css=CSS,
         footer_links=["api", "settings"],
-        # Gradio's idle animation loop, stopped (ui/gradio_fixes.py).
-        app_kwargs={"middleware": [Middleware(gradio_fixes.PatchStatusTracker)]})
+        # Gradio frontend fixes: its idle animation loop, its layout lookup (ui/gradio_fixes.py).
+        app_kwargs={"middleware": [Middleware(gradio_fixes.PatchGradioAssets)]})
     return demo, url

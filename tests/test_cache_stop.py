@@ -39,14 +39,16 @@ def test_stop_build_stops_a_build_whose_app_ignores_sigint(tmp_path: Path) -> No
             time.sleep(0.05)
         assert job.poll() is None, "the build ended before it could be stopped"
         began = time.monotonic()
-        state = job.stop(grace_s=10.0)
+        # A long grace, so a loaded machine's slow stop is not mistaken for the wait: a
+        # build that ignores the stop sits out all 30 s (and is forced).
+        state = job.stop(grace_s=30.0)
         took = time.monotonic() - began
     finally:
         if job.poll() is None:
             job.stop(grace_s=1.0)
     status = read_status(job.folder.root)
     assert state == "stopped" and not status.stop_forced, status
-    assert took < 8, f"{took:.1f} s: it waited for the grace period"
+    assert took < 20, f"{took:.1f} s: it waited for the grace period"
     job.poll()
     assert job.progress.kinds["vae"].done < IMAGES
     assert "checkpoint" not in status.reason

@@ -49,6 +49,8 @@ class TrainTab(RunView):
 def build(form: Form) -> TrainTab:
     with gr.Row():
         form.section("model", advanced=False, only=MODEL_FIELDS)
+        # Then a family's own basic keys (its options.py), shown for that family only.
+        form.section("model", advanced=False)
         form.section("output")
     model_check = gr.HTML("", elem_id="model-path-check")
     with gr.Row():

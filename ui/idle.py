@@ -3,8 +3,8 @@
 Every Gradio event costs the page 150 to 300 ms of renderer time, whatever it does: each
 status change makes Gradio's frontend re-apply the loading status of every component
 that ever had one (about 300 here, the live check's inputs being the whole form), each
-a walk of the whole layout. An idle tick every 10 s kept a headless Chromium at 3.5 to
-5% of a core with nothing running.
+a walk of the whole layout. An idle tick every 10 s kept a headless Chromium at 2 to 5%
+of a core with nothing running (docs/performance.md: 0.5 to 1.9% with this).
 
 So at idle the page's timer (ui/pace.py) stops, and a small script (`POLL_JS`) asks
 `GET /dt/changes` every POLL_S seconds for one number that grows whenever something an

@@ -31,25 +31,34 @@ TARGET_RPS = 0.3
 SETTLE_S = 15.0  # the form's own events after it is filled, and the first ticks
 
 
-def cpu_seconds(pids: list[int]) -> float:
+def cpu_seconds(pids: list[int]) -> dict[int, float]:
+    """CPU time (user + system) of each process still there."""
     import psutil  # accelerate's dependency: always there with the app
 
-    total = 0.0
+    times = {}
     for pid in pids:
         try:
             t = psutil.Process(pid).cpu_times()
-            total += t.user + t.system
+            times[pid] = t.user + t.system
         except psutil.Error:
             pass
-    return total
+    return times
 
 
-def browser_pids(server_pid: int) -> list[int]:
-    """Every chromium process (the browser and its renderers); not the server."""
+def used(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds used between two `cpu_seconds`: a process that ended meanwhile (a
+    Chromium utility process) is left out, not counted as negative time."""
+    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
+
+
+def browser_pids() -> list[int]:
+    """This bench's Chromium (the browser Playwright started, its renderers, GPU and
+    utility processes: descendants of this process). Only those: another program's
+    Chromium on a shared machine (a browser test) once counted here too."""
     import psutil
 
-    return [p.pid for p in psutil.process_iter(["name", "cmdline"])
-            if p.pid != server_pid and "chrom" in (p.info["name"] or "").lower()]
+    return [p.pid for p in psutil.Process().children(recursive=True)
+            if "chrom" in p.name().lower()]
 
 
 def start_server(workspace: Path, port: int) -> subprocess.Popen:
@@ -76,8 +85,8 @@ def measure(page, seconds: float, pids: list[int]) -> tuple[float, float, float]
     page.wait_for_timeout(seconds * 1000)
     elapsed = time.monotonic() - t0
     page.remove_listener("request", on_request)
-    server = (cpu_seconds(pids[:1]) - server0) / elapsed * 100
-    browser = (cpu_seconds(pids[1:]) - browser0) / elapsed * 100
+    server = used(server0, cpu_seconds(pids[:1])) / elapsed * 100
+    browser = used(browser0, cpu_seconds(pids[1:])) / elapsed * 100
     return count[0] / elapsed, server, browser
 
 
@@ -93,11 +102,10 @@ def run(seconds: float, workspace: Path) -> None:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
             page.goto("about:blank")  # the baseline: the same browser showing nothing
             page.wait_for_timeout(SETTLE_S * 1000)  # past the browser's own start
-            _, _, blank_cpu = measure(page, min(seconds, 10), [server.pid,
-                                                                *browser_pids(server.pid)])
+            _, _, blank_cpu = measure(page, min(seconds, 10), [server.pid, *browser_pids()])
             page.goto(f"http://127.0.0.1:{port}/")
             page.wait_for_selector("#check-panel .dt-ok", timeout=180_000)  # form filled
-            pids = [server.pid, *browser_pids(server.pid)]
+            pids = [server.pid, *browser_pids()]
             page.wait_for_timeout(SETTLE_S * 1000)
             rps, server_cpu, browser_cpu = measure(page, seconds, pids)
             browser.close()

@@ -1,8 +1,9 @@
 """The page in a browser, issue 40's cosmetic items: an idle page draws no animation
 frames (Gradio's page loader left a status timer running at 60 frames a second, about
-10% of a core: ui/gradio_fixes.py); a dropdown left with Tab closes its options; long
-captions show whole in the preview table and as the gallery labels' tooltips; a loss
-series with one point shows as a dot.
+10% of a core: ui/gradio_fixes.py) and sends no Gradio event (each cost its renderer
+150 to 300 ms: ui/idle.py), yet follows a run started elsewhere; a dropdown left with
+Tab closes its options; long captions show whole in the preview table and as the
+gallery labels' tooltips; a loss series with one point shows as a dot.
 
 One app and one browser for the module; each test opens its own page.
 """
@@ -11,12 +12,16 @@ from __future__ import annotations
 
 import glob
 import itertools
+import json
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import free_port
-from test_ui_quiet_browser import settle
+from test_queue import fake_live_run
+from test_ui_quiet_browser import request_name, settle
 from test_ui_support import open_browser, running_app
 
 pytestmark = pytest.mark.slow
@@ -117,8 +122,8 @@ def test_the_served_layout_lookup_finds_the_node_gradios_walk_finds(app) -> None
 
 
 def test_an_idle_page_draws_no_animation_frames(page) -> None:
-    """Between two idle ticks (10 s apart, each a request and a few frames of its
-    trackers) the page draws nothing: a stretch of 3 s without an animation frame. A
+    """An idle page draws nothing (no tick runs; a look at the server every few seconds
+    draws no frame): a stretch of 3 s without an animation frame. A
     status timer left running draws 60 frames a second, and no such stretch exists.
     Deterministic where CPU time is not (2 busy cores)."""
     settle(page)
@@ -211,3 +216,41 @@ def test_a_loss_series_with_one_point_is_drawn_as_a_dot(app, tmp_path: Path) -> 
     assert dot[4] == "none", "a dot in the plot's corner is drawn whole, not a quarter"
     (train,) = [w for w in widths if w[0] == "train"]
     assert train[2] == "2px", "a line keeps its own width"
+
+
+def changes(url: str) -> int:
+    """The number the idle page's script watches (ui/idle.py)."""
+    with urllib.request.urlopen(url.rstrip("/") + "/dt/changes", timeout=10) as reply:
+        return json.load(reply)["changes"]
+
+
+def test_an_idle_page_sends_no_event_yet_follows_a_run_started_elsewhere(app, page) -> None:
+    """At idle the page's timer stops: for 12 s it sends no Gradio event (a queue join),
+    only its looks at /dt/changes. A run the CLI starts (a registered live run) moves
+    that number, and the page follows the run within a look and a tick of it. Last in
+    the module: the run it leaves behind would be the run a later page opens on."""
+    from ui.idle import POLL_S
+
+    ctx, url, _ = app
+    page.get_by_role("tab", name="Training").click()
+    settle(page)
+    seen: list[str] = []
+    page.on("request", lambda request: seen.append(request_name(request)))
+    page.wait_for_timeout(12_000)
+    events = [name for name in seen if name.startswith("join")]
+    looks = [name for name in seen if "/dt/changes" in name]
+    assert not events and len(looks) >= 2, seen
+    before = changes(url)
+    live, sleeper = fake_live_run(ctx.workspace, "elsewhere")
+    try:
+        while changes(url) == before:  # the server looks at most once a second
+            time.sleep(0.1)
+        moved = time.monotonic()
+        page.wait_for_function("(document.querySelector('#train-progress')?.innerText || '')"
+                               ".includes('now following runs/elsewhere')", timeout=30_000)
+        shown_s = time.monotonic() - moved
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    # A look (every POLL_S) sees the new number, then one tick (about a second here).
+    assert shown_s <= POLL_S + 4, f"the run showed {shown_s:.1f} s after the number moved"

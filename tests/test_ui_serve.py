@@ -67,7 +67,7 @@ def test_with_auth_on_a_request_without_credentials_gets_nothing(tmp_path):
     with running_app(tmp_path / "ws", auth=[("alice", "pa55word-xyz")]) as (_, url):
         base = url.rstrip("/")
         for path in ("/config", "/gradio_api/info", f"/gradio_api/file={secret_file}",
-                     "/gradio_api/queue/status"):
+                     "/gradio_api/queue/status", "/dt/changes"):
             response = httpx.get(base + path, timeout=10)
             assert response.status_code == 401, path
             assert "workspace file content" not in response.text
@@ -81,6 +81,10 @@ def test_with_auth_on_a_request_without_credentials_gets_nothing(tmp_path):
             http.post("/login", data={"username": "alice", "password": "pa55word-xyz"})
             config = http.get("/config")
             assert config.status_code == 200 and "pa55word-xyz" not in config.text
+            # The idle page's look (ui/idle.py): a number and a flag, nothing else.
+            changes = http.get("/dt/changes")
+            assert changes.status_code == 200
+            assert set(changes.json()) == {"changes", "watch"}, changes.text
             served = http.get(f"/gradio_api/file={secret_file}")
             assert served.status_code == 200, "the workspace is served to a logged-in user"
             outside = http.get(f"/gradio_api/file={Path(REPO) / 'app.py'}")

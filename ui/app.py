@@ -19,6 +19,7 @@ from core.problems import errors
 from ui import (
     api,
     gradio_fixes,
+    idle,
     pace,
     presets,
     render,
@@ -153,6 +154,7 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pa
               api_visibility="private")
     demo.load(**memory_estimate)
     demo.load(None, js=render.CAPTION_TOOLTIPS)
+    demo.load(None, js=idle.POLL_JS)  # the idle page's cheap look (ui/idle.py)
     train_tab.select(**memory_estimate)  # the caches may have been built since
     return live, preview
 
@@ -169,6 +171,9 @@ def launch_app(ctx: AppContext, *, server_name: str = "127.0.0.1", port: int = 7
         allowed_paths=[str(ctx.workspace)], prevent_thread_lock=prevent_thread_lock,
         quiet=quiet, show_error=True, theme=gr.themes.Soft(), css=CSS,
         footer_links=["api", "settings"],
-        # Gradio frontend fixes: its idle animation loop, its layout lookup (ui/gradio_fixes.py).
-        app_kwargs={"middleware": [Middleware(gradio_fixes.PatchGradioAssets)]})
+        # Gradio frontend fixes: its idle animation loop, its layout lookup
+        # (ui/gradio_fixes.py); the idle page's look at the workspace (ui/idle.py), first
+        # among the routes, behind the login.
+        app_kwargs={"middleware": [Middleware(gradio_fixes.PatchGradioAssets)],
+                    "routes": [idle.route(ctx, login=bool(auth))]})
     return demo, url

@@ -9,6 +9,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 from conftest import small_config
 
 from core import ops
@@ -26,6 +27,7 @@ def _started_as_from_a_background_shell(cfg, workspace: Path):
         signal.signal(signal.SIGINT, previous)
 
 
+@pytest.mark.slow
 def test_stop_build_stops_a_build_whose_app_ignores_sigint(tmp_path: Path) -> None:
     from safetensors import safe_open
 

@@ -83,6 +83,7 @@ def caption_in_process(ws: Path, cfg: Path, capsys: pytest.CaptureFixture[str]
     return subprocess.CompletedProcess([], code, out.out, out.err)
 
 
+@pytest.mark.slow
 def test_caption_stage_fills_missing_captions_and_touches_no_existing_one(
         tmp_path: Path, captioner_dir: Path) -> None:
     ws, paths = workspace_with(tmp_path, captioner_dir)
@@ -194,6 +195,7 @@ def test_dataset_tab_has_a_caption_area_with_every_captioning_key(tmp_path: Path
     assert {"caption-start", "caption-stop", "caption-log"} <= ids
 
 
+@pytest.mark.slow
 def test_the_ui_action_runs_the_same_job_for_the_selected_dataset(
         tmp_path: Path, captioner_dir: Path) -> None:
     from core.config import load_config

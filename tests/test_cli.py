@@ -76,6 +76,7 @@ def test_check_prints_errors_then_warnings_then_summary_and_exits_2(tmp_path: Pa
     assert tree(tmp_path) == before, "--stage check must create and change nothing"
 
 
+@pytest.mark.slow
 def test_check_of_a_clean_config_exits_0(tmp_path: Path):
     write_shapes(tmp_path / "data/a", 4)
     cfg = Config(datasets=[DatasetConfig(id="a", images="data/a", vae_cache="cache/a",

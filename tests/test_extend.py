@@ -53,6 +53,7 @@ def test_resume_of_a_done_run_is_refused_naming_max_steps_and_changes_nothing(
     assert smaller.value.problems[0].where == "train.max_steps"
 
 
+@pytest.mark.slow
 def test_extend_keeps_the_final_lora_and_resumes_with_the_larger_max_steps(
         tmp_path: Path, fake_trainer):  # noqa: F811
     workspace = tmp_path / "ws"
@@ -69,6 +70,7 @@ def test_extend_keeps_the_final_lora_and_resumes_with_the_larger_max_steps(
                for p in launched.warnings)
 
 
+@pytest.mark.slow
 def test_headless_resume_with_a_larger_max_steps_extends_a_done_run(
         tmp_path: Path, fake_trainer, capsys: pytest.CaptureFixture[str]):  # noqa: F811
     from core.headless import run_headless

@@ -250,6 +250,7 @@ def test_the_24gb_preset_estimates_under_its_card(tmp_path: Path) -> None:
     assert any(line.startswith("  host memory: ") for line in memory.lines())
 
 
+@pytest.mark.slow
 def test_headless_run_trains_on_clips_and_writes_its_lora_and_videos(
         tmp_path: Path, tiny_workspace: Path) -> None:
     """`app.py --no-ui --stage all` on tiny:hunyuan_video15: two 9-frame clips checked,

@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import pytest
+
 from core.runs.follow import RunFollower
 from core.runs.progress import format_step_line
 from core.runs.tail import last_lines
@@ -80,6 +82,7 @@ def test_library_advisories_are_dropped_and_other_warnings_kept():
     assert len(logging.getLogger(names[0]).filters) == 1
 
 
+@pytest.mark.slow
 def test_library_notices_are_dropped_in_a_fresh_process():
     """bitsandbytes (requirements.txt) logs at import, on CPUs with AVX-512 BF16, that an
     optional hub kernel is missing; the launched programs import it through diffusers.

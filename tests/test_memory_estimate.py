@@ -418,6 +418,7 @@ def test_the_validation_phase_grows_with_its_resolution_and_goes_without_prompts
 # ---------------------------------------------------------------- activation calibration
 
 
+@pytest.mark.slow
 def test_activation_formula_matches_a_fake_tensor_measurement_of_full_size_sd15() -> None:
     """The calibration of memory_activations.py, pinned on its cheapest case: full-size
     SD1.5 at 512 px, batch 1, no checkpointing (fake tensors: seconds, no memory). The

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from core.runs.memory import GIB, MIB, fmt_bytes, format_memory, memory_phases
 from core.train import memory as memory_mod
 from core.train.memory import MEMORY_PHASES, MemoryTracker, host_rss_bytes
@@ -98,6 +100,7 @@ def test_cuda_tracker_on_faked_cuda_counters_splits_peaks_and_keeps_the_run_peak
     assert tracker.snapshot("peak")["device_bytes"] == 10 * GIB
 
 
+@pytest.mark.slow
 def test_a_launch_measures_its_first_eval_validation_and_checkpoint_apart(tmp_path: Path):
     """Each launch: the four phases, and its first eval, validation round and checkpoint
     once each, though the run has several of each (a resume measures its own)."""

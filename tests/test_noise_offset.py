@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import step_losses
 
 
+@pytest.mark.slow
 def test_noise_offset_changes_the_noise_the_loop_trains_on(tmp_path: Path,
                                                            tiny_workspace: Path) -> None:
     plain = step_losses(tmp_path / "plain", 3, noise_offset=0.0)

@@ -46,6 +46,7 @@ def resumed_command(run_dir: Path) -> str:
     return RunFolder(run_dir).command.read_text(encoding="utf-8").strip()
 
 
+@pytest.mark.slow
 def test_ui_api_and_headless_resume_launch_the_same_command(tmp_path: Path, fake_trainer):
     from core.runs.prepare import prepare_run_dir
     from ui import actions
@@ -117,6 +118,7 @@ def test_headless_cache_stage_runs_under_the_run_manager_and_logs_to_cache_log(
     assert read_status(jobs[-1]).state == "done"
 
 
+@pytest.mark.slow
 def test_a_launch_over_its_card_says_so_with_the_swap_that_fits(tmp_path: Path, fake_trainer):
     """A run whose estimate is more than the card (launch.gpu_memory_gib here) starts
     with the estimate's warning beside it, naming the setting that would fit, before the

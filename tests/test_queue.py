@@ -316,6 +316,7 @@ def test_runs_tab_delete_needs_the_tick_then_deletes_and_relists(tmp_path: Path)
         ctx.close()
 
 
+@pytest.mark.slow
 def test_the_followed_view_stays_on_the_live_run_then_moves_to_the_one_the_queue_starts(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """The UI's view logic without a browser (tests/test_ui_runs_browser.py has the

@@ -185,6 +185,7 @@ def test_resume_without_a_run_says_so(tmp_path):
 # ---------------------------------------------------------------- real processes
 
 
+@pytest.mark.slow
 def test_accelerate_launch_runs_to_done_with_log_command_and_events(tmp_path):
     cfg = make_cfg(cpu=True)
     run_dir = tmp_path / "runs" / "demo"
@@ -204,6 +205,7 @@ def test_accelerate_launch_runs_to_done_with_log_command_and_events(tmp_path):
     assert [r.state for r in list_runs(tmp_path)] == ["done"]
 
 
+@pytest.mark.slow
 def test_stop_kills_every_process_including_an_orphan_in_its_own_session(tmp_path, reaper):
     """Through accelerate: the trainer saves on SIGINT; its grandchild ignores SIGINT and
     SIGTERM and left the process group (setsid), so only the run token finds it."""
@@ -235,6 +237,7 @@ def test_stop_kills_every_process_including_an_orphan_in_its_own_session(tmp_pat
     assert status.state == "stopped" and status.stop_forced is True
 
 
+@pytest.mark.slow
 def test_stop_escalates_to_sigkill_when_the_trainer_ignores_sigint_and_sigterm(tmp_path,
                                                                               reaper):
     run_dir = tmp_path / "run"
@@ -307,6 +310,7 @@ def test_restarted_manager_finds_live_run_and_marks_killed_run_failed(tmp_path, 
     json.dumps([r.status.to_dict() for r in list_runs(tmp_path)])  # plain data for the UI
 
 
+@pytest.mark.slow
 def test_two_cpu_processes_both_ranks_get_sigint_and_save(tmp_path, reaper):
     """torchrun (inside accelerate launch) starts each rank in its own session; a group
     signal would miss them. Both ranks must get SIGINT from us and stop cleanly, and the
@@ -333,6 +337,7 @@ def test_two_cpu_processes_both_ranks_get_sigint_and_save(tmp_path, reaper):
     assert log.count("stop requested at step") == 2  # each rank finished its step and saved
 
 
+@pytest.mark.slow
 def test_leftover_process_after_a_finished_run_is_killed(tmp_path, reaper):
     """A process the trainer leaked (orphaned, ignoring SIGINT/SIGTERM) must not keep the
     run "running" or hold the GPU after the trainer finished."""

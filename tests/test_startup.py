@@ -26,6 +26,7 @@ def _train(folder: Path, **train: object) -> list[dict]:
     return train_events(cfg, folder)
 
 
+@pytest.mark.slow
 def test_startup_event_names_each_phase_and_step_0_eval_only_when_asked(tmp_path, capsys):
     quiet = _train(tmp_path / "default")
     assert [e["step"] for e in quiet if e["type"] == "eval"] == [2], "no step-0 eval"
@@ -53,6 +54,7 @@ def test_a_run_leaves_out_bitsandbytes_and_torchao_unless_it_uses_them():
     assert unused_optional_libraries("prodigy", "fp8") == ["bitsandbytes"]
 
 
+@pytest.mark.slow
 def test_peft_and_diffusers_work_with_the_unused_libraries_left_out():
     """The trainer's own process skips them before importing anything: peft still adds a
     LoRA to a diffusers model, and neither library was imported."""

@@ -14,6 +14,7 @@ from tests.fixtures.fake_trainer import save_fake_checkpoint
 from tests.test_ops import fake_trainer, workspace_config  # noqa: F401 (a fixture)
 
 
+@pytest.mark.slow
 def test_open_fills_the_form_and_resume_of_a_done_run_offers_extend(
         tmp_path: Path, fake_trainer):  # noqa: F811
     import gradio as gr

@@ -91,6 +91,7 @@ def test_with_auth_on_a_request_without_credentials_gets_nothing(tmp_path):
             assert outside.status_code == 403, "nothing outside the workspace is served"
 
 
+@pytest.mark.slow
 def test_the_start_banner_names_this_apps_share_flag_not_gradios_argument(tmp_path):
     import select
 

@@ -60,20 +60,34 @@ def build_bar(ctx: AppContext) -> PresetBar:
     return PresetBar(source, load, message, undo, gr.State(None))
 
 
+# The texts the checks wrote into the view that still count as theirs: checks overlap
+# (the live check on each change, and again after a fill), so the view a check reads may
+# be one an earlier check wrote, not yet replaced by the last one's.
+WRITTEN_KEPT = 8
+
+
+def written_texts(value: Any) -> tuple[str, ...]:
+    """The view's texts the checks wrote, oldest first (the `rendered` State)."""
+    if isinstance(value, str):
+        return (value.strip(),) if value.strip() else ()
+    return tuple(value or ())
+
+
 def toml_view(cfg: Any, data: dict[Any, Any], tab: ConfigTab) -> dict[Any, Any]:
     """The TOML view's update for the form's config `cfg`: the config's TOML, unless
-    the view holds edits not yet applied (it differs from what was last written), which
-    stay until Apply."""
+    the view holds edits not yet applied (text no check wrote there), which stay until
+    Apply. An empty view, or one an earlier check wrote, is no edit: a page opened or
+    reloaded shows its form's TOML even when a second check overtakes the first."""
     # The browser's editor may give the text back without its final newline.
-    shown, rendered = (data[tab.toml] or "").strip(), (data[tab.rendered] or "").strip()
-    if rendered and shown != rendered:
+    shown, written = (data[tab.toml] or "").strip(), written_texts(data[tab.rendered])
+    if shown and written and shown not in written:
         return {tab.toml: gr.skip(), tab.rendered: gr.skip()}
     text = presets.toml_text(cfg)
     # Unchanged: nothing sent, so a check that read the view just before the user typed
     # (a slow one, in flight) cannot put the old text back over the edit.
-    if rendered and text.strip() == rendered:
+    if written and text.strip() == written[-1]:
         return {tab.toml: gr.skip(), tab.rendered: gr.skip()}
-    return {tab.toml: text, tab.rendered: text}
+    return {tab.toml: text, tab.rendered: (*written, text.strip())[-WRITTEN_KEPT:]}
 
 
 def build_tab() -> ConfigTab:
@@ -94,7 +108,7 @@ def build_tab() -> ConfigTab:
                          "then Apply)", language=None, lines=20, interactive=True,
                    elem_id="config-toml", buttons=["copy"])
     return ConfigTab(name, save, export, download, upload, toml, message, apply,
-                     apply_message, gr.State(""))
+                     apply_message, gr.State(()))
 
 
 # After Export wrote the file into the File box: its link clicked, so one click downloads.
@@ -147,7 +161,7 @@ def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
         return {**filled(cfg, ["applied the TOML to the form"], data),
                 tab.apply_message: render.message_html("the form now holds this TOML", "ok"),
                 # Applied: no edits left, so the check writes the form's TOML again.
-                tab.rendered: data[tab.toml]}
+                tab.rendered: written_texts(data[tab.toml] or "")}
 
     @guarded("Undo the load", inline=bar.message)
     def undo(before: Any) -> dict[Any, Any]:

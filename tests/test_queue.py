@@ -316,6 +316,56 @@ def test_runs_tab_delete_needs_the_tick_then_deletes_and_relists(tmp_path: Path)
         ctx.close()
 
 
+def test_a_run_deleted_while_a_tick_reads_it_shows_as_deleted_not_as_a_failure(
+        tmp_path: Path):
+    """The Delete button's "was deleted" must not be hidden by a tick that was reading
+    the run (a clean-clone make test saw the Training tab stay on the stale view): a
+    tick whose folder goes under it says "was deleted", and Delete waits for a tick
+    that is reading the followed run before it removes the folder."""
+    import threading
+
+    from ui import run_views
+    from ui.app import build_app
+    from ui.context import AppContext
+
+    ws = tmp_path / "ws"
+    ctx = AppContext(ws, monitor=False)
+    view = run_views.RunView(*(object() for _ in range(7)))  # keys only: no Blocks needed
+    try:
+        run_dir = finished_run(ws, "old")
+        f = run_views.follow(ctx, run_dir)
+        read = f.follower.poll
+
+        def deleted_under_the_reader():
+            ops.delete_run(run_dir, ws, confirm=True)
+            return read()
+
+        f.follower.poll = deleted_under_the_reader
+        out = run_views.tick(ctx, view, f)
+        assert out[view.following] is None
+        assert "runs/old was deleted" in out[view.progress], out[view.progress]
+        assert not run_dir.exists(), "following a deleted run does not make its folder again"
+
+        again = finished_run(ws, "again")
+        demo = build_app(ctx)
+        delete = next(d.fn for d in demo.fns.values() if d.fn and d.fn.__name__ == "delete")
+        f = run_views.follow(ctx, again)
+        f.busy.acquire()  # a tick reading it
+        done: list[dict] = []
+        deleting = threading.Thread(target=lambda: done.append(
+            delete(str(again.resolve()), True, f)))
+        deleting.start()
+        deleting.join(timeout=1.0)
+        assert again.is_dir() and not done, "Delete waits for the tick reading the run"
+        f.busy.release()
+        deleting.join(timeout=30)
+        assert not again.exists() and f.deleted
+        assert any("runs/again was deleted" in str(v) for v in done[0].values())
+        assert run_views.changed_views(ctx, view, f) == {}, "nothing read from a gone run"
+    finally:
+        ctx.close()
+
+
 @pytest.mark.slow
 def test_the_followed_view_stays_on_the_live_run_then_moves_to_the_one_the_queue_starts(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

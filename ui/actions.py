@@ -160,6 +160,7 @@ def delete_run(ctx: AppContext, run_dir: str | Path, confirm: bool) -> Path:
     with refusals():
         path = ops.delete_run(Path(run_dir), ctx.workspace, confirm=confirm)
     ctx.forget(path)
+    ctx.watchers.drop(path)
     return path
 
 

@@ -65,8 +65,13 @@ class Pace:
     def wire(self) -> None:
         inputs = {self.timer, *(c for p in self.polls for c in p.inputs)}
         outputs = list(dict.fromkeys(c for p in self.polls for c in p.outputs))
-        gr.on([self.timer.tick, self.kick.click], self.tick, inputs, [*outputs, self.timer],
-              api_visibility="private", show_progress="hidden", concurrency_limit=None)
+        event = {"fn": self.tick, "inputs": inputs, "outputs": [*outputs, self.timer],
+                 "api_visibility": "private", "show_progress": "hidden",
+                 "concurrency_limit": None}
+        self.timer.tick(**event)  # a tick due while one runs is dropped: the next comes
+        # A kick is news the idle page learnt once (ui/idle.py): one that comes while a
+        # kick's tick runs must run after it, not be dropped as a timer's tick is.
+        self.kick.click(**event, trigger_mode="always_last")
 
     def tick(self, data: dict[Any, Any]) -> Any:
         # Liveness first: a job that ends between the two is read after its last line.

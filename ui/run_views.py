@@ -93,6 +93,7 @@ class Following:
     # Runs already live when this one was opened: a run opened on purpose beside them
     # stays in view; one that starts later (another tab's Launch, the CLI) is followed.
     live_then: set[Path] = field(default_factory=set)
+    deleted: bool = False  # set by this session's Delete, under `busy`
 
     def __post_init__(self) -> None:
         self.memory = MemoryWatch(self.follower.run_dir)
@@ -209,6 +210,8 @@ def changed_views(ctx: AppContext, view: RunView, f: Following | None) -> dict[A
     if f is None or not f.busy.acquire(blocking=False):  # a slow tick is still at it
         return {}
     try:
+        if f.deleted:
+            return {}
         fol = f.follower.poll()
         f.memory.poll()
         out: dict[Any, Any] = {}
@@ -235,7 +238,7 @@ def tick(ctx: AppContext, view: RunView, f: Following | None, message: Any = Non
     would bury the page) and is retried at the next tick. `message` (the one under
     Launch) says what became of a run this session queued once it left the queue."""
     try:
-        if f is not None and not f.run_dir.is_dir():  # deleted (here or elsewhere)
+        if was_deleted(f):
             return gone(ctx, view, f.run_dir)
         started = launched_elsewhere(ctx, f)
         if started is not None:  # another tab's Launch, or the CLI's
@@ -247,8 +250,12 @@ def tick(ctx: AppContext, view: RunView, f: Following | None, message: Any = Non
         text = queue_message(ctx, out.get(view.following, f))
         if message is not None and text is not None:
             out[message] = render.message_html(text, "info")
+        if was_deleted(f):  # while this tick read it: its views would hide the news
+            return gone(ctx, view, f.run_dir)
         return out or gr.skip()
     except Exception as exc:
+        if was_deleted(f):  # a folder going away under the reader is no failure
+            return gone(ctx, view, f.run_dir)
         log.exception("following %s failed", f.run_dir if f else None)
         if f is not None:
             f.sent.pop("status", None)  # redraw the progress once it reads again
@@ -271,6 +278,12 @@ def cleared(view: RunView, text: str) -> dict[Any, Any]:
     return {view.following: None, view.progress: render.message_html(text, "info"),
             view.log: "", view.plot: None, view.gallery: [], view.command: "",
             view.tensorboard: "", **({view.grid: ""} if view.grid is not None else {})}
+
+
+def was_deleted(f: Following | None) -> bool:
+    """Whether the followed run's folder went (this session's Delete, another's, or
+    by hand)."""
+    return f is not None and (f.deleted or not f.run_dir.is_dir())
 
 
 def gone(ctx: AppContext, view: RunView, run_dir: Path) -> dict[Any, Any]:

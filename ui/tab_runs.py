@@ -13,6 +13,7 @@ click did, and go when the list is refreshed or another run is chosen."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -261,10 +262,18 @@ def wire_changes(ctx: AppContext, tab: RunsTab, view: RunView) -> None:
         if not confirm:
             raise ActionError(f"tick \"{DELETE_LABEL.format(folder=ctx.relative(run_dir))}\""
                               " first; nothing was deleted")
-        path = actions.delete_run(ctx, run_dir or "", confirm=True)
+        mine = (following if following is not None
+                and Path(following.run_dir).resolve() == Path(run_dir or "").resolve()
+                else None)
+        # A tick reading the followed run finishes first, and none reads it while it
+        # goes: a tick's views sent after this would hide "was deleted".
+        with mine.busy if mine is not None else contextlib.nullcontext():
+            path = actions.delete_run(ctx, run_dir or "", confirm=True)
+            if mine is not None:
+                mine.deleted = True
         text = f"deleted {ctx.relative(path)}"
         out = {**runs_view(ctx, tab), tab.delete_message: render.message_html(text, "ok")}
-        if following is not None and Path(following.run_dir).resolve() == path:
+        if mine is not None:
             out.update(run_views.gone(ctx, view, path))
         return out
 

@@ -68,6 +68,8 @@ class GalleryWatcher:
 
     def start(self) -> GalleryWatcher:
         self.scan()
+        if not self.run_dir.is_dir():  # deleted: watching would have to make it again
+            return self  # scans still answer (nothing) should it come back
         try:
             self._observer = _start_observer(self)
         except Exception as exc:  # inotify limits, odd file systems: scans still work
@@ -167,7 +169,6 @@ def _start_observer(watcher: GalleryWatcher):
         def on_deleted(self, event) -> None:
             watcher.remove(Path(event.src_path))
 
-    watcher.run_dir.mkdir(parents=True, exist_ok=True)
     observer = Observer()
     observer.daemon = True
     observer.schedule(Handler(), str(watcher.run_dir), recursive=True)
@@ -195,6 +196,13 @@ class WatcherPool:
                 _, old = self._watchers.popitem(last=False)
                 old.stop()
             return watcher
+
+    def drop(self, run_dir: str | Path) -> None:
+        """Stop watching a run (its folder was deleted)."""
+        with self._lock:
+            watcher = self._watchers.pop(Path(run_dir).resolve(), None)
+        if watcher is not None:
+            watcher.stop()
 
     def close(self) -> None:
         with self._lock:

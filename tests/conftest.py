@@ -40,6 +40,13 @@ LONGEST_FILES = ("test_machines.py", "test_ui_quiet_browser.py", "test_ui_browse
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FILES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole
+    # A browser test drives a page through a server and timers on a machine that runs
+    # another worker's training beside it: one that fails gets a second try, and the
+    # summary lists it as rerun (-rR), so a race it found is seen and fixed, while one
+    # slow moment does not fail CI. A test that fails twice fails.
+    for item in items:
+        if item.path.name.endswith("_browser.py"):
+            item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=2))
 
 
 def free_port() -> int:

@@ -49,6 +49,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=2))
 
 
+FIRST_TRIES: list[tuple[str, str]] = []  # (test, why its first try failed): the summary
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.outcome == "rerun":
+        FIRST_TRIES.append((report.nodeid, report.longreprtext[-4000:]))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Why each rerun test failed at first: a rerun that passed is still a race to fix."""
+    for nodeid, why in FIRST_TRIES:
+        terminalreporter.section(f"first try of {nodeid}", sep="-")
+        terminalreporter.write_line(why)
+
+
 def free_port() -> int:
     """A TCP port free now on 127.0.0.1 (for a test's rendezvous or web server: tests run
     side by side under pytest-xdist, so none may count on accelerate's 29500)."""

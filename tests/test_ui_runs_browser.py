@@ -51,7 +51,11 @@ def text_of(elem_id: str) -> str:
 
 
 def wait_text(page, elem_id: str, part: str, timeout: float = 60_000) -> None:
-    page.wait_for_function(f"{text_of(elem_id)}.includes({part!r})", timeout=timeout)
+    try:
+        page.wait_for_function(f"{text_of(elem_id)}.includes({part!r})", timeout=timeout)
+    except Exception as exc:  # say what the page showed instead
+        shown = page.evaluate(text_of(elem_id))
+        raise AssertionError(f"#{elem_id} never showed {part!r}; it shows {shown!r}") from exc
 
 
 def tab(page, name: str) -> None:

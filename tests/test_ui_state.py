@@ -3,11 +3,13 @@ status and clearing, the run follower and the validation-image watcher."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import time
 from pathlib import Path
 
+import gradio as gr
 import pytest
 from conftest import check_in_process, small_config
 
@@ -303,3 +305,26 @@ def test_a_lone_step_0_eval_is_not_a_drawable_loss_plot() -> None:
     nan = float("nan")
     assert not drawable([(0, 0.5, "eval"), (0, nan, "train")])
     assert drawable([(0, 0.5, "eval"), (1, 0.4, "train"), (2, 0.3, "train")])
+
+
+def test_a_check_before_the_page_opened_saves_nothing_over_the_persons_form(tmp_path):
+    """Gradio may fire a change with the page's blank defaults before the opening fill
+    arrives; that check would save a blank form over the one the person left (the next
+    refresh restored it: a clean-clone run saw "images is empty" on a reloaded page)."""
+    from ui.app import build_app
+    from ui.context import AppContext
+    from ui.presets import FORM_FILE
+
+    ws = tmp_path / "ws"
+    ctx = AppContext(ws, monitor=False)
+    try:
+        demo = build_app(ctx)
+        [check] = [d for d in demo.fns.values() if d.fn and d.fn.__name__ == "live_check"][:1]
+        blank = {c: copy.deepcopy(c.value) for c in check.inputs}
+        saved = ws / FORM_FILE
+        saved.write_text("# the person's form\n", encoding="utf-8")
+        out = check.fn(blank)
+        assert saved.read_text(encoding="utf-8") == "# the person's form\n"
+        assert out == gr.skip(), "nor is the blank form checked"
+    finally:
+        ctx.close()

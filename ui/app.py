@@ -119,6 +119,8 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pa
 
     @guarded("Check")
     def live_check(data: dict[Any, Any]) -> dict[Any, Any]:
+        if data[form.datasets].unfilled:  # a change before the page opened: no form yet
+            return gr.skip()
         cfg, problems = form.read(data)
         if not problems:  # a half-typed number would be saved as its default
             with contextlib.suppress(OSError):

@@ -127,7 +127,7 @@ class Form:
     def __init__(self) -> None:
         self.fields: dict[str, gr.components.Component] = {}
         self.editor: dict[str, gr.components.Component] = {}
-        self.datasets = gr.State(DatasetList())
+        self.datasets = gr.State(DatasetList(unfilled=True))
         self.selector: gr.Radio | None = None
         # Rows that hold only tagged keys (and those keys' names), shown and hidden with
         # them: a row of hidden fields would still leave its gap in the page.

@@ -106,6 +106,9 @@ class DatasetList:
 
     items: list[DatasetConfig] = field(default_factory=list)
     selected: int = 0
+    # The page's value until the opening fill: its form is Gradio's blank defaults, which
+    # no check may read as the person's form (and save over theirs).
+    unfilled: bool = False
 
     def choices(self) -> list[tuple[str, int]]:
         return [(f"{i + 1}. {ds.id or '(no id)'}", i) for i, ds in enumerate(self.items)]

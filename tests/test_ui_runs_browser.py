@@ -62,6 +62,23 @@ def tab(page, name: str) -> None:
     page.get_by_role("tab", name=name).click()
 
 
+def unused(workspace: Path, *names: str) -> list[str]:
+    """`names`, or with a suffix when a first try of the test left folders of those names."""
+    for attempt in range(1, 10):
+        chosen = [n if attempt == 1 else f"{n}-{attempt}" for n in names]
+        if not any((workspace / "runs" / n).exists() for n in chosen):
+            return chosen
+    raise AssertionError("runs/ holds nine tries of this test")
+
+
+def load_demo(page) -> None:
+    """The demo preset into the form, as a person picks it."""
+    page.locator("#preset-source input").fill("preset: demo")
+    page.keyboard.press("Enter")
+    page.click("#preset-load")
+    wait_text(page, "preset-message", "Undo")
+
+
 def choose_run(page, name: str) -> None:
     """Pick `name` (a run folder, as the workspace names it) in the Runs tab's chooser."""
     page.click("#runs-refresh")
@@ -136,28 +153,32 @@ def test_removing_datasets_quickly_never_trips_the_choices_check(app, page):
 def test_a_queued_launch_keeps_the_running_run_in_view_then_follows_the_queue(app, page,
                                                                               shots):
     ctx, url = app
-    live, sleeper = fake_live_run(ctx.workspace)  # the GPU is taken
+    # Names of their own on a second try (a rerun finds the first try's folders)
+    first = unused(ctx.workspace, "live", "second")
+    live_name, second = f"runs/{first[0]}", f"runs/{first[1]}"
+    live, sleeper = fake_live_run(ctx.workspace, first[0])  # the GPU is taken
     try:
         page.goto(url)  # the page opens on the live run
+        load_demo(page)  # not the form the quick removals before left (under load: any)
         wait_text(page, "check-panel", "image(s)")
         set_field(page, "ds-resolution", "64")  # a small run: 2 busy CPU cores
         tab(page, "Training")
-        wait_text(page, "train-progress", "runs/live")
+        wait_text(page, "train-progress", live_name)
         page.click("#advanced button, #advanced .label-wrap")
         for elem_id, value in SMALL_RUN:
-            set_field(page, elem_id, value)
+            set_field(page, elem_id, second if elem_id == "f-output-dir" else value)
         page.wait_for_timeout(1500)  # the live check settles on the new values
         page.click("#launch")
         wait_text(page, "train-message", "queued (number 1")
         page.wait_for_timeout(2500)  # a few ticks: the view must not move
         progress = page.inner_text("#train-progress")
-        assert "runs/live" in progress and "runs/second" not in progress, progress
+        assert live_name in progress and second not in progress, progress
         assert "/tmp/" not in page.inner_text("#train-message"), "workspace-relative"
         page.locator("#train-progress").scroll_into_view_if_needed()
         page.screenshot(path=str(shots / "training-queued.png"))
         tab(page, "Runs")
         page.click("#runs-refresh")
-        page.wait_for_function(f"{text_of('runs-queue')}.includes('runs/second')")
+        page.wait_for_function(f"{text_of('runs-queue')}.includes({second!r})")
         page.locator("#runs-queue").scroll_into_view_if_needed()
         page.screenshot(path=str(shots / "runs-queue.png"))
         tab(page, "Training")
@@ -165,9 +186,9 @@ def test_a_queued_launch_keeps_the_running_run_in_view_then_follows_the_queue(ap
         sleeper.kill()
         sleeper.wait()
     # The live run ended: the queue starts the next, and the view goes with it, saying so.
-    wait_text(page, "train-progress", "now following runs/second", timeout=60_000)
-    assert "runs/live ended (failed)" in page.inner_text("#train-progress")
-    wait_text(page, "train-message", "runs/second left the queue")
+    wait_text(page, "train-progress", f"now following {second}", timeout=60_000)
+    assert f"{live_name} ended (failed)" in page.inner_text("#train-progress")
+    wait_text(page, "train-message", f"{second} left the queue")
     assert "queued" not in page.inner_text("#train-message"), "it started: not queued"
     wait_text(page, "train-progress", "done", timeout=RUN_MS)
     page.locator("#train-progress").scroll_into_view_if_needed()
@@ -182,12 +203,12 @@ def test_a_queued_launch_keeps_the_running_run_in_view_then_follows_the_queue(ap
     page.screenshot(path=str(shots / "training-validation-grid.png"))
 
     tab(page, "Runs")
-    choose_run(page, "runs/second")
+    choose_run(page, second)
     page.locator("#runs-delete-confirm input").check()
     page.click("#runs-delete")
-    wait_text(page, "runs-delete-message", "deleted runs/second")
+    wait_text(page, "runs-delete-message", f"deleted {second}")
     tab(page, "Training")
-    wait_text(page, "train-progress", "runs/second was deleted")
+    wait_text(page, "train-progress", f"{second} was deleted")
     assert "done" not in page.inner_text("#train-progress"), "a deleted run is not done"
     assert field(page, "train-log").input_value() == ""
 
@@ -206,15 +227,16 @@ def test_a_second_tab_follows_a_run_started_elsewhere(app, page):
     """Issue 40 item 13: a page open on the Training tab while nothing runs follows a run
     that starts afterwards (another tab's Launch, or the CLI: a registered live run)."""
     ctx, url = app
+    elsewhere = "runs/" + unused(ctx.workspace, "elsewhere")[0]
     other = page.context.browser.new_page(viewport={"width": 1280, "height": 800})
     try:
         other.goto(url)
         tab(other, "Training")
         other.wait_for_timeout(3000)  # the page settles on what it opened with
-        assert "runs/elsewhere" not in other.inner_text("#train-progress")
-        live, sleeper = fake_live_run(ctx.workspace, "elsewhere")
+        assert elsewhere not in other.inner_text("#train-progress")
+        live, sleeper = fake_live_run(ctx.workspace, elsewhere[5:])
         try:
-            wait_text(other, "train-progress", "now following runs/elsewhere", timeout=30_000)
+            wait_text(other, "train-progress", f"now following {elsewhere}", timeout=30_000)
         finally:
             sleeper.kill()
             sleeper.wait()

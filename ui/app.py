@@ -139,21 +139,23 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pa
     gr.on([c.change for c in fields], trigger_mode="always_last", **live)
     form.wire_family_keys()
     tab_dataset.wire(ctx, form, dataset, live)
+    # After a launch the chooser goes to the newest run: the one just launched.
     runs_refresh = {"fn": lambda: tab_runs.runs_view(ctx, runs), "inputs": None,
-                    "outputs": runs.listed(),
-                    "api_visibility": "private"}
+                    "outputs": runs.listed(), "api_visibility": "private",
+                    **tab_runs.IN_ORDER}
     memory_estimate = tab_train.wire(ctx, form, train, timer, on_launched=[runs_refresh])
     preview = tab_dataset.preview_event(ctx, form, dataset)
     # The preview depends on the family (a video family's clips, an edit family's pairs);
     # on .input only: a fill (preset, restored form) refreshes it already.
     form.fields["model.family"].input(**preview)
     tab_runs.wire(ctx, runs, train, tabs, form, after_fill=(live, preview))
-    runs_tab.select(**runs_refresh)
+    runs_tab.select(**{**runs_refresh, "inputs": [runs.choice],  # the chosen run stays
+                       "fn": lambda chosen: tab_runs.runs_view(ctx, runs, chosen)})
     tab_config.wire(ctx, form, bar, config, after_fill=[live, preview])
     tab_config.wire_opening(demo, ctx, form, bar, after_fill=[live, preview])
     demo.load(guarded("Open the page")(lambda f: tab_runs.on_load(ctx, runs, train, f)),
               [train.following], [*runs.listed(), *train.components()],
-              api_visibility="private")
+              api_visibility="private", **tab_runs.IN_ORDER)
     demo.load(**memory_estimate)
     demo.load(None, js=render.CAPTION_TOOLTIPS)
     demo.load(None, js=idle.POLL_JS)  # the idle page's cheap look (ui/idle.py)

@@ -101,6 +101,11 @@ def build() -> RunsTab:
                    cancel, file, download, confirm, delete, queue_message, delete_message)
 
 
+# The tab's events that redraw its view run one at a time in the order they were asked
+# (Gradio's queue for one concurrency id): a slow listing asked before a choice or a
+# Delete would otherwise land after them and undo what they showed.
+IN_ORDER = {"concurrency_id": "runs-view", "concurrency_limit": 1}
+
 DELETE_LABEL = "I understand this deletes {folder} and everything in it"
 
 
@@ -209,12 +214,14 @@ def wire(ctx: AppContext, tab: RunsTab, view: RunView, tabs: gr.Tabs,
     def open_run(run_dir: str | None) -> dict[Any, Any]:
         return {**open_view(ctx, tab, view, form, run_dir), tabs: gr.Tabs(selected="train")}
 
-    tab.refresh.click(refresh, [tab.choice], tab.listed(), api_visibility="private")
+    tab.refresh.click(refresh, [tab.choice], tab.listed(), api_visibility="private",
+                      **IN_ORDER)
     tab.choice.input(guarded("Chosen run")(lambda d: chosen_view(ctx, tab, d)), [tab.choice],
-                     tab.chosen(), api_visibility="private")
+                     tab.chosen(), api_visibility="private", **IN_ORDER)
     tab.file.input(guarded("Download", inline=tab.message)(
         lambda d, p: {tab.download: download_view(ctx, d, p), tab.message: ""}),
-        [tab.choice, tab.file], [tab.download, tab.message], api_visibility="private")
+        [tab.choice, tab.file], [tab.download, tab.message], api_visibility="private",
+        **IN_ORDER)
     opened = tab.open.click(open_run, [tab.choice],
                             [*view.components(), tabs, tab.message,
                              *(form.outputs() if form is not None else [])],
@@ -249,11 +256,11 @@ def wire_changes(ctx: AppContext, tab: RunsTab, view: RunView) -> None:
 
     outs = tab.listed()
     tab.up.click(queue_action("Move up", move(-1)), [tab.choice], outs,
-                 api_visibility="private")
+                 api_visibility="private", **IN_ORDER)
     tab.down.click(queue_action("Move down", move(1)), [tab.choice], outs,
-                   api_visibility="private")
+                   api_visibility="private", **IN_ORDER)
     tab.cancel.click(queue_action("Cancel queued run", cancel), [tab.choice], outs,
-                     api_visibility="private")
+                     api_visibility="private", **IN_ORDER)
 
     @guarded("Delete run", inline=tab.delete_message)
     def delete(run_dir: str | None, confirm: bool, following: Any) -> dict[Any, Any]:
@@ -278,7 +285,7 @@ def wire_changes(ctx: AppContext, tab: RunsTab, view: RunView) -> None:
         return out
 
     tab.delete.click(delete, [tab.choice, tab.confirm, view.following],
-                     [*outs, *view.components()], api_visibility="private")
+                     [*outs, *view.components()], api_visibility="private", **IN_ORDER)
 
 
 def on_load(ctx: AppContext, tab: RunsTab, view: RunView, following: Any) -> dict[Any, Any]:

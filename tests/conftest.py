@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -47,6 +48,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.name.endswith("_browser.py"):
             item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=2))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The memory estimate's disk cache (core/models/memory_sizes_cache.py) in a folder
+    of this session, shared by its workers and their subprocesses, not in ~/.cache."""
+    if not hasattr(config, "workerinput") and "DT_CACHE_DIR" not in os.environ:
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="dt-test-cache-")
+        os.environ["DT_CACHE_DIR"] = folder
+        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
 FIRST_TRIES: list[tuple[str, str]] = []  # (test, why its first try failed): the summary

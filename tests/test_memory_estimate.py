@@ -371,6 +371,7 @@ def test_the_configs_are_read_once_until_they_change(tmp_path: Path, monkeypatch
 
     from core.models import memory_model
 
+    monkeypatch.setenv("DT_CACHE_DIR", str(tmp_path / "cache"))  # this test's own
     built = []
     real = memory_model._meta_module
     monkeypatch.setattr(memory_model, "_meta_module",
@@ -394,6 +395,40 @@ def test_the_configs_are_read_once_until_they_change(tmp_path: Path, monkeypatch
         '"num_layers": 5', '"num_layers": 6'), encoding="utf-8")
     estimate(1024)
     assert len(built) == 2 * reads
+    memory_model._read_sizes.cache_clear()  # as a new process: the disk has the sizes
+    estimate(512)
+    assert len(built) == 2 * reads, "a new process reads the sizes from the disk"
+    assert len(list((tmp_path / "cache/memory-sizes").glob("*.json"))) == 2
+
+
+def test_a_second_check_in_a_new_process_imports_no_diffusers(workspace: Path,
+                                                            tmp_path: Path) -> None:
+    """The check's estimate builds meta-device models once per state of the configs;
+    a later `--stage check` (each headless run starts with one) reads the sizes from
+    the disk cache instead of importing diffusers and transformers (seconds of CPU)."""
+    import os
+    import subprocess
+    import sys
+
+    write_shapes(workspace / "data/a", 2)
+    cfg = tiny_config("sd15")
+    path = tmp_path / "run.toml"
+    save_config(cfg, path)
+    env = {**os.environ, "DT_CACHE_DIR": str(tmp_path / "cache")}
+
+    def check() -> tuple[str, str]:
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", str(REPO / "app.py"), "--no-ui",
+             "--config", str(path), "--stage", "check", "--workspace", str(workspace)],
+            capture_output=True, text=True, env=env, timeout=300)
+        line = next((x for x in done.stdout.splitlines() if MEMORY_LINE.match(x)), "")
+        imported = {x.rsplit("|", 1)[-1].strip() for x in done.stderr.splitlines()}
+        assert line, done.stdout[-2000:] + done.stderr[-2000:]
+        return line, "diffusers" if "diffusers" in imported else ""
+
+    first, second = check(), check()
+    assert first == (first[0], "diffusers"), "the first check builds the models"
+    assert second == (first[0], ""), "the second reads what the first counted"
 
 
 def test_the_validation_phase_grows_with_its_resolution_and_goes_without_prompts() -> None:

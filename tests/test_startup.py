@@ -6,6 +6,7 @@ tests/test_train.py."""
 from __future__ import annotations
 
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -83,7 +84,7 @@ print(trained, sys.modules.get("bitsandbytes"), sys.modules.get("torchao"))
 
 @pytest.mark.slow
 def test_the_headless_check_leaves_out_the_libraries_its_config_does_not_use(
-        tmp_path: Path, tiny_workspace: Path):
+        tmp_path: Path, tiny_workspace: Path, monkeypatch: pytest.MonkeyPatch):
     """`app.py --no-ui` checks one config, then follows the run in another process: its
     memory estimate adds the adapter with peft, which would import bitsandbytes and
     torchao whenever they are installed. A config that uses bitsandbytes still finds it."""
@@ -91,7 +92,9 @@ def test_the_headless_check_leaves_out_the_libraries_its_config_does_not_use(
     save_config(cfg, tmp_path / "run.toml")
 
     def loaded(*overrides: str) -> list[str]:
-        """The libraries a real `python app.py --no-ui --stage check` process holds."""
+        """The libraries a real `python app.py --no-ui --stage check` process holds,
+        counting the model (no disk cache of its sizes: peft adds the adapter)."""
+        monkeypatch.setenv("DT_CACHE_DIR", tempfile.mkdtemp(dir=tmp_path))
         done, modules = app_and_loaded_modules(
             "--no-ui", "--stage", "check", "--config", str(tmp_path / "run.toml"),
             "--workspace", str(tiny_workspace), *overrides,

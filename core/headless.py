@@ -7,7 +7,11 @@ Exit codes are the CLI contract (core/exits.py): 0 done, 2 invalid config or dat
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from core import ops
@@ -63,14 +67,31 @@ def stage_caption(cfg: Config, workspace: Path) -> int:
     return EXIT_INVALID if job.handle.returncode == EXIT_INVALID else code
 
 
+@contextlib.contextmanager
+def deferred_interrupt() -> Iterator[list[bool]]:
+    """A Ctrl-C while a run starts is noted, not raised: raised there, it would leave
+    the launcher (in its own session) running with nobody following it."""
+    asked: list[bool] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield asked
+        return
+    previous = signal.signal(signal.SIGINT, lambda *_: asked.append(True))
+    try:
+        yield asked
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def stage_train(cfg: Config, workspace: Path, resume: str | None,
                 checked: ops.CheckReport) -> int:
     """Start the trainer under accelerate launch (it builds missing cache entries first)."""
-    launched = ops.launch(cfg, workspace, resume=resume, checked=checked)
-    for problem in launched.folder_notes:  # the check's warnings are printed already
-        say(str(problem))
-    say(f"== train: {launched.run_dir} (log: {launched.handle.folder.log})")
-    state, code = ops.follow_in_terminal(launched.handle, sys.stdout, FOLLOW_GRACE_S)
+    with deferred_interrupt() as asked:  # once started, a Ctrl-C stops it: no orphan
+        launched = ops.launch(cfg, workspace, resume=resume, checked=checked)
+        for problem in launched.folder_notes:  # the check's warnings are printed already
+            say(str(problem))
+        say(f"== train: {launched.run_dir} (log: {launched.handle.folder.log})")
+    state, code = ops.follow_in_terminal(launched.handle, sys.stdout, FOLLOW_GRACE_S,
+                                         stopping=bool(asked))
     # Machine N > 0 follows its own folder; the results are in the run folder.
     summarize_run(ops.output_dir(cfg, workspace), state, workspace, cfg.launch)
     return code

@@ -65,8 +65,8 @@ def estimate_memory(cfg: Config, workspace: Path,
     dataset's square bucket (its resolution rounded down to a multiple of 64). With every
     cache built (`caches_built`, looked up when None) there is no caching phase to
     estimate."""
-    from core.models.memory_model import UnknownModel, config_source, read_sizes
-    from core.models.memory_sizes_cache import cached_sizes
+    from core.models.memory_model import UnknownModel, config_source
+    from core.models.memory_sizes_cache import cached_sizes, read_and_keep
 
     if _invalid_for_estimate(cfg):
         return None
@@ -77,7 +77,7 @@ def estimate_memory(cfg: Config, workspace: Path,
         if sizes is None:
             with quiet_libraries(), \
                     config_source(cfg.model.path, cfg.model.family, Path(workspace)) as source:
-                sizes = read_sizes(source, *settings)
+                sizes = read_and_keep(source, settings)
     except UnknownModel as exc:
         return MemoryEstimate(unknown=str(exc))
     except Exception as exc:  # noqa: BLE001 - the estimate never stops a check

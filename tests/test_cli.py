@@ -202,3 +202,19 @@ def test_adamw8bit_without_bitsandbytes_is_an_error_at_check(tmp_path: Path,
     out = done.stdout + done.stderr
     assert "error: train.optimizer:" in out
     assert "pip install bitsandbytes" in out and '"adamw"' in out
+
+
+def test_a_ctrl_c_while_a_run_starts_is_kept_for_the_stop_not_raised():
+    """Raised inside ops.launch, after the launcher started in its own session, a Ctrl-C
+    left that run going with nobody following it (status "starting" forever): it is
+    noted there, and the follow stops the run at once (tests/test_machines.py sends one
+    right after machine 1's "joining" line)."""
+    import os
+    import signal
+
+    from core.headless import deferred_interrupt
+
+    with deferred_interrupt() as asked:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert asked == [True]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -72,9 +72,13 @@ def unused(workspace: Path, *names: str) -> list[str]:
 
 
 def load_demo(page) -> None:
-    """The demo preset into the form, as a person picks it."""
-    page.locator("#preset-source input").fill("preset: demo")
-    page.keyboard.press("Enter")
+    """The demo preset into the form, as a person picks it, once the page opened (its
+    opening empties the dropdown when it restores a form)."""
+    page.wait_for_function(f"/restored|loaded/.test({text_of('preset-message')})")
+    page.click("#preset-source input")
+    page.get_by_role("option", name="preset: demo").first.click()
+    page.wait_for_function("document.querySelector('#preset-source input')?.value"
+                           " === 'preset: demo'")
     page.click("#preset-load")
     wait_text(page, "preset-message", "Undo")
 

@@ -18,6 +18,7 @@ weights `core.models.quantize.quantizable` picks.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import importlib
 import json
@@ -178,17 +179,12 @@ def _tiny_folder(name: str, workspace: Path) -> Iterator[Path]:
 def read_sizes(source: ConfigSource, lora_rank: int, lora_scope: str,
                with_lora: bool, lora_kind: str = "lora") -> ModelSizes:
     """Every loaded component's size; the denoiser's quantizable weights and adapter
-    (train.lora_kind). Kept per state of the configs (core/models/memory_sizes_cache.py)."""
-    from core.models import memory_sizes_cache as disk
-
-    settings = (source.family, lora_rank, lora_scope, with_lora, lora_kind)
-    key = disk.sizes_key(source.folder, source.file, settings)
-    data = disk.load(key)  # another process read these configs already
-    if data is None:
-        data = disk.plain(_read_sizes(source.family, source.folder, source.file,
-                                      _stamp(source), *settings[1:]))
-        disk.store(key, data)
-    return disk.sizes_from_plain(data)  # new objects: the caller's to change
+    (train.lora_kind). Read once per state of the configs (and the single file): a form
+    edit that changes only the resolution or the batch asks again, and building a
+    20 B model on the meta device takes a second."""
+    sizes = _read_sizes(source.family, source.folder, source.file, _stamp(source),
+                        lora_rank, lora_scope, with_lora, lora_kind)
+    return copy.deepcopy(sizes)  # the caller's to change
 
 
 def _stamp(source: ConfigSource) -> tuple[tuple[str, int, int], ...]:

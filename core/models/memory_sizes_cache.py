@@ -128,3 +128,13 @@ def cached_sizes(path: str, family: str, workspace: Path,
     except Exception:  # noqa: BLE001 - the full reading says what is wrong, if anything
         return None
     return None if data is None else sizes_from_plain(data)
+
+
+def read_and_keep(source: Any, settings: tuple[Any, ...]) -> Any:
+    """memory_model.read_sizes of `source` (a ConfigSource) with these adapter
+    `settings`, kept on the disk for the next process."""
+    from core.models.memory_model import read_sizes
+
+    data = plain(read_sizes(source, *settings))
+    store(sizes_key(source.folder, source.file, (source.family, *settings)), data)
+    return sizes_from_plain(data)

@@ -14,13 +14,15 @@ from core.runs.outputs import saved_loras, tensorboard_command
 from core.runs.status import exit_code_for_state
 
 
-def follow_in_terminal(handle: RunHandle, stream: TextIO, grace_s: float) -> tuple[str, int]:
+def follow_in_terminal(handle: RunHandle, stream: TextIO, grace_s: float,
+                       stopping: bool = False) -> tuple[str, int]:
     """Show the job's log on `stream` until it ends (a terminal gets one progress line
-    redrawn in place, a log one every N steps): its final state and the CLI exit code."""
+    redrawn in place, a log one every N steps): its final state and the CLI exit code.
+    `stopping`: stop it at once (a Ctrl-C came while it started)."""
     from core.runs.console import make_console
     from core.runs.foreground import follow_run
 
-    state = follow_run(handle, make_console(stream), grace_s=grace_s)
+    state = follow_run(handle, make_console(stream), grace_s=grace_s, stopping=stopping)
     return state, exit_code_for_state(state)
 
 

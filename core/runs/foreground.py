@@ -32,8 +32,10 @@ def follow_run(
     *,
     grace_s: float = DEFAULT_GRACE_S,
     poll_s: float = 0.5,
+    stopping: bool = False,
 ) -> str:
-    """Show the run's log lines until it ends; returns its final state.
+    """Show the run's log lines until it ends; returns its final state. `stopping`: a
+    Ctrl-C came while the run started, so it is stopped as one while following would.
 
     Map the state to the CLI exit code with `core.runs.status.exit_code_for_state`.
     """
@@ -43,6 +45,8 @@ def follow_run(
     previous = signal.signal(signal.SIGTERM, _raise_interrupt) if in_main else None
     try:
         try:
+            if stopping:
+                raise KeyboardInterrupt
             while (state := handle.poll()) is None:
                 for line in tail.read():
                     console.line(line)

@@ -42,9 +42,11 @@ def summarize_run(run_dir: Path, state: str, workspace: Path,
 
 def stage_cache(cfg: Config, workspace: Path, checked: ops.CheckReport) -> int:
     """Build the caches under the run manager, echoing the builder's log."""
-    job = ops.start_cache(cfg, workspace, checked=checked)
-    say(f"== cache (log: {job.log_path})")
-    state, code = ops.follow_in_terminal(job.handle, sys.stdout, FOLLOW_GRACE_S)
+    with deferred_interrupt() as asked:  # once started, a Ctrl-C stops it: no orphan
+        job = ops.start_cache(cfg, workspace, checked=checked)
+        say(f"== cache (log: {job.log_path})")
+    state, code = ops.follow_in_terminal(job.handle, sys.stdout, FOLLOW_GRACE_S,
+                                         stopping=bool(asked))
     if state == "stopped":
         say("cache build stopped; entries written so far are kept")
     return EXIT_INVALID if job.handle.returncode == EXIT_INVALID else code
@@ -61,9 +63,11 @@ def stage_caption(cfg: Config, workspace: Path) -> int:
     if errors(problems):
         say(f"summary: {len(errors(problems))} error(s); nothing was captioned")
         return EXIT_INVALID
-    job = ops.start_caption(cfg, workspace)
-    say(f"== caption (log: {job.log_path})")
-    _, code = ops.follow_in_terminal(job.handle, sys.stdout, FOLLOW_GRACE_S)
+    with deferred_interrupt() as asked:
+        job = ops.start_caption(cfg, workspace)
+        say(f"== caption (log: {job.log_path})")
+    _, code = ops.follow_in_terminal(job.handle, sys.stdout, FOLLOW_GRACE_S,
+                                     stopping=bool(asked))
     return EXIT_INVALID if job.handle.returncode == EXIT_INVALID else code
 
 

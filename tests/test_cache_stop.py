@@ -95,3 +95,35 @@ def test_the_launched_programs_take_sigint_even_when_started_ignoring_it() -> No
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert done.stdout.split("\n")[:2] == ["interrupted by SIGINT", "interrupted by SIGTERM"], \
         done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_as_a_headless_cache_build_starts_stops_the_build(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """A Ctrl-C that lands just after the build's job started (inside ops.start_cache)
+    used to end `app.py --stage cache` with "stopped before a run started" and leave the
+    build going in its own session; it now stops that build."""
+    import os
+
+    from core.exits import EXIT_STOPPED
+    from core.headless import stage_cache
+
+    cfg = small_config(tmp_path, images=IMAGES)
+    started, start_cache = [], ops.start_cache
+
+    def start_then_ctrl_c(*args, **kwargs):
+        started.append(start_cache(*args, **kwargs))
+        os.kill(os.getpid(), signal.SIGINT)
+        return started[-1]
+
+    monkeypatch.setattr(ops, "start_cache", start_then_ctrl_c)
+    try:
+        code = stage_cache(cfg, tmp_path, ops.check(cfg, tmp_path))
+    finally:
+        for job in started:
+            if job.poll() is None:
+                job.stop(grace_s=1.0)
+    (job,) = started
+    assert code == EXIT_STOPPED, capsys.readouterr().out[-2000:]
+    assert read_status(job.folder.root).state == "stopped"
+    assert "stopping:" in capsys.readouterr().out

@@ -66,18 +66,19 @@ def estimate_memory(cfg: Config, workspace: Path,
     cache built (`caches_built`, looked up when None) there is no caching phase to
     estimate."""
     from core.models.memory_model import UnknownModel, config_source
-    from core.models.memory_sizes_cache import cached_sizes, read_and_keep
+    from core.models.memory_sizes_cache import cached_sizes, kept_key, read_and_keep
 
     if _invalid_for_estimate(cfg):
         return None
     settings = (cfg.train.lora_rank, cfg.train.lora_targets, cfg.train.method == "lora",
                 cfg.train.lora_kind)
     try:  # read before: without diffusers imported, this check takes a second less than 5
-        sizes = cached_sizes(cfg.model.path, cfg.model.family, Path(workspace), settings)
+        key = kept_key(cfg.model.path, cfg.model.family, Path(workspace), settings)
+        sizes = cached_sizes(key)
         if sizes is None:
             with quiet_libraries(), \
                     config_source(cfg.model.path, cfg.model.family, Path(workspace)) as source:
-                sizes = read_and_keep(source, settings)
+                sizes = read_and_keep(source, settings, key)
     except UnknownModel as exc:
         return MemoryEstimate(unknown=str(exc))
     except Exception as exc:  # noqa: BLE001 - the estimate never stops a check

@@ -401,6 +401,31 @@ def test_the_configs_are_read_once_until_they_change(tmp_path: Path, monkeypatch
     assert len(list((tmp_path / "cache/memory-sizes").glob("*.json"))) == 2
 
 
+def test_an_unbuilt_tiny_models_sizes_are_kept_without_building_it_again(
+        tmp_path: Path, monkeypatch) -> None:
+    """A new person's page estimates the demo before its tiny model is built: the sizes
+    counted then are kept under the model's name, so the next estimate (every page
+    open, every form fill) neither builds the model in a temporary folder nor counts."""
+    from core.models import memory_model
+
+    monkeypatch.setenv("DT_CACHE_DIR", str(tmp_path / "cache"))
+    built = []
+    real = memory_model._meta_module
+    monkeypatch.setattr(memory_model, "_meta_module",
+                        lambda *args: built.append(args[1]) or real(*args))
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    cfg = load_config(preset_path("demo"))
+    first = estimate_memory(resolved(cfg, workspace), workspace, caches_built=False)
+    reads = len(built)
+    assert first is not None and first.unknown is None and reads >= 3
+    memory_model._read_sizes.cache_clear()  # as a new process would
+    again = estimate_memory(resolved(cfg, workspace), workspace, caches_built=False)
+    assert len(built) == reads, "read from the disk, not counted again"
+    assert again is not None and again.lines() == first.lines()
+    assert not (workspace / "models").exists(), "the estimate builds nothing in the workspace"
+
+
 def test_a_second_check_in_a_new_process_imports_no_diffusers(workspace: Path,
                                                             tmp_path: Path) -> None:
     """The check's estimate builds meta-device models once per state of the configs;

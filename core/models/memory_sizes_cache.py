@@ -110,31 +110,40 @@ def sizes_from_plain(data: dict[str, Any]) -> Any:
                       denoiser(data["second_expert"]))
 
 
-def cached_sizes(path: str, family: str, workspace: Path,
-                 settings: tuple[Any, ...]) -> Any:
-    """The sizes read_sizes kept for model.path and these adapter `settings` (rank,
-    scope, with LoRA, kind), or None: not kept yet, or the configs are not on disk
-    without a build (an unbuilt tiny model). Imports neither diffusers nor torch."""
+def kept_key(path: str, family: str, workspace: Path, settings: tuple[Any, ...]) -> str | None:
+    """The key model.path's sizes with these adapter `settings` (rank, scope, with LoRA,
+    kind) are kept under, or None when its configs cannot be found (the full reading
+    says why). An unbuilt tiny model is keyed by its name: its configs come from this
+    package's code, which every key holds, so no build is needed to find them. Imports
+    neither diffusers nor torch."""
     from core.models.memory_model import config_source
     from core.models.source import model_source
     from core.models.tiny import tiny_is_built
 
     source = model_source(path)
     if source.kind == "tiny" and not tiny_is_built(source.name, workspace):
-        return None
+        digest = hashlib.sha256(_code_and_libraries().encode())
+        digest.update(repr(("unbuilt tiny", source.name, *settings)).encode())
+        return digest.hexdigest()[:40]
     try:
         with config_source(path, family, workspace) as found:
-            data = load(sizes_key(found.folder, found.file, (found.family, *settings)))
+            return sizes_key(found.folder, found.file, (found.family, *settings))
     except Exception:  # noqa: BLE001 - the full reading says what is wrong, if anything
         return None
+
+
+def cached_sizes(key: str | None) -> Any:
+    """The sizes kept under `key` (kept_key), or None."""
+    data = load(key) if key is not None else None
     return None if data is None else sizes_from_plain(data)
 
 
-def read_and_keep(source: Any, settings: tuple[Any, ...]) -> Any:
+def read_and_keep(source: Any, settings: tuple[Any, ...], key: str | None) -> Any:
     """memory_model.read_sizes of `source` (a ConfigSource) with these adapter
-    `settings`, kept on the disk for the next process."""
+    `settings`, kept on the disk under `key` for the next process."""
     from core.models.memory_model import read_sizes
 
     data = plain(read_sizes(source, *settings))
-    store(sizes_key(source.folder, source.file, (source.family, *settings)), data)
+    if key is not None:
+        store(key, data)
     return sizes_from_plain(data)

@@ -6,9 +6,25 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
+from importlib import metadata
+
+
+def cpu_only_torch() -> bool:
+    """Whether the installed torch is a CPU-only build ("2.13.0+cpu"), told from its
+    version without importing it: a check on a CPU machine then spends no 2 CPU-seconds
+    importing torch only to hear that CUDA is not there."""
+    if "torch" in sys.modules:
+        return False  # imported already: ask it
+    try:
+        return metadata.version("torch").endswith("+cpu")
+    except metadata.PackageNotFoundError:
+        return False
 
 
 def cuda_available() -> bool:
+    if cpu_only_torch():
+        return False
     try:
         import torch
 
@@ -21,6 +37,8 @@ def detect_gpu() -> tuple[int, str] | None:
     """(total bytes, name) of the first visible GPU, or None without one. Read through
     nvidia-smi rather than torch.cuda, which would start a CUDA context (hundreds of MB
     of GPU memory) in the web server for the rest of its life."""
+    if cpu_only_torch():
+        return None
     try:
         import torch
 

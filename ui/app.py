@@ -96,11 +96,11 @@ def build_app(ctx: AppContext) -> gr.Blocks:
                 merge_row = tab_runs_merge.build(form)
             with gr.Tab("Config", id="config"):
                 config = tab_config.build_tab()
-        live, preview = _wire(demo, ctx, form, bar, timer, tabs, (runs_tab, train_tab),
-                              dataset, cache, train, runs, config)
-        tab_caption.wire(ctx, form, caption, timer, after=[live, preview])
-        tab_caption_bulk.wire(ctx, form, bulk, after=[live, preview])
-        tab_upload.wire(ctx, form, dataset.upload, after=[live, preview])
+        refresh = _wire(demo, ctx, form, bar, timer, tabs, (runs_tab, train_tab),
+                        dataset, cache, train, runs, config)
+        tab_caption.wire(ctx, form, caption, timer, after=refresh)
+        tab_caption_bulk.wire(ctx, form, bulk, after=refresh)
+        tab_upload.wire(ctx, form, dataset.upload, after=refresh)
         tab_cache.wire(ctx, form, cache, timer, cache_tab)
         tab_runs_merge.wire(ctx, merge_row, runs.choice, runs.file)
         timer.wire()
@@ -109,9 +109,10 @@ def build_app(ctx: AppContext) -> gr.Blocks:
 
 def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pace, tabs: gr.Tabs,
           pages: tuple[gr.Tab, gr.Tab], dataset: Any, cache: Any, train: Any, runs: Any,
-          config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Every event but the Cache tab's and the captioning's; returns the live check and
-    the preview refresh, as event arguments."""
+          config: Any) -> list[dict[str, Any]]:
+    """Every event but the Cache tab's and the captioning's; returns what runs after the
+    form or the datasets changed other than by typing (the live check, the memory
+    estimate, the preview), as event arguments."""
     marks = gr.HTML("", elem_id="field-marks", padding=False)
     runs_tab, train_tab = pages
     check_outputs = [dataset.check_html, dataset.histogram, config.toml, config.rendered,
@@ -135,32 +136,34 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pa
     live = {"fn": live_check,
             "inputs": form.inputs() | {train.message, config.toml, config.rendered},
             "outputs": check_outputs, "api_visibility": "private", "show_progress": "hidden"}
-    fields = [*form.editor.values(), *form.fields.values()]
-    gr.on([c.change for c in fields], trigger_mode="always_last", **live)
+    # On the person's edits. A fill or a button that writes the form runs the check once
+    # afterwards instead: on .change, every field it wrote fired one (opening the page
+    # sent some 25 checks and as many memory estimates).
+    gr.on(form.edit_triggers(), trigger_mode="always_last", **live)
     form.wire_family_keys()
-    tab_dataset.wire(ctx, form, dataset, live)
     # After a launch the chooser goes to the newest run: the one just launched.
     runs_refresh = {"fn": lambda: tab_runs.runs_view(ctx, runs), "inputs": None,
                     "outputs": runs.listed(), "api_visibility": "private",
                     **tab_runs.IN_ORDER}
-    memory_estimate = tab_train.wire(ctx, form, train, timer, on_launched=[runs_refresh])
+    memory_estimate = tab_train.wire(ctx, form, train, timer, on_launched=[runs_refresh],
+                                     after_fix=[live])
+    tab_dataset.wire(ctx, form, dataset, after_edit=[live, memory_estimate])
     preview = tab_dataset.preview_event(ctx, form, dataset)
-    # The preview depends on the family (a video family's clips, an edit family's pairs);
-    # on .input only: a fill (preset, restored form) refreshes it already.
+    # The preview depends on the family (a video family's clips, an edit family's pairs).
     form.fields["model.family"].input(**preview)
-    tab_runs.wire(ctx, runs, train, tabs, form, after_fill=(live, preview))
+    refresh = [live, memory_estimate, preview]
+    tab_runs.wire(ctx, runs, train, tabs, form, after_fill=tuple(refresh))
     runs_tab.select(**{**runs_refresh, "inputs": [runs.choice],  # the chosen run stays
                        "fn": lambda chosen: tab_runs.runs_view(ctx, runs, chosen)})
-    tab_config.wire(ctx, form, bar, config, after_fill=[live, preview])
-    tab_config.wire_opening(demo, ctx, form, bar, after_fill=[live, preview])
+    tab_config.wire(ctx, form, bar, config, after_fill=refresh)
+    tab_config.wire_opening(demo, ctx, form, bar, after_fill=refresh)
     demo.load(guarded("Open the page")(lambda f: tab_runs.on_load(ctx, runs, train, f)),
               [train.following], [*runs.listed(), *train.components()],
               api_visibility="private", **tab_runs.IN_ORDER)
-    demo.load(**memory_estimate)
     demo.load(None, js=render.CAPTION_TOOLTIPS)
     demo.load(None, js=idle.POLL_JS)  # the idle page's cheap look (ui/idle.py)
     train_tab.select(**memory_estimate)  # the caches may have been built since
-    return live, preview
+    return refresh
 
 
 def launch_app(ctx: AppContext, *, server_name: str = "127.0.0.1", port: int = 7860,

@@ -227,6 +227,25 @@ class Form:
 
     # ------------------------------------------------------------ reading
 
+    def edit_triggers(self) -> list[Any]:
+        """The person's edits of any field, not a fill's writes (a fill runs what it must
+        once afterwards; on .change, each field it wrote fired its own event). Gradio's
+        .input of a text box follows key presses: its .blur and .submit catch a paste
+        with the mouse and a browser's autofill; a number commits when it is left or
+        entered. A dropdown's .input also fires when it is redrawn while focused (each
+        check's reply redrew it: a loop), so a dropdown counts its choices (.select)."""
+        triggers = []
+        for component in [*self.editor.values(), *self.fields.values()]:
+            if isinstance(component, gr.Dropdown):
+                triggers.append(component.select)
+            elif isinstance(component, gr.Number):
+                triggers += [component.blur, component.submit]
+            elif isinstance(component, gr.Textbox):
+                triggers += [component.input, component.blur, component.submit]
+            else:
+                triggers.append(component.input)
+        return triggers
+
     def inputs(self) -> set[gr.components.Component]:
         return {self.datasets, *self.editor.values(), *self.fields.values()}
 

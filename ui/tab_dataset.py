@@ -258,8 +258,10 @@ def page_event(ctx: AppContext, form: Form, tab: DatasetTab, delta: int) -> dict
             "outputs": preview_outputs(tab), "api_visibility": "private"}
 
 
-def wire(ctx: AppContext, form: Form, tab: DatasetTab, live: dict[str, Any]) -> None:
-    """Events of the tab; `live` is the app's check event (shared with others)."""
+def wire(ctx: AppContext, form: Form, tab: DatasetTab,
+         after_edit: list[dict[str, Any]]) -> None:
+    """Events of the tab; `after_edit`: the app's events (the check, the memory estimate)
+    run after a button changed the list of datasets, before the preview."""
     # The list's state (form.datasets) says which dataset is selected, not the selector.
     ins, outs = form.inputs(), form.outputs()
     preview = preview_event(ctx, form, tab)
@@ -278,12 +280,15 @@ def wire(ctx: AppContext, form: Form, tab: DatasetTab, live: dict[str, Any]) -> 
                    ins | {tab.removed}))
     undo_outs = [*outs, tab.removed, tab.undo_remove]
     for trigger, what, edit, inputs in list_edits:
-        trigger(guarded(what)(edit), inputs, undo_outs, api_visibility="private").then(
-            **live).then(**preview)
+        event = trigger(guarded(what)(edit), inputs, undo_outs, api_visibility="private")
+        for then in [*after_edit, preview]:
+            event = event.then(**then)
     rename = form.editor["id"]
-    gr.on([rename.change], guarded("Rename dataset")(lambda d: on_rename(form, d)), ins,
-          [form.selector], trigger_mode="always_last", api_visibility="private",
-          show_progress="hidden")
+    # Typed (or pasted) only: a selection fills the editor's id too, and a change event
+    # of that fill could rename the dataset selected before it.
+    gr.on([rename.input, rename.blur, rename.submit],
+          guarded("Rename dataset")(lambda d: on_rename(form, d)), ins, [form.selector],
+          trigger_mode="always_last", api_visibility="private", show_progress="hidden")
     for name in ("id", "images", "caption", "instance_prompt", "control", "control_2",
                  "control_3"):
         component = form.editor[name]

@@ -204,9 +204,10 @@ def _markdown_text(line: str) -> str:
 
 
 def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: Pace,
-         on_launched: list[Any]) -> dict[str, Any]:
-    """Wire the tab's events; returns the memory estimate's event, which the app also
-    runs when the page opens (the form is filled then without a change event)."""
+         on_launched: list[Any], after_fix: list[Any]) -> dict[str, Any]:
+    """Wire the tab's events; returns the memory estimate's event, which the app runs
+    after each fill of the form (on typing it runs by itself). `after_fix`: the events
+    (the check) that run after the memory line's fix wrote its fields."""
     def start(data: dict[Any, Any], mode: str) -> dict[Any, Any]:
         cfg, problems = form.read(data)
         f = data[tab.following]
@@ -239,17 +240,23 @@ def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: Pace,
                                    "ok" if state == "stopped" else "info")
 
     lines = MemoryLines()
-    fields = [*form.editor.values(), *form.fields.values()]
-    memory_event = {
-        "fn": guarded("Memory estimate")(lambda d: (
-            memory_view(ctx, form.read(d)[0], lines), memory_fix_button(lines))),
-        "inputs": form.inputs(), "outputs": [tab.memory, tab.memory_fix],
-        "show_progress": "hidden", "api_visibility": "private"}
-    gr.on([c.change for c in fields], trigger_mode="always_last", **memory_event)
+
+    @guarded("Memory estimate")
+    def estimate(data: dict[Any, Any]) -> tuple[Any, Any]:
+        if data[form.datasets].unfilled:  # before the page's opening fill: no form yet
+            return gr.skip(), gr.skip()
+        return memory_view(ctx, form.read(data)[0], lines), memory_fix_button(lines)
+
+    memory_event = {"fn": estimate, "inputs": form.inputs(),
+                    "outputs": [tab.memory, tab.memory_fix], "show_progress": "hidden",
+                    "api_visibility": "private"}
+    gr.on(form.edit_triggers(), trigger_mode="always_last", **memory_event)
     fixed = [form.fields[k] for k in ("model.blocks_to_swap", "train.gradient_checkpointing")
              if k in form.fields]
-    tab.memory_fix.click(lambda: apply_memory_fix(form, lines), None, fixed,
-                         api_visibility="private")
+    fix = tab.memory_fix.click(lambda: apply_memory_fix(form, lines), None, fixed,
+                               api_visibility="private")
+    for then in [*after_fix, memory_event]:
+        fix = fix.then(**then)
     model_fields = [form.fields[f"model.{n}"] for n in ("family", "path")]
     gr.on([c.change for c in model_fields], guarded("Model check")(
         lambda d: model_check_view(ctx, form.read(d)[0])), form.inputs(), [tab.model_check],

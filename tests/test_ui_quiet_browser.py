@@ -9,6 +9,7 @@ One app and one browser for the module; each test opens its own page (a new sess
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -48,6 +49,9 @@ def open_page(app) -> object:
     (ctx.workspace / FORM_FILE).unlink(missing_ok=True)
     page = browser.new_page(viewport=VIEWPORT)
     page.set_default_timeout(90_000)
+    page.joins = []  # the event number of every queue join the page sends
+    page.on("request", lambda r: page.joins.append(json.loads(r.post_data or "{}").get(
+        "fn_index")) if "/queue/join" in r.url else None)
     page.goto(url)
     page.wait_for_selector("#check-panel .dt-ok")
     return page
@@ -399,3 +403,12 @@ def test_an_idle_page_makes_at_most_a_request_every_few_seconds(idle_page) -> No
     rate, urls = requests_per_second(page, IDLE_WINDOW_S)
     assert rate <= MAX_IDLE_RPS, (f"{rate:.2f} requests/s from an idle page (at most "
                                   f"{MAX_IDLE_RPS}):\n" + "\n".join(event_names(page, urls[:20])))
+    # Nobody typed on this page: the events of the form's edits (the live check, the
+    # memory estimate) ran after its opening fill (and a captioning job's end), not once
+    # per field a fill wrote (26 checks and up to 27 estimates an opening on .change).
+    with urllib.request.urlopen(page.url.rstrip("/") + "/config", timeout=30) as reply:
+        dependencies = json.load(reply)["dependencies"]
+    on_edits = {i for i, d in enumerate(dependencies) if len(d["targets"]) > 100}
+    runs = collections.Counter(i for i in page.joins if i in on_edits)
+    assert len(on_edits) >= 2 and all(n <= 3 for n in runs.values()), event_names(
+        page, [f"event {i} ran {n} times" for i, n in runs.items()])

@@ -228,23 +228,9 @@ class Form:
     # ------------------------------------------------------------ reading
 
     def edit_triggers(self) -> list[Any]:
-        """The person's edits of any field, not a fill's writes (a fill runs what it must
-        once afterwards; on .change, each field it wrote fired its own event). Gradio's
-        .input of a text box follows key presses: its .blur and .submit catch a paste
-        with the mouse and a browser's autofill; a number commits when it is left or
-        entered. A dropdown's .input also fires when it is redrawn while focused (each
-        check's reply redrew it: a loop), so a dropdown counts its choices (.select)."""
-        triggers = []
-        for component in [*self.editor.values(), *self.fields.values()]:
-            if isinstance(component, gr.Dropdown):
-                triggers.append(component.select)
-            elif isinstance(component, gr.Number):
-                triggers += [component.blur, component.submit]
-            elif isinstance(component, gr.Textbox):
-                triggers += [component.input, component.blur, component.submit]
-            else:
-                triggers.append(component.input)
-        return triggers
+        """The person's edits of any field (`edit_triggers_of`)."""
+        return [trigger for component in [*self.editor.values(), *self.fields.values()]
+                for trigger in edit_triggers_of(component)]
 
     def inputs(self) -> set[gr.components.Component]:
         return {self.datasets, *self.editor.values(), *self.fields.values()}
@@ -299,3 +285,19 @@ class Form:
     def outputs(self) -> list[gr.components.Component]:
         extra = [self.selector] if self.selector is not None else []
         return [self.datasets, *extra, *self.editor.values(), *self.fields.values()]
+
+
+def edit_triggers_of(component: Any) -> list[Any]:
+    """The person's edits of one field, not a fill's writes (a fill runs what it must
+    once afterwards; on .change, each field it wrote fired its own event). Gradio's
+    .input of a text box follows key presses: its .blur and .submit catch a paste with
+    the mouse and a browser's autofill; a number commits when it is left or entered. A
+    dropdown's .input also fires when it is redrawn while focused (each check's reply
+    redrew it: a loop), so a dropdown counts its choices (.select)."""
+    if isinstance(component, gr.Dropdown):
+        return [component.select]
+    if isinstance(component, gr.Number):
+        return [component.blur, component.submit]
+    if isinstance(component, gr.Textbox):
+        return [component.input, component.blur, component.submit]
+    return [component.input]

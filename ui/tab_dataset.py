@@ -22,7 +22,7 @@ from ui import actions, render, tab_upload
 from ui.context import AppContext
 from ui.dataset_list import on_add, on_move, on_remove, on_rename, on_select, on_undo_remove
 from ui.errors import guarded
-from ui.form import FAMILY_TAGS, Form
+from ui.form import FAMILY_TAGS, Form, edit_triggers_of
 from ui.preview_items import clip_label, item_name, pair_label, thumbnails
 from ui.state import dataset_specs
 
@@ -286,7 +286,7 @@ def wire(ctx: AppContext, form: Form, tab: DatasetTab,
     rename = form.editor["id"]
     # Typed (or pasted) only: a selection fills the editor's id too, and a change event
     # of that fill could rename the dataset selected before it.
-    gr.on([rename.input, rename.blur, rename.submit],
+    gr.on(edit_triggers_of(rename),
           guarded("Rename dataset")(lambda d: on_rename(form, d)), ins, [form.selector],
           trigger_mode="always_last", api_visibility="private", show_progress="hidden")
     for name in ("id", "images", "caption", "instance_prompt", "control", "control_2",

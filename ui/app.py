@@ -172,6 +172,7 @@ def launch_app(ctx: AppContext, *, server_name: str = "127.0.0.1", port: int = 7
     """Build and start the app; returns (blocks, local url)."""
     demo = build_app(ctx)
     demo.queue(default_concurrency_limit=4)
+    gradio_fixes.calm_idle_queue(demo)
     _, url, _ = demo.launch(
         server_name=server_name, server_port=port, share=share, auth=auth or None,
         auth_message="Log in with the user name and password given to the server.",

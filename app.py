@@ -7,7 +7,6 @@ torch, diffusers and gradio are imported by the code paths that use them.
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,4 +72,6 @@ def main(argv: list[str] | None = None, own_process: bool = False) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(own_process=True))
+    from core.exits import exit_with
+
+    exit_with(main(own_process=True))

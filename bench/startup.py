@@ -15,6 +15,10 @@ skip: importing the libraries, loading the model, checking the caches). The rest
 overhead: accelerate's launcher, the interpreter, the accelerator, the setup, and the eval
 and validation rounds a preset asks for before training (`train.eval_before_training`,
 `validation.before_training`), shown apart so their cost is visible.
+
+It also prints how long a launch takes to end once the trainer has said it is done (its
+final `status` event) until accelerate's launcher has exited: the processes' own exit,
+which a person waits through before the run shows as ended.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ def launch_once(preset: str, ws: Path, overrides: list[str], index: int,
     handle, folder = launched.handle, launched.handle.folder
     try:
         code = handle.popen.wait(timeout=timeout)
+        ended = time.time()
     finally:
         if handle.popen.poll() is None:
             ops.stop(launched.run_dir, grace_s=30, handle=handle)
@@ -74,8 +79,10 @@ def launch_once(preset: str, ws: Path, overrides: list[str], index: int,
     if code != 0 or first is None:
         log = folder.log.read_text(errors="replace")[-3000:]
         raise SystemExit(f"launch failed (exit {code}); {folder.log} ends:\n{log}")
+    done = [e["time"] for e in events if e["type"] == "status" and e.get("state") == "done"]
     # A trainer from before the startup event (a baseline checkout): the wall time only.
-    return {"phases": startup["phases"] if startup else {}, "wall": first - started}
+    return {"phases": startup["phases"] if startup else {}, "wall": first - started,
+            "done_to_exit": ended - done[-1] if done else None}
 
 
 def report(launches: list[dict[str, Any]]) -> None:
@@ -90,6 +97,9 @@ def report(launches: list[dict[str, Any]]) -> None:
     needed = statistics.median(sum(launch["phases"].get(n, 0.0) for n in NEEDED)
                                for launch in launches)
     print(f"{'launch to first step (wall)':<30}{wall:>7.2f} s")
+    ends = [launch["done_to_exit"] for launch in launches if launch["done_to_exit"] is not None]
+    if ends:
+        print(f"{'done to launcher exit (wall)':<30}{statistics.median(ends):>7.2f} s")
     if not needed:
         return
     asked = statistics.median(sum(launch["phases"].get(n, 0.0) for n in ASKED)

@@ -104,3 +104,24 @@ def test_the_headless_check_leaves_out_the_libraries_its_config_does_not_use(
 
     assert loaded() == ["peft"], "peft counts the adapter; the optional ones stay out"
     assert loaded("--set", "train.optimizer=adamw8bit") == ["bitsandbytes", "peft"]
+
+
+def test_a_program_ended_by_exit_with_keeps_its_code_its_exit_handlers_and_its_output(
+        tmp_path: Path):
+    """core.exits.exit_with (how the trainer, the cache builder and the captioner end)
+    leaves out only the collector's last walks: the exit code, the exit handlers, the
+    buffered output and a file still open in a module all arrive as with sys.exit."""
+    script = (
+        "import atexit, sys\n"
+        "from core.exits import exit_with\n"
+        "atexit.register(lambda: open(sys.argv[1], 'w').write('the handler ran'))\n"
+        "kept = open(sys.argv[2], 'w')\n"
+        "kept.write('left open')\n"
+        "print('a line without its newline', end='')\n"
+        "exit_with(3)\n")
+    handler, kept = tmp_path / "handler.txt", tmp_path / "kept.txt"
+    done = subprocess.run([PYTHON, "-c", script, str(handler), str(kept)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout == "a line without its newline"
+    assert handler.read_text() == "the handler ran" and kept.read_text() == "left open"

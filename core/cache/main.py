@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.exits import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_STOPPED, stop_signals_interrupt
+from core.exits import (
+    EXIT_FAILED,
+    EXIT_INVALID,
+    EXIT_OK,
+    EXIT_STOPPED,
+    exit_with,
+    stop_signals_interrupt,
+)
 from core.problems import errors_first
 
 if TYPE_CHECKING:
@@ -137,4 +143,4 @@ def _build(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main())

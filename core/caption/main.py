@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.exits import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_STOPPED, stop_signals_interrupt
+from core.exits import (
+    EXIT_FAILED,
+    EXIT_INVALID,
+    EXIT_OK,
+    EXIT_STOPPED,
+    exit_with,
+    stop_signals_interrupt,
+)
 
 if TYPE_CHECKING:
     from core.caption.model import Captioner
@@ -193,4 +199,4 @@ def _main(config: Path, workspace: Path, events: Path | None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main())

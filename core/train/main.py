@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import argparse
 import signal
-import sys
 import traceback
 from pathlib import Path
 from typing import Any
 
-from core.exits import EXIT_FAILED, EXIT_INVALID, EXIT_STOPPED
+from core.exits import EXIT_FAILED, EXIT_INVALID, EXIT_STOPPED, exit_with
 from core.runs.status import exit_code_for_state, stop_requested
 
 
@@ -209,4 +208,4 @@ def main(argv: list[str] | None = None, own_process: bool = False) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(own_process=True))
+    exit_with(main(own_process=True))

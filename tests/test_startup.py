@@ -125,3 +125,20 @@ def test_a_program_ended_by_exit_with_keeps_its_code_its_exit_handlers_and_its_o
     assert done.returncode == 3, done.stderr
     assert done.stdout == "a line without its newline"
     assert handler.read_text() == "the handler ran" and kept.read_text() == "left open"
+
+
+def test_libraries_loaded_outside_collections_are_frozen_and_collections_resume():
+    """core.libraries.loaded_outside_collections (the trainer's, the cache builder's and
+    the captioner's imports): no collection while inside, what was made there frozen
+    after, and the collector running again even when an import fails."""
+    import gc
+
+    from core.libraries import loaded_outside_collections
+
+    frozen = gc.get_freeze_count()
+    with pytest.raises(ImportError), loaded_outside_collections():
+        assert not gc.isenabled()
+        made = [[n] for n in range(1000)]  # objects the collector tracks
+        import a_library_that_is_not_installed  # noqa: F401
+    assert gc.isenabled()
+    assert gc.get_freeze_count() >= frozen + len(made)

@@ -12,6 +12,7 @@ Any error: state `failed`, the error in events.jsonl, exit 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import traceback
 from pathlib import Path
@@ -117,7 +118,7 @@ def check_ranks(cfg: Any, accelerator: Any, reporter: Any) -> None:
 def run(args: argparse.Namespace, own_process: bool = False) -> int:
     """Train; `own_process` (the program `accelerate launch` runs, not a test calling
     main in its own process) also leaves out optional libraries the run does not use."""
-    from core.libraries import leave_out_unused_libraries
+    from core.libraries import leave_out_unused_libraries, loaded_outside_collections
     from core.notices import quiet_library_notices
     from core.startup import load_resolved_config
     from core.train.startup_clock import StartupClock
@@ -133,7 +134,8 @@ def run(args: argparse.Namespace, own_process: bool = False) -> int:
     if own_process:
         leave_out_unused_libraries(cfg.train.optimizer, cfg.model.quantize)
     clock.mark("interpreter")
-    clock.import_libraries()
+    with loaded_outside_collections() if own_process else contextlib.nullcontext():
+        clock.import_libraries()
     from core.models.modules import avoid_cudnn_attention
 
     avoid_cudnn_attention()

@@ -191,6 +191,20 @@ PREVIEW_SIZES = ("Array.from(document.querySelectorAll('#preview img'))"
                  ".map(i => [i.naturalWidth, i.naturalHeight])")
 
 
+def wait_for_preview_of(page, count: int) -> None:
+    """Until the preview shows `count` loaded images; else what it shows, in the failure."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(f"{PREVIEW_SIZES}.length === {count}")
+    except PlaywrightTimeout:
+        shown = page.evaluate("Array.from(document.querySelectorAll('#preview img'))"
+                              ".map(i => [i.complete, i.naturalWidth, i.src.slice(-60)])")
+        note = page.inner_text("#preview-note")
+        raise AssertionError(f"the preview shows {len(shown)} images, not {count} loaded "
+                             f"ones: {shown[:8]}; its note: {note!r}") from None
+
+
 @pytest.mark.slow
 def test_choosing_an_edit_family_shows_the_control_keys_and_previews_pairs(tmp_path: Path):
     """sd15 (the demo): no control key. flux_kontext: the control folder in the editor,
@@ -233,7 +247,7 @@ def test_choosing_an_edit_family_shows_the_control_keys_and_previews_pairs(tmp_p
             set_field(page, "ds-control", "data/source")
             page.wait_for_function("document.querySelector('#preview-note')?.innerText"
                                    ".includes('then the target')")
-            page.wait_for_function(f"{PREVIEW_SIZES}.length === 3")
+            wait_for_preview_of(page, 3)
             sizes = page.evaluate(PREVIEW_SIZES)
             assert all(1.9 < w / h < 2.1 for w, h in sizes), sizes
             assert "control | target · make it red 0" in page.inner_text("#preview")

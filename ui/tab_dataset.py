@@ -27,6 +27,11 @@ from ui.preview_items import clip_label, item_name, pair_label, thumbnails
 from ui.state import dataset_specs
 
 PREVIEW_LIMIT = 48  # images a page of the preview shows
+# Every event that draws the preview (an editor field, a list button, a fill, a page turn)
+# waits for the one drawing it now, in the order they came: two running side by side
+# could end in either order, and a preview of the form before the last edit drawn last.
+ONE_PREVIEW_AT_A_TIME = {"concurrency_id": "dataset-preview", "concurrency_limit": 1,
+                         "api_visibility": "private"}
 CAPTION_HEADERS = ["image", "caption"]
 EDITOR_FIELDS = ("id", "images", "vae_cache", "caption", "instance_prompt", "resolution",
                  "bucketing", "crop", "repeats", "probability")
@@ -238,7 +243,7 @@ def preview_event(ctx: AppContext, form: Form, tab: DatasetTab) -> dict[str, Any
         return preview_view(ctx, tab, cfg, data[form.datasets].selected, data[tab.page])
 
     return {"fn": refresh_preview, "inputs": form.inputs() | {tab.page},
-            "outputs": preview_outputs(tab), "api_visibility": "private"}
+            "outputs": preview_outputs(tab), **ONE_PREVIEW_AT_A_TIME}
 
 
 def preview_outputs(tab: DatasetTab) -> list[Any]:
@@ -255,7 +260,7 @@ def page_event(ctx: AppContext, form: Form, tab: DatasetTab, delta: int) -> dict
                             data[tab.page] + delta)
 
     return {"fn": turn, "inputs": form.inputs() | {tab.page},
-            "outputs": preview_outputs(tab), "api_visibility": "private"}
+            "outputs": preview_outputs(tab), **ONE_PREVIEW_AT_A_TIME}
 
 
 def wire(ctx: AppContext, form: Form, tab: DatasetTab,

@@ -57,3 +57,13 @@ def loaded_outside_collections() -> Iterator[None]:
     finally:
         gc.freeze()
         gc.enable()
+
+
+def preload_outside_collections(*names: str) -> None:
+    """Import `names` (with what they import) inside loaded_outside_collections: for a
+    program of its own whose run imports them later (the cache builder, the captioner)."""
+    import importlib
+
+    with loaded_outside_collections():
+        for name in names:
+            importlib.import_module(name)

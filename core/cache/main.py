@@ -143,9 +143,7 @@ def _build(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    from core.libraries import loaded_outside_collections
+    from core.libraries import preload_outside_collections
 
-    with loaded_outside_collections():  # what the run imports later, frozen once loaded
-        import diffusers  # noqa: F401  (torch with it)
-        import transformers  # noqa: F401
+    preload_outside_collections("diffusers", "transformers")  # torch with them
     exit_with(main())

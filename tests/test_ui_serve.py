@@ -116,6 +116,7 @@ def test_the_start_banner_names_this_apps_share_flag_not_gradios_argument(tmp_pa
     assert "restart with --share" in out and "share=True" not in out, out
 
 
+@pytest.mark.slow  # six seconds of watching an idle server
 def test_an_idle_server_leaves_the_cpu_alone(tmp_path):
     """With no page open and nothing running the server wakes rarely: under 4% of a core.
     (Gradio's queue looked for a new event every millisecond: about 9%.)"""

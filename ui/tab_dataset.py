@@ -236,14 +236,7 @@ def _preview(tab: DatasetTab, items: list, paths: list[str], note: str, page: in
 
 def preview_event(ctx: AppContext, form: Form, tab: DatasetTab) -> dict[str, Any]:
     """Refreshing the preview from the form, as event arguments (`.then(**event)`)."""
-
-    @guarded("Preview")
-    def refresh_preview(data: dict[Any, Any]) -> dict[Any, Any]:
-        cfg, _ = form.read(data)
-        return preview_view(ctx, tab, cfg, data[form.datasets].selected, data[tab.page])
-
-    return {"fn": refresh_preview, "inputs": form.inputs() | {tab.page},
-            "outputs": preview_outputs(tab), **ONE_PREVIEW_AT_A_TIME}
+    return page_event(ctx, form, tab, 0)
 
 
 def preview_outputs(tab: DatasetTab) -> list[Any]:
@@ -251,15 +244,16 @@ def preview_outputs(tab: DatasetTab) -> list[Any]:
 
 
 def page_event(ctx: AppContext, form: Form, tab: DatasetTab, delta: int) -> dict[str, Any]:
-    """Previous (-1) or next (+1) page of the preview, as event arguments."""
+    """The preview drawn from the form at its page moved by `delta` (-1 previous, +1 next,
+    0 the same page), as event arguments."""
 
     @guarded("Preview")
-    def turn(data: dict[Any, Any]) -> dict[Any, Any]:
+    def draw(data: dict[Any, Any]) -> dict[Any, Any]:
         cfg, _ = form.read(data)
         return preview_view(ctx, tab, cfg, data[form.datasets].selected,
                             data[tab.page] + delta)
 
-    return {"fn": turn, "inputs": form.inputs() | {tab.page},
+    return {"fn": draw, "inputs": form.inputs() | {tab.page},
             "outputs": preview_outputs(tab), **ONE_PREVIEW_AT_A_TIME}
 
 

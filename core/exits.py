@@ -27,9 +27,9 @@ def stop_signals_interrupt() -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
-def exit_with(code: int) -> NoReturn:
-    """End this program with `code`, as sys.exit does, without the interpreter's last
-    collections walking every object the libraries made.
+def exit_with(code: int | str | None) -> NoReturn:
+    """End this program with `code` (whatever sys.exit takes), as sys.exit does, without
+    the interpreter's last collections walking every object the libraries made.
 
     Why: at exit Python clears each module and collects garbage as it goes, and with
     torch, diffusers and peft loaded each collection walks millions of objects: the

@@ -103,7 +103,7 @@ def test_cpu_multi_process_uses_multi_gpu_and_accelerate_use_cpu(tmp_path):
     cfg = make_cfg(cpu=True, num_processes=2)
     spec = build_accelerate_command(cfg, tmp_path / "run", tmp_path, resume="latest")
     argv = spec.argv
-    assert argv[:3] == [sys.executable, "-m", "accelerate.commands.launch"]
+    assert argv[:3] == [sys.executable, "-m", "core.runs.accelerate_launch"]
     assert "--multi_gpu" in argv and "--cpu" not in argv
     assert spec.env["ACCELERATE_USE_CPU"] == "1"
     assert flag(argv, "--num_processes") == "2"
@@ -203,6 +203,21 @@ def test_accelerate_launch_runs_to_done_with_log_command_and_events(tmp_path):
     assert "fake trainer: done" in lines
     assert [e["step"] for e in events_of(run_dir) if e["type"] == "step"] == [1, 2, 3, 4, 5]
     assert [r.state for r in list_runs(tmp_path)] == ["done"]
+
+
+@pytest.mark.slow
+def test_a_crash_under_the_launcher_fails_the_run_with_its_code_and_error_line(tmp_path):
+    """accelerate's launcher, as the run manager starts it (core/runs/accelerate_launch.py),
+    hands the trainer's failure on: the launcher exits 1 and the run says why."""
+    cfg = make_cfg(cpu=True)
+    run_dir = tmp_path / "run"
+    prepare_run_dir(cfg, run_dir, resume=False)
+    spec = build_accelerate_command(cfg, run_dir, tmp_path, resume=None, script=[
+        FAKE, "--steps", "5", "--crash-at", "2", "--step-time", "0"])
+    handle = start_run(spec, run_dir)
+    assert handle.wait(timeout=60) == "failed"
+    status = read_status(run_dir)
+    assert status.exit_code == 1 and "simulated crash at step 2" in status.reason
 
 
 @pytest.mark.slow

@@ -82,7 +82,7 @@ def test_launch_status_stop_resume(app):
     launched = client.predict(config, False, api_name="/launch")
     run_dir = launched["run_dir"]
     assert run_dir == str(workspace / "runs/api")
-    assert "accelerate.commands.launch" in launched["command"]
+    assert "core.runs.accelerate_launch" in launched["command"]
     status = wait_until(lambda: (s := client.predict(run_dir, api_name="/status"))
                         ["step"] and s["step"] >= 2 and s, 240, "two training steps")
     assert status["state"] == "running" and status["alive"]

@@ -145,7 +145,7 @@ def launch_watch_and_stop(page, workspace: Path) -> None:
     page.wait_for_function("document.querySelector('#train-progress').innerText"
                            ".includes('memory: peak')", timeout=30_000)
     command = field(page, "command").input_value()
-    assert "accelerate.commands.launch" in command and "--resume" in command
+    assert "core.runs.accelerate_launch" in command and "--resume" in command
     page.screenshot(path=str(workspace / "running.png"), full_page=True)
     page.click("#stop")
     page.wait_for_function("document.querySelector('#train-message').innerText"

@@ -36,6 +36,9 @@ from core.runs.folder import RunFolder
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TRAINER_MODULE = "core.train.main"
+# accelerate's launcher, started through core/runs/accelerate_launch.py (a faster start
+# and end, the same launcher): `python -m accelerate.commands.launch` takes the same flags.
+ACCELERATE_LAUNCH = "core.runs.accelerate_launch"
 
 
 @dataclass(frozen=True)
@@ -206,7 +209,7 @@ def build_accelerate_command(
     ]
     if resume:
         trainer_args += ["--resume", resume]
-    argv = [python, "-m", "accelerate.commands.launch", *flags, "--quiet", *target,
+    argv = [python, "-m", ACCELERATE_LAUNCH, *flags, "--quiet", *target,
             *trainer_args]
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(
@@ -222,7 +225,7 @@ def build_accelerate_command(
 
 
 def format_command(spec: LaunchSpec) -> str:
-    """A copyable shell line: `VAR=value ... python -m accelerate.commands.launch ...`.
+    """A copyable shell line: `VAR=value ... python -m core.runs.accelerate_launch ...`.
 
     The trainer is found through the absolute PYTHONPATH, so it runs from any folder.
     """

@@ -1,9 +1,10 @@
 """Optional libraries a process can leave out: peft and transformers import bitsandbytes
 and torchao whenever they are installed, whether or not the run uses them. The trainer's
 process and the headless CLI's (one config each, nothing else run afterwards) skip the
-ones their config does not use; the UI's process never does.
+ones their config does not use, the cache builder and the captioner (which only encode)
+skip both; the UI's process never does.
 
-No imports of torch or of the rest of core: both callers use this before anything heavy.
+No imports of torch or of the rest of core: the callers use this before anything heavy.
 """
 
 from __future__ import annotations
@@ -67,3 +68,13 @@ def preload_outside_collections(*names: str) -> None:
     with loaded_outside_collections():
         for name in names:
             importlib.import_module(name)
+
+
+def preload_for_encoding() -> None:
+    """The start of a program that loads models only to encode (the cache builder, the
+    captioner): it neither quantizes a model nor steps an optimizer, so bitsandbytes and
+    torchao are left out (1 of the 4.6 CPU-s its imports took on the 2-core test
+    machine), and diffusers and transformers (torch with them) load outside the
+    collections. For a program of its own only."""
+    skip_libraries(unused_optional_libraries("adamw", "none"))
+    preload_outside_collections("diffusers", "transformers")

@@ -143,7 +143,7 @@ def _build(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    from core.libraries import preload_outside_collections
+    from core.libraries import preload_for_encoding
 
-    preload_outside_collections("diffusers", "transformers")  # torch with them
+    preload_for_encoding()
     exit_with(main())

@@ -199,7 +199,7 @@ def _main(config: Path, workspace: Path, events: Path | None) -> int:
 
 
 if __name__ == "__main__":
-    from core.libraries import preload_outside_collections
+    from core.libraries import preload_for_encoding
 
-    preload_outside_collections("diffusers", "transformers")  # torch with them
+    preload_for_encoding()
     exit_with(main())

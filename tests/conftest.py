@@ -57,7 +57,10 @@ LONGEST_FILES = ("test_machines.py", "test_ui_quiet_browser.py", "test_ui_browse
                  "test_train.py", "test_ui_runs_browser.py", "test_fsdp.py", "test_demo.py",
                  "test_single_file.py", "test_ui_api.py", "test_extend.py",
                  "test_family_folder.py", "test_ui_form_browser.py", "test_cache.py",
-                 "test_console.py")
+                 "test_console.py",
+                 # the longest of make test-fast's (py-spy over a test-fast run)
+                 "test_memory_estimate.py", "test_family_qwen_image_edit.py",
+                 "test_family_ltx2.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -166,6 +166,10 @@ def test_load_model_builds_random_models_on_the_given_device(monkeypatch):
 # ---------------------------------------------------------------- one real build
 
 
+# A full-size model in memory (4 GB, 15 CPU-s to fill): make test's, not test-fast's.
+REAL_BUILD = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def sd15(tmp_path_factory):
     """random:sd15 in float32 (a bf16 UNet forward takes 10 s on these CPUs, float32 3 s),
@@ -183,6 +187,7 @@ def sd15(tmp_path_factory):
     return components, tmp
 
 
+@REAL_BUILD
 def test_the_build_leaves_no_temporary_files(sd15):
     _, tmp = sd15
     # torch makes its compile cache folder in the temporary folder the first time a
@@ -191,6 +196,7 @@ def test_the_build_leaves_no_temporary_files(sd15):
     assert [p for p in tmp.iterdir() if not p.name.startswith("torchinductor_")] == []
 
 
+@REAL_BUILD
 def test_the_build_follows_the_components_contract(sd15):
     import torch
 
@@ -210,6 +216,7 @@ def test_the_build_follows_the_components_contract(sd15):
     assert sum(p.numel() for p in c.denoiser.parameters()) == EXPECTED["sd15"]["unet"]
 
 
+@REAL_BUILD
 def test_text_and_one_unet_forward_are_finite(sd15):
     import torch
 
@@ -231,6 +238,7 @@ def _param(module, suffix: str):
     return found
 
 
+@REAL_BUILD
 def test_weights_depend_on_the_seed_only_and_dtypes_round_them(sd15):
     """An independent bf16 build equals the float32 one rounded: same seed, same values,
     also in the token embedding, which is drawn in many chunks."""

@@ -426,6 +426,7 @@ def test_an_unbuilt_tiny_models_sizes_are_kept_without_building_it_again(
     assert not (workspace / "models").exists(), "the estimate builds nothing in the workspace"
 
 
+@pytest.mark.slow  # two `app.py --stage check` processes
 def test_a_second_check_in_a_new_process_imports_no_diffusers(workspace: Path,
                                                             tmp_path: Path) -> None:
     """The check's estimate builds meta-device models once per state of the configs;

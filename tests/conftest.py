@@ -23,6 +23,10 @@ PYTHON = sys.executable
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# As ui/serve.py does for the app: tests that build Blocks in this process (the form's
+# fixtures) would otherwise start gradio's version check and analytics threads, each an
+# HTTP request this offline machine cannot answer.
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 # Under pytest-xdist (make test) the workers share the cores: torch in each takes its
 # share instead of every core (oversubscribed threads make every test slower).
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))

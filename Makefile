@@ -5,12 +5,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # Test processes side by side (pytest-xdist); whole files go to one worker, so a module's
 # shared run is set up once. make test runs three on the 2-core test machine: its browser
-# tests wait on pages and timers, and a third worker fills those waits (13:06 against
-# about 14:30 with two, 2026-11-27). make test-fast is busy all the time: two (2:15 against
-# 2:22 with three).
+# tests wait on pages and timers, and a third worker fills those waits (13:06 to 14:13
+# against 14:24 with two, 2026-11-27). make test-fast is busy all the time: two (2:15
+# against 2:22 with three).
 TEST_WORKERS ?= 3
 FAST_WORKERS ?= 2
-XDIST := -n $(TEST_WORKERS) --dist loadfile
+XDIST := --dist loadfile
 STAMP := $(VENV)/.installed-stamp
 
 .PHONY: demo test test-fast ui lint bench bench-ui bench-peers bench-gpu clean-venv
@@ -31,11 +31,11 @@ COMPILE := $(PY) -m compileall -q core ui app.py
 test: $(STAMP)
 	./tools/ensure-chromium.sh
 	$(COMPILE)
-	$(PY) -m pytest -q $(XDIST)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) $(XDIST)
 
 test-fast: $(STAMP)
 	$(COMPILE)
-	$(PY) -m pytest -q -n $(FAST_WORKERS) --dist loadfile -m "not slow"
+	$(PY) -m pytest -q -n $(FAST_WORKERS) $(XDIST) -m "not slow"
 
 ui: $(STAMP)
 	$(PY) app.py

@@ -186,7 +186,8 @@ def test_a_control_outside_the_workspace_is_sent_as_pixels(tmp_path: Path):
 
 # ---------------------------------------------------------------- in the browser
 
-PREVIEW_SIZES = ("Array.from(document.querySelectorAll('#preview img'))"
+PREVIEW_IMAGES = "Array.from(document.querySelectorAll('#preview img'))"
+PREVIEW_SIZES = (f"{PREVIEW_IMAGES}"
                  ".filter(i => i.complete && i.naturalWidth > 0)"
                  ".map(i => [i.naturalWidth, i.naturalHeight])")
 
@@ -198,7 +199,7 @@ def wait_for_preview_of(page, count: int) -> None:
     try:
         page.wait_for_function(f"{PREVIEW_SIZES}.length === {count}")
     except PlaywrightTimeout:
-        shown = page.evaluate("Array.from(document.querySelectorAll('#preview img'))"
+        shown = page.evaluate(f"{PREVIEW_IMAGES}"
                               ".map(i => [i.complete, i.naturalWidth, i.src.slice(-60)])")
         note = page.inner_text("#preview-note")
         raise AssertionError(f"the preview shows {len(shown)} images, not {count} loaded "

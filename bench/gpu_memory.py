@@ -46,6 +46,7 @@ PHASES = ("loaded", "cached", "first_step", "eval", "validation", "checkpoint", 
 IMAGES = 8
 VALIDATION_STEPS = 4  # memory does not grow with steps; time does
 STOP_GRACE_S = 150  # after a timeout: Ctrl-C to the app, which stops its run and saves
+CARD_CAP = {24: 23.5, 16: 15.5}  # GiB the allocator may hold on a 24 or 16 GB card (less context)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,8 @@ class Case:
     name: str = ""  # the case's name when not the family's (the card presets)
     path: str = ""  # model.path when not random:<family> (random:wan:14b)
     extra: tuple[str, ...] = ()  # more --set items (the same preset without swapping)
+    cap_gib: float | None = None  # the allocator held to this (DT_GPU_MEMORY_CAP_GIB): the card
+    data: str = ""  # another case's images (and so its caches) when not its own
 
     @property
     def key(self) -> str:
@@ -74,18 +77,26 @@ CASES = {
     "chroma": Case("chroma", "chroma-lora", None, 1, 23.0),
     "z_image": Case("z_image", "z-image-lora", None, 1, 23.0),
     "qwen_image": Case("qwen_image", "qwen-image-lora", None, 1, 23.0, quantized=True),
-    # model.blocks_to_swap (docs/memory.md): the card presets at their settings, goal
-    # their card less 1 GiB; the same without swapping, on a big card, for the s/step ratio.
+    # model.blocks_to_swap (docs/memory.md): the card presets at their settings under an
+    # allocator cap of their card less the CUDA context (CARD_CAP), goal their card less
+    # 1 GiB; the same without swapping and uncapped, for the s/step ratio.
     "qwen_image_24gb": Case("qwen_image", "qwen-image-lora-24gb", None, 1, 23.0,
-                            name="qwen_image_24gb"),
+                            name="qwen_image_24gb", cap_gib=CARD_CAP[24]),
     "qwen_image_noswap": Case("qwen_image", "qwen-image-lora-24gb", None, 1, None,
-                              name="qwen_image_noswap", extra=("model.blocks_to_swap=0",)),
+                              name="qwen_image_noswap", extra=("model.blocks_to_swap=0",),
+                              data="qwen_image_24gb"),
     "qwen_image_16gb": Case("qwen_image", "qwen-image-lora-16gb", None, 1, 15.0,
-                            name="qwen_image_16gb"),
+                            name="qwen_image_16gb", cap_gib=CARD_CAP[16]),
     "wan14b_24gb": Case("wan", "wan21-14b-lora-24gb", None, 1, 23.0, name="wan14b_24gb",
-                        path="random:wan:14b"),
+                        path="random:wan:14b", cap_gib=CARD_CAP[24]),
     "wan14b_16gb": Case("wan", "wan21-14b-lora-16gb", None, 1, 15.0, name="wan14b_16gb",
-                        path="random:wan:14b"),
+                        path="random:wan:14b", cap_gib=CARD_CAP[16]),
+    "wan22_a14b_24gb": Case("wan", "wan22-a14b-lora-24gb", None, 1, 23.0,
+                            name="wan22_a14b_24gb", path="random:wan:a14b",
+                            cap_gib=CARD_CAP[24]),
+    "flux2_dev_24gb": Case("flux2", "flux2-dev-lora-24gb", None, 1, 23.0,
+                           name="flux2_dev_24gb", path="random:flux2:dev",
+                           cap_gib=CARD_CAP[24]),
 }
 
 
@@ -95,7 +106,7 @@ def overrides(case: Case, steps: int, quantize: str) -> list[str]:
              f"train.batch_size={case.batch}", f"validation.steps={VALIDATION_STEPS}",
              f"validation.every={steps}", f"train.eval_every={steps}",
              f"train.checkpoint_every={steps + 1}", "train.lr_warmup_steps=0",
-             f"datasets.0.images=data/{case.key}",
+             f"datasets.0.images=data/{case.data or case.key}",
              f"output.dir=runs/gpu-memory-{case.key}", *case.extra]
     if case.resolution:  # validation at the training resolution, as a user would
         items += [f"datasets.0.resolution={case.resolution}",
@@ -124,18 +135,24 @@ def estimate(cfg: Any, ws: Path) -> dict[str, Any]:
             "caching_parts": {p.name: p.bytes for p in est.caching}}
 
 
-def child_env() -> dict[str, str]:
+def child_env(cap_gib: float | None = None) -> dict[str, str]:
     """This environment (PYTHONPATH included: the GPU machine finds its wheels there), with
-    the repository first on the path."""
+    the repository first on the path, and the card's allocator cap when the case has one."""
+    from core.models.modules import GPU_MEMORY_CAP_ENV
+
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+    if cap_gib is not None:
+        env[GPU_MEMORY_CAP_ENV] = str(cap_gib)
+    return env
 
 
-def run_app(argv: list[str], log_path: Path, timeout: float) -> int | str:
+def run_app(argv: list[str], log_path: Path, timeout: float,
+            cap_gib: float | None = None) -> int | str:
     """app.py's exit code, or "timed out" (it was stopped through Ctrl-C, then killed)."""
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, str(REPO / "app.py"), *argv], cwd=REPO,
-                                env=child_env(), stdout=log, stderr=subprocess.STDOUT)
+                                env=child_env(cap_gib), stdout=log, stderr=subprocess.STDOUT)
         try:
             return proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -170,6 +187,13 @@ def measured(events: list[dict[str, Any]]) -> dict[str, float | None]:
     return out
 
 
+def host_rss_peak(events: list[dict[str, Any]]) -> float | None:
+    """The trainer's peak resident host memory over its memory events, GiB."""
+    values = [e["host_rss_bytes"] for e in events
+              if e.get("type") == "memory" and isinstance(e.get("host_rss_bytes"), (int, float))]
+    return max(values) / GIB if values else None
+
+
 def run_case(case: Case, items: list[str], ws: Path, timeout: float) -> dict[str, Any]:
     import shutil
 
@@ -183,10 +207,11 @@ def run_case(case: Case, items: list[str], ws: Path, timeout: float) -> dict[str
     for item in items:
         argv += ["--set", item]
     start = time.monotonic()
-    code = run_app(argv, log_path, timeout)
+    code = run_app(argv, log_path, timeout, case.cap_gib)
     events = EventTail(RunFolder(run_dir).events).read()
     result = {"exit": code, "wall_s": round(time.monotonic() - start, 1),
-              "measured_gib": measured(events), "s_per_step": seconds_per_step(events)}
+              "measured_gib": measured(events), "s_per_step": seconds_per_step(events),
+              "host_rss_gib": host_rss_peak(events), "cap_gib": case.cap_gib}
     if code != 0 or result["measured_gib"]["peak"] is None:
         why = f"exit {code}" if code != 0 else "no memory events with device figures"
         result["error"] = why
@@ -307,7 +332,8 @@ def bench_family(case: Case, args: argparse.Namespace, ws: Path, measure: bool
               + " ".join(f"--set {i}" for i in items), flush=True)
         row.update(run_case(case, items, ws, args.timeout))
         print(f"   {case.key}: {json.dumps(row['measured_gib'])}, "
-              f"{fmt(row['s_per_step'], '.3f')} s/step, {row['wall_s']} s", flush=True)
+              f"{fmt(row['s_per_step'], '.3f')} s/step, host RSS {fmt(row['host_rss_gib'])} GiB, "
+              f"cap {row['cap_gib'] or 'none'}, {row['wall_s']} s", flush=True)
     peak = row.get("measured_gib", {}).get("peak")
     row["met"] = None if case.goal_gib is None or peak is None else peak <= case.goal_gib
     row["goal"] = verdict(case, row)

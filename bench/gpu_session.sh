@@ -18,7 +18,7 @@
 # stage), CASE_S (200: one family's run), FP8_S (unset: also Flux with an fp8 base, in
 # that many seconds), PEERS_DIR (the diffusers examples; a GPU machine gets no ../shared,
 # so copy ../shared/peers/diffusers-examples into an ignored folder and carry it), OUT (/tmp/gpu-out: the log and the result files), PEERS_S (480:
-# the whole peers stage), PEERS_STEPS (20), PEERS_PY (a python with torchvision and
+# the whole peers stage), PEERS_STEPS (20), PEERS_COMPILE (off,blocks), PEERS_PY (a python with torchvision and
 # datasets for the examples; default PY, whose .whl/ may add them: torchvision's wheel
 # must be the one made for that machine's torch).
 #
@@ -119,7 +119,7 @@ stage_peers() {
     if [ "$left" -lt 60 ]; then echo "peers: $case skipped, ${left} s left"; continue; fi
     STEPTIMER_SYNC_DEBUG=1 timeout "$left" "$PY" bench/peers.py --families "$fam" --models random \
       --resolution "$res" --batch "$batch" --precision bf16 --gradient-checkpointing \
-      --steps "${PEERS_STEPS:-20}" --warmup 5 --compile off,blocks \
+      --steps "${PEERS_STEPS:-20}" --warmup 5 --compile "${PEERS_COMPILE:-off,blocks}" \
       --peers-python "${PEERS_PY:-$PY}" --timeout "$left" --workspace "$ws" \
       --out "$OUT/peers-$fam.json"
     echo "peers $case exit $?"

@@ -68,10 +68,11 @@ def load_for_caching(config: Path, workspace: Path
 
     from core.config.memory_advice import out_of_memory_becomes
     from core.models.loading import resolve_dtype
-    from core.models.modules import avoid_cudnn_attention, move_encoders
+    from core.models.modules import avoid_cudnn_attention, cap_gpu_memory, move_encoders
     from core.startup import load_model, load_resolved_config, process_group
 
     avoid_cudnn_attention()
+    cap_gpu_memory()
     cfg = load_resolved_config(config, workspace)
     if cfg is None:
         return None

@@ -7,6 +7,7 @@ Nothing heavy at module level: the trainer imports `unwrap` from here before it 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -72,6 +73,27 @@ def avoid_cudnn_attention() -> None:
     import torch
 
     torch.backends.cuda.enable_cudnn_sdp(False)
+
+
+GPU_MEMORY_CAP_ENV = "DT_GPU_MEMORY_CAP_GIB"
+
+
+def cap_gpu_memory() -> float | None:
+    """Hold this process's CUDA allocator to DT_GPU_MEMORY_CAP_GIB GiB when that is set, so
+    a big card rehearses a small one (bench/gpu_memory.py runs the 24 and 16 GB presets so);
+    an allocation past it fails as on that card. Returns the cap in GiB, or None (unset, or
+    no CUDA GPU: the CPU has no allocator to hold)."""
+    text = os.environ.get(GPU_MEMORY_CAP_ENV, "").strip()
+    if not text:
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    total = torch.cuda.get_device_properties(0).total_memory
+    cap = float(text)
+    torch.cuda.set_per_process_memory_fraction(min(1.0, cap * 2**30 / total))
+    return cap
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

@@ -136,9 +136,10 @@ def run(args: argparse.Namespace, own_process: bool = False) -> int:
     clock.mark("interpreter")
     with loaded_outside_collections() if own_process else contextlib.nullcontext():
         clock.import_libraries()
-    from core.models.modules import avoid_cudnn_attention
+    from core.models.modules import avoid_cudnn_attention, cap_gpu_memory
 
     avoid_cudnn_attention()
+    cap_gpu_memory()
 
     from accelerate.utils import set_seed
 

@@ -141,7 +141,7 @@ def child_env(cap_gib: float | None = None) -> dict[str, str]:
     from core.models.modules import GPU_MEMORY_CAP_ENV
 
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "DT_MEMORY_TRACE": "1"}
     if cap_gib is not None:
         env[GPU_MEMORY_CAP_ENV] = str(cap_gib)
     return env

@@ -72,6 +72,8 @@ def build_caches(cfg: Config, family: ModelFamily, components: Components,
     """
     import torch
 
+    from core.models.modules import memory_trace
+
     group = group or ProcessGroup()
     plan = plan_caches(cfg, model_identity(components))
     if group.is_main:
@@ -85,8 +87,10 @@ def build_caches(cfg: Config, family: ModelFamily, components: Components,
         jobs=my_share(vae_todo, group.index, group.count), batch_size=vae_batch,
         device=group.device, dtype=getattr(components.vae, "dtype", torch.float32),
         progress=progress, **vae_encoders)
+    memory_trace(f"latents encoded ({vae_batch} a batch)")
     text_stats = build_text_entries(jobs=my_share(text_todo, group.index, group.count),
                                     progress=progress, **text_encoders)
+    memory_trace("captions encoded")
     group.barrier()
     mask_stats = BuildStats()
     if mask_todo:  # every process has the same list: all or none meet this barrier

@@ -96,6 +96,22 @@ def cap_gpu_memory() -> float | None:
     return cap
 
 
+def memory_trace(label: str) -> None:
+    """With DT_MEMORY_TRACE set, print the CUDA allocator's peak since the last trace and
+    what it holds now, then start a new peak: where loading and caching spend the GPU,
+    step by step (bench/gpu_memory.py's runs set it). Nothing without a CUDA GPU."""
+    if not os.environ.get("DT_MEMORY_TRACE"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        return
+    gib = 2**30
+    print(f"memory trace {label}: peak {torch.cuda.max_memory_allocated() / gib:.2f} GiB, "
+          f"now {torch.cuda.memory_allocated() / gib:.2f} GiB", flush=True)
+    torch.cuda.reset_peak_memory_stats()
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
     """torch's CUDA out-of-memory error (torch.OutOfMemoryError)."""
     import torch

@@ -15,7 +15,12 @@ from core.cache.stage import build_caches
 from core.config import Config
 from core.data.sampler import MultiDatasetSampler
 from core.models.loading import resolve_dtype
-from core.models.modules import cast_encoders, move_encoders, release_device_memory
+from core.models.modules import (
+    cast_encoders,
+    memory_trace,
+    move_encoders,
+    release_device_memory,
+)
 from core.models.quantize import quantize_frozen, quantized_layers
 from core.startup import load_model, process_group
 from core.train.compiling import CompileWatch, attention_line, compile_blocks
@@ -274,16 +279,20 @@ def load_and_place(cfg: Config, workspace: Path, accelerator: Any, reporter: Any
     reporter.memory(memory.snapshot("loaded"))
     reporter.phase_done("model")
     move_encoders(c, accelerator.device, cfg.model.stream_text_encoders)
+    memory_trace("encoders placed")
     datasets, sampler, train_texts = prepare_data(cfg, family, c, accelerator, reporter.say)
     reporter.phase_done("caches")
     texts = encode_validation_prompts(family, c, cfg.validation)
+    memory_trace("validation prompts encoded")
     if train_texts.encoders_needed:  # captions encoded at train time: the encoders stay
         c.vae.to("cpu")
     else:
         move_encoders(c, "cpu")
     release_device_memory(accelerator.device)
+    memory_trace("encoders back on the CPU")
     if not place_with_swap(family, c.denoiser, cfg, accelerator.device):
         quantize_frozen(c.denoiser, cfg.model.quantize, accelerator.device)
+    memory_trace("denoiser placed")
     if cfg.model.quantize != "none":
         _report_quantized(cfg.model.quantize, c.denoiser, reporter)
     reporter.memory(memory.snapshot("cached"))

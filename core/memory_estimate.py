@@ -38,9 +38,8 @@ if TYPE_CHECKING:
 # CUDA context, cuBLAS/cuDNN workspaces and allocator slack, per process. Calibrated on:
 # nothing yet (a typical figure); recalibrate from measured H100 runs.
 CUDA_CONTEXT_BYTES = GIB // 2
-# The caches are built this many images / captions at a time (core/cache/stage.py's
-# vae_batch, core/cache/build.py's text batch_size).
-CACHE_VAE_BATCH = 4
+# Captions are encoded this many at a time (core/cache/build.py's text batch_size); images
+# as many as core.cache.plan.vae_batch_size allows for their size.
 CACHE_TEXT_BATCH = 16
 CLIP_TOKENS = 77
 # Decoder LMs used as text encoders (Z-Image's and FLUX.2-klein's Qwen3, FLUX.2-dev's
@@ -308,9 +307,12 @@ def caching_activation_bytes(cfg: Config, sizes: ModelSizes,
     wbytes = weight_bytes(cfg.train.mixed_precision)
     peaks = [0]
     if sizes.vae is not None:
+        from core.cache.plan import vae_batch_size
+
         # a causal video VAE encodes a clip 4 frames at a time (AutoencoderKLWan._encode)
+        frames = min(step_frames(cfg), 4)
         peaks.append(act.vae_encode_bytes(sizes.vae.config, height, width,
-                                          CACHE_VAE_BATCH * min(step_frames(cfg), 4),
+                                          vae_batch_size(width, height, frames) * frames,
                                           _vae_bytes(cfg, sizes.vae, wbytes)))
     for encoder in sizes.text_encoders:
         t5 = encoder.config.get("model_type") == "t5"

@@ -525,7 +525,8 @@ def test_without_a_gpu_the_line_leads_with_the_ram_of_a_cpu_run(
 # weights the line names). Estimates, not measurements: bench/gpu_memory.py measures.
 PRESET_ESTIMATES = [
     ("chroma-lora", "chroma", (18, 21), "16.6"),  # 8.9 B parameters in bf16, 1024 px
-    ("qwen-image-lora", "qwen_image", (18, 24), "19.0"),  # int8 20 B base, 1024 px
+    # int8 20 B base, 1024 px: validation is the peak (24.2; an H200 held 23.8 + context)
+    ("qwen-image-lora", "qwen_image", (18, 25), "19.0"),
     ("flux2-lora", "flux2", (6, 22), None),
     ("z-image-lora", "z_image", (12, 22), "11.5"),  # bf16, unquantized, 1024 px
     # Wan 2.1 T2V 1.3B in bf16, 33 frames at 480 px: caching (UMT5-XXL) is the peak

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any, TypeVar
 
-from core.cache.plan import FLIPPED, MaskJob, TextJob, VaeJob
+from core.cache.plan import FLIPPED, MaskJob, TextJob, VaeJob, vae_batch_size
 from core.cache.store import atomic_save, entry_lock, is_fresh
 from core.data.images import BadImage, load_rgb
 from core.problems import Problem, warning
@@ -96,12 +96,15 @@ def _chunk_key(job: VaeJob) -> tuple[int, ...]:
 
 def _chunks(jobs: list[VaeJob], batch_size: int) -> Iterator[list[VaeJob]]:
     """Same-shape chunks (a VAE batch needs one: bucket, frame count and number of
-    control images), in plan order within a bucket."""
+    control images), in plan order within a bucket; at most `batch_size` items, fewer
+    for large shapes (vae_batch_size: the encode's memory grows with the pixels)."""
     ordered = sorted(jobs, key=_chunk_key)
     for _, group in groupby(ordered, key=_chunk_key):
         items = list(group)
-        for start in range(0, len(items), batch_size):
-            yield items[start:start + batch_size]
+        width, height = items[0].bucket
+        size = vae_batch_size(width, height, len(items[0].frames) or 1, batch_size)
+        for start in range(0, len(items), size):
+            yield items[start:start + size]
 
 
 @dataclass

@@ -87,7 +87,7 @@ def build_caches(cfg: Config, family: ModelFamily, components: Components,
         jobs=my_share(vae_todo, group.index, group.count), batch_size=vae_batch,
         device=group.device, dtype=getattr(components.vae, "dtype", torch.float32),
         progress=progress, **vae_encoders)
-    memory_trace(f"latents encoded ({vae_batch} a batch)")
+    memory_trace("latents encoded")
     text_stats = build_text_entries(jobs=my_share(text_todo, group.index, group.count),
                                     progress=progress, **text_encoders)
     memory_trace("captions encoded")

@@ -79,12 +79,21 @@ BACKWARD_BLOCKS = 1.5
 # the cache build held 6.1 (SD1.5, 512 px, batch 4, fp32) and 6.1 (SDXL, 1024 px,
 # batch 4, bf16) beside its encoders: CUDA's convolution workspaces come on top.
 VAE_ENCODE_UNITS = 6.0
+# The causal video VAEs (Wan's, Qwen-Image's) keep two frames of every convolution's input
+# for the next chunk: torch's tracker counts 10.1 such tensors on the CPU where it counts
+# 5.0 for AutoencoderKL, and on an H200 Qwen-Image's held 14.2 (10.66 GiB over its text
+# encoder and VAE, 4 images at 1024 px in bf16; 2026-11-28, docs/memory.md).
+VAE_ENCODE_UNITS_BY_CLASS = {"AutoencoderKLWan": 14.2, "AutoencoderKLQwenImage": 14.2}
 # A validation round (sampling, then the VAE decode) over the frozen weights: on an H200
 # it held 9.8 to 10.2 such full-resolution tensors at 1024 px (sdxl, sd3, flux2, chroma,
 # z_image; bf16), 10.8 (Flux) and 8.4 (SD1.5) at 512 px, where the sampler's own share is
 # larger; measured as the round's peak less the weights, the LoRA, its optimizer states
 # and the VAE (docs/memory.md). In the compute dtype's bytes, whatever the VAE's.
 VAE_DECODE_UNITS = 11.0
+# Qwen-Image's causal VAE (and the 20B denoiser's sampling) held 22.2 at 1024 px on an H200
+# (4.16 GiB over the weights, LoRA, optimizer states and VAE; 2026-11-28). Wan's VAE is the
+# same architecture, but its video decode is not measured yet: it keeps the 2-D figure.
+VAE_DECODE_UNITS_BY_CLASS = {"AutoencoderKLQwenImage": 22.2}
 # Text encoder layer: feed-forward tensors at the intermediate width alive at once.
 TEXT_FF_UNITS = 3.0
 # Attention scores and their softmax, for encoders that run eager attention (T5's bias).
@@ -191,7 +200,8 @@ def mmdit_activation_bytes(config: dict[str, Any], shape: StepShape, text_tokens
 def vae_encode_bytes(config: dict[str, Any], height: int, width: int, batch: int,
                      dtype_bytes: int) -> int:
     """Peak of a VAE encode of `batch` images at height x width pixels (no gradients)."""
-    return int(VAE_ENCODE_UNITS * batch * height * width * _vae_width(config) * dtype_bytes)
+    units = VAE_ENCODE_UNITS_BY_CLASS.get(config.get("_class_name", ""), VAE_ENCODE_UNITS)
+    return int(units * batch * height * width * _vae_width(config) * dtype_bytes)
 
 
 def _vae_width(config: dict[str, Any]) -> int:
@@ -203,7 +213,8 @@ def validation_bytes(config: dict[str, Any], height: int, width: int, frames: in
                      dtype_bytes: int) -> int:
     """What one validation image (or a video's decoded frames, `frames` at a time) holds
     beyond the weights: the sampling and the VAE decode at height x width pixels."""
-    return int(VAE_DECODE_UNITS * frames * height * width * _vae_width(config) * dtype_bytes)
+    units = VAE_DECODE_UNITS_BY_CLASS.get(config.get("_class_name", ""), VAE_DECODE_UNITS)
+    return int(units * frames * height * width * _vae_width(config) * dtype_bytes)
 
 
 def text_encode_bytes(config: dict[str, Any], tokens: int, batch: int, dtype_bytes: int,

@@ -151,16 +151,25 @@ class HunyuanVideo15Family(FlowFamily):
         return c
 
     def config_problems(self, cfg: Any) -> list[Any]:
-        """A single-file model.path is refused at the check already (see `load`)."""
-        from core.problems import error
+        """A single-file model.path is refused at the check already (see `load`); a kind
+        whose q/k/v ComfyUI drops is named (see the docstring)."""
+        from core.problems import error, warning
 
+        problems = []
+        kind = cfg.train.lora_kind
+        if kind != "lora":
+            problems.append(warning(
+                "train.lora_kind", f"{kind}'s attention q/k/v cannot be fused into the "
+                "single qkv weight ComfyUI's HunyuanVideo 1.5 holds, so ComfyUI drops them "
+                "from lora_comfyui.safetensors (its out projections and feed-forwards "
+                "load); train lora for a file ComfyUI takes whole"))
         path = str(cfg.model.path)
-        if not path.endswith((".safetensors", ".ckpt", ".pt", ".gguf")):
-            return []
-        return [error("model.path", f"{path} is a single file, which diffusers 0.42 cannot "
-                                    "read as HunyuanVideo 1.5: use a diffusers folder or a hub "
-                                    "id such as hunyuanvideo-community/HunyuanVideo-1.5-"
-                                    "Diffusers-480p_t2v")]
+        if path.endswith((".safetensors", ".ckpt", ".pt", ".gguf")):
+            problems.append(error(
+                "model.path", f"{path} is a single file, which diffusers 0.42 cannot read as "
+                "HunyuanVideo 1.5: use a diffusers folder or a hub id such as "
+                "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v"))
+        return problems
 
     def takes_first_image(self, model: Any) -> bool:
         """An image-to-video model (i2v.py): validation.control_images gives each

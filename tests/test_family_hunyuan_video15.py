@@ -185,6 +185,11 @@ def test_lora_files_load_in_diffusers_and_the_comfyui_one_fuses_qkv(
     pipe.load_lora_weights(str(paths["diffusers"]))
     with_lora = generate(pipe)
     assert (with_lora - base).abs().max() > 1.0
+    # diffusers' own HunyuanVideo converter splits the fused ComfyUI file back (B chunked
+    # in three, A shared): the diffusers file's frames, to one 8-bit level
+    comfy_pipe = HV.validation_pipeline(HV.load(str(folder)))
+    comfy_pipe.load_lora_weights(str(paths["comfyui"]))
+    torch.testing.assert_close(generate(comfy_pipe), with_lora, atol=1.0, rtol=0)  # 8-bit
     # A plain diffusers pipeline's transformer takes the same file (diffusers 0.42's
     # HunyuanVideo15Pipeline has no load_lora_weights of its own).
     plain = HunyuanVideo15Pipeline.from_pretrained(str(folder), local_files_only=True)

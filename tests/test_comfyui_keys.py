@@ -1,10 +1,11 @@
-"""Every family's ComfyUI LoRA file held to ComfyUI's key layout (core/models/
-comfyui_layout.py; the names, read from ComfyUI 0.29.0's comfy/lora.py and comfy/utils.py,
-in each family's comfyui_keys.py): each key of a tiny model's file is a name ComfyUI's
-loader maps for that model with a suffix it reads, and each module patches the weight
-change the diffusers file makes (a fused module: its parts' changes stacked), with no
-diffusers module left out or carried twice. Tiny models, no training: a LoRA with random
-non-zero up weights on every target ("all"), saved by the family (CPU, about a second a
+"""Every family's ComfyUI LoRA file (lora_comfyui; sd15, sd2 and sdxl: lora_kohya) held to
+ComfyUI's key layout (core/models/comfyui_layout.py; the names, read from ComfyUI 0.29.0's
+comfy/lora.py and comfy/utils.py, in each family's comfyui_keys.py): each key of a tiny
+model's file is a name ComfyUI's loader maps for that model with a suffix it reads, and
+each module patches the weight change the diffusers file makes (a fused module: its
+parts' changes stacked), with no diffusers module left out or carried twice. Tiny models,
+no training: a LoRA with random non-zero up weights on every target ("all", the text
+encoders' too where a family trains them), saved by the family (CPU, about a second a
 family).
 """
 
@@ -19,17 +20,19 @@ import torch
 from safetensors import safe_open
 
 from core.models.adapters import adapter_config
-from core.models.comfyui_layout import Layout, split_suffix
-from core.models.flow import FlowFamily
+from core.models.comfyui_layout import PLACEHOLDER, Layout, split_suffix
 from core.models.registry import get_family, list_families
 from core.models.tiny import resolve_model_path, tiny_family
 
-# The families whose LoRA files include lora_comfyui (the kohya file of the UNet families
-# is another layout), and the tiny variants whose files differ: Wan 2.2's two experts
-# (a file each), I2V's cross-attention, HunyuanVideo 1.5 I2V.
-COMFY_FAMILIES = [n for n in list_families() if isinstance(get_family(n), FlowFamily)]
-TINIES = [*COMFY_FAMILIES, "wan22", "wan_i2v", "hunyuan_video15_i2v"]
+# Every family (each writes a file for ComfyUI), and the tiny variants whose files differ:
+# Wan 2.2's two experts (a file each), I2V's cross-attention, HunyuanVideo 1.5 I2V.
+FAMILIES = list_families()
+TINIES = [*FAMILIES, "wan22", "wan_i2v", "hunyuan_video15_i2v"]
 RANK, ALPHA = 4, 8.0  # alpha != rank: a scale lost on the way shows
+# (down, up) in diffusers files: peft's names, and the UNet's and text encoders' in sd15's
+DIFFUSERS_SUFFIXES = ((".lora_A.weight", ".lora_B.weight"),
+                      (".lora.down.weight", ".lora.up.weight"),
+                      (".lora_linear_layer.down.weight", ".lora_linear_layer.up.weight"))
 
 
 def layout_of(family: str) -> Layout:
@@ -41,11 +44,15 @@ def adapted(tiny: str, workspace: Path, kind: str = "lora") -> tuple[object, obj
     fam = get_family(tiny_family(tiny))
     c = fam.load(resolve_model_path(f"tiny:{tiny}", workspace))
     c.denoiser.add_adapter(adapter_config(kind, RANK, ALPHA, fam.lora_target_modules("all")))
+    encoders = [e for e in c.text_encoders if e is not None and fam.text_encoder_lora_targets]
+    for encoder in encoders:
+        encoder.add_adapter(adapter_config(kind, RANK, ALPHA, fam.text_encoder_lora_targets))
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        for name, p in c.denoiser.named_parameters():
-            if p.requires_grad and "magnitude" not in name:
-                p.normal_(0, 0.2, generator=g)
+        for model in (c.denoiser, *encoders):
+            for name, p in model.named_parameters():
+                if p.requires_grad and "magnitude" not in name:
+                    p.normal_(0, 0.2, generator=g)
     return fam, c
 
 
@@ -66,15 +73,17 @@ def modules_of(tensors: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Te
 def comfy_delta(t: dict[str, torch.Tensor]) -> torch.Tensor:
     """The change ComfyUI's LoRA adapter makes at strength 1: up @ down, times alpha / rank
     where `.alpha` is written (1 without it)."""
-    up = t.get("lora_B.weight", t.get("lora_up.weight")).float()
-    down = t.get("lora_A.weight", t.get("lora_down.weight")).float()
+    up = t.get("lora_B.weight", t.get("lora_up.weight")).float().flatten(1)
+    down = t.get("lora_A.weight", t.get("lora_down.weight")).float().flatten(1)
     scale = float(t["alpha"]) / down.shape[0] if "alpha" in t else 1.0
-    return up @ down * scale
+    return up @ down * scale  # a convolution's change flattened, as the diffusers one
 
 
 def diffusers_deltas(path: Path) -> dict[str, torch.Tensor]:
     """{diffusers module: its change} from a diffusers file, scaled by the adapter config
-    it carries as metadata (lora_alpha / r), as load_lora_weights applies it."""
+    it carries as metadata (lora_alpha / r), as load_lora_weights applies it; the
+    denoiser's modules without their "transformer." / "unet.", the text encoders' with
+    "text_encoder." / "text_encoder_2."."""
     tensors, meta = read(path)
     # {"transformer.r": 4, "transformer.lora_alpha": 8.0, ...}: one model's config
     config = {k.split(".", 1)[1]: v for k, v in
@@ -83,17 +92,18 @@ def diffusers_deltas(path: Path) -> dict[str, torch.Tensor]:
     scale = config["lora_alpha"] / config["r"]
     out = {}
     for key in tensors:
-        if key.endswith(".lora_A.weight"):
-            module = key.removesuffix(".lora_A.weight")
-            up = tensors[f"{module}.lora_B.weight"].float()
-            out[module.split(".", 1)[1]] = up @ tensors[key].float() * scale  # no transformer.
+        for down, up in DIFFUSERS_SUFFIXES:
+            if key.endswith(down):
+                module = key.removesuffix(down)
+                change = tensors[module + up].float().flatten(1) @ tensors[key].float().flatten(1)
+                out[module.removeprefix("transformer.").removeprefix("unet.")] = change * scale
     return out
 
 
 def file_pairs(files: dict[str, Path]) -> list[tuple[Path, Path | None]]:
     """(ComfyUI file, its diffusers file) of each trained denoiser."""
-    return [(path, files.get(name.replace("comfyui", "diffusers")))
-            for name, path in files.items() if name.startswith("comfyui")]
+    return [(path, files.get(name.replace("comfyui", "diffusers").replace("kohya", "diffusers")))
+            for name, path in files.items() if name.startswith(("comfyui", "kohya"))]
 
 
 def unmapped_keys(layout: Layout, tensors: dict[str, torch.Tensor]) -> list[str]:
@@ -101,12 +111,14 @@ def unmapped_keys(layout: Layout, tensors: dict[str, torch.Tensor]) -> list[str]
                   or layout.match(split_suffix(k)[0]) is None)
 
 
-def test_every_family_writing_a_comfyui_file_declares_comfyuis_names() -> None:
-    assert {"flux", "wan", "hunyuan_video15", "ltx2"} <= set(COMFY_FAMILIES)
-    for family in COMFY_FAMILIES:
+def test_every_family_declares_comfyuis_names() -> None:
+    assert {"sd15", "flux", "wan", "hunyuan_video15", "ltx2"} <= set(FAMILIES)
+    for family in FAMILIES:
         layout = layout_of(family)
         assert layout.names, family
-        assert all(n.lora.count("{i}") == n.weight.count("{i}") <= 1 for n in layout.names)
+        # the same block indices in the file's name and in each diffusers module
+        assert all({PLACEHOLDER.findall(d) == PLACEHOLDER.findall(n.lora)
+                    for d in n.diffusers} == {True} for n in layout.names)
         # a slice of a fused weight carries one module; a fused LoRA the whole weight
         assert all(n.part is None or (len(n.diffusers) == 1 and
                                       0 <= n.part[0] < n.part[1] <= n.part[2])
@@ -147,12 +159,14 @@ def test_hunyuan_video15_fuses_qkv_as_comfyuis_model_holds_it(tmp_path: Path,
 # DoRA, LoKr and LoHa keep one module per diffusers module. ComfyUI takes them whole
 # where it maps q, k and v apart or as slices of a fused weight; HunyuanVideo 1.5's map has
 # neither, so there it drops their q/k/v (the check warns: below).
-@pytest.mark.parametrize("tiny,kind", [("flux", "dora"), ("flux2", "lokr"), ("wan", "loha"),
-                                       ("ltx2", "dora"), ("hunyuan_video15", "lokr")])
+@pytest.mark.parametrize("tiny,kind", [("sdxl", "loha"), ("flux", "dora"), ("flux2", "lokr"),
+                                       ("wan", "loha"), ("ltx2", "dora"),
+                                       ("hunyuan_video15", "lokr")])
 def test_other_kinds_keys_are_names_comfyui_maps(tiny: str, kind: str, tmp_path: Path,
                                                  tiny_workspace: Path) -> None:
     fam, c = adapted(tiny, tiny_workspace, kind)
-    tensors, _ = read(fam.save_lora(c, tmp_path)["comfyui"])
+    [(path, _)] = file_pairs(fam.save_lora(c, tmp_path))
+    tensors, _ = read(path)
     dropped = {split_suffix(k)[0].rsplit(".", 1)[1]
                for k in unmapped_keys(layout_of(fam.name), tensors)}
     assert dropped == ({"img_attn_q", "img_attn_k", "img_attn_v", "txt_attn_q", "txt_attn_k",

@@ -1,12 +1,13 @@
 """ComfyUI's LoRA key layout, as data: the LoRA module names ComfyUI's loader maps onto a
 family's model, what each one patches there, and the suffixes it reads under them.
 
-Each family that writes a ComfyUI file declares its layout in
-core/models/families/<name>/comfyui_keys.py (`LAYOUT`, or None with `NO_COMFYUI_MODEL`
-saying why where ComfyUI has no such model). The names are facts read from ComfyUI 0.29.0
+Each family declares the layout of the file it writes for ComfyUI (lora_comfyui; sd15,
+sd2 and sdxl: lora_kohya) in core/models/families/<name>/comfyui_keys.py, as `LAYOUT`.
+The names are facts read from ComfyUI 0.29.0
 (comfy/lora.py `model_lora_keys_unet`: the generic "diffusion_model.<weight>" map and the
-per-model branches; comfy/utils.py: flux_to_diffusers, mmdit_to_diffusers,
-z_image_to_diffusers; comfy/ldm/*: the models' weight names), written down here as
+per-model branches, and `model_lora_keys_clip`; comfy/utils.py: unet_to_diffusers,
+flux_to_diffusers, mmdit_to_diffusers, z_image_to_diffusers; comfy/ldm/*: the models'
+weight names), written down here as
 patterns, not code: ComfyUI is GPL and not a dependency. tests/test_comfyui_keys.py holds
 every family's file to its layout: each key a mapped name with a suffix ComfyUI reads,
 and each module's weight change the diffusers file's.
@@ -31,9 +32,13 @@ LOHA_SUFFIXES = frozenset({"hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b", "
 SUFFIXES = LORA_SUFFIXES | LOKR_SUFFIXES | LOHA_SUFFIXES | {"alpha", "dora_scale"}
 
 
+PLACEHOLDER = re.compile(r"\{([a-z])\}")  # {i}, {j}, ...: a block index
+
+
 @dataclass(frozen=True)
 class Name:
-    """One LoRA module name ComfyUI maps. {i} stands for a block index.
+    """One LoRA module name ComfyUI maps. {i} (and {j}, {k}: nested blocks) stand for
+    block indices, the same in `lora` and `diffusers`.
 
     lora: the name in the file, without its suffix. weight: the ComfyUI model weight it
     patches (its state-dict key after "diffusion_model.", without ".weight"). part:
@@ -49,7 +54,8 @@ class Name:
     part: tuple[int, int, int] | None = None
 
     def pattern(self) -> re.Pattern[str]:
-        return re.compile(re.escape(self.lora).replace(r"\{i\}", r"(\d+)"))
+        return re.compile(PLACEHOLDER.sub(r"(?P<\1>\\d+)", re.escape(self.lora)
+                                          .replace(r"\{", "{").replace(r"\}", "}")))
 
 
 @dataclass(frozen=True)
@@ -59,23 +65,22 @@ class Layout:
     model: str
     names: tuple[Name, ...]
 
-    def match(self, module: str) -> tuple[Name, str] | None:
-        """The Name `module` (a file key without its suffix) is, and its block index
-        ("" for a name without one); None when ComfyUI maps no such name."""
+    def match(self, module: str) -> tuple[Name, dict[str, str]] | None:
+        """The Name `module` (a file key without its suffix) is, and its block indices
+        ({"i": "3"}); None when ComfyUI maps no such name."""
         for name in self.names:
-            pattern = name.pattern()
-            found = pattern.fullmatch(module)
+            found = name.pattern().fullmatch(module)
             if found:
-                return name, (found.group(1) if pattern.groups else "")
+                return name, found.groupdict()
         return None
 
     def diffusers_of(self, module: str) -> tuple[str, ...] | None:
-        """The diffusers modules a mapped `module` carries, block index filled in."""
+        """The diffusers modules a mapped `module` carries, block indices filled in."""
         found = self.match(module)
         if found is None:
             return None
-        name, index = found
-        return tuple(d.replace("{i}", index) for d in name.diffusers)
+        name, indices = found
+        return tuple(PLACEHOLDER.sub(lambda m: indices[m.group(1)], d) for d in name.diffusers)
 
 
 def split_suffix(key: str) -> tuple[str, str] | None:

@@ -138,7 +138,7 @@ def add_lora(c, rank: int = 4) -> None:
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
 
 
-def test_lora_files_load_in_diffusers_and_the_comfyui_one_has_original_names(
+def test_lora_files_load_in_diffusers_and_the_comfyui_one_fuses_qkv(
         folder: Path, tmp_path: Path) -> None:
     from diffusers import HunyuanVideo15Pipeline
     from safetensors.torch import load_file
@@ -160,12 +160,15 @@ def test_lora_files_load_in_diffusers_and_the_comfyui_one_has_original_names(
 
     paths = HV.save_lora(trained, tmp_path / "lora")
     comfy, diffusers_sd = load_file(paths["comfyui"]), load_file(paths["diffusers"])
-    assert "diffusion_model.double_blocks.0.img_attn_q.lora_A.weight" in comfy
-    assert "diffusion_model.double_blocks.0.txt_attn_proj.alpha" in comfy
-    # the same weights under both names
-    torch.testing.assert_close(comfy["diffusion_model.double_blocks.0.txt_attn_k.lora_B.weight"],
-                               diffusers_sd["transformer.transformer_blocks.0.attn.add_k_proj"
-                                            ".lora_B.weight"])
+    # q, k and v as one LoRA of ComfyUI's fused qkv weight: rank 3r, alpha/r (2) folded
+    # into the block-diagonal up, so no .alpha (tests/test_comfyui_keys.py checks every
+    # family's file against ComfyUI's names and the diffusers file's weight change)
+    qkv = "diffusion_model.double_blocks.0.txt_attn_qkv"
+    assert comfy[f"{qkv}.lora_A.weight"].shape[0] == 3 * 4
+    assert not any(k.endswith(".alpha") or "attn_q." in k for k in comfy)
+    k_part = comfy[f"{qkv}.lora_B.weight"].chunk(3)[1][:, 4:8]
+    torch.testing.assert_close(k_part, 2 * diffusers_sd["transformer.transformer_blocks.0.attn."
+                                                        "add_k_proj.lora_B.weight"])
 
     embeds = texts[0]["prompt_embeds"][None].detach()
     negative = HV.encode_prompts(trained, [""])[0]["prompt_embeds"][None]
@@ -182,6 +185,11 @@ def test_lora_files_load_in_diffusers_and_the_comfyui_one_has_original_names(
     pipe.load_lora_weights(str(paths["diffusers"]))
     with_lora = generate(pipe)
     assert (with_lora - base).abs().max() > 1.0
+    # diffusers' own HunyuanVideo converter splits the fused ComfyUI file back (B chunked
+    # in three, A shared): the diffusers file's frames, to one 8-bit level
+    comfy_pipe = HV.validation_pipeline(HV.load(str(folder)))
+    comfy_pipe.load_lora_weights(str(paths["comfyui"]))
+    torch.testing.assert_close(generate(comfy_pipe), with_lora, atol=1.0, rtol=0)  # 8-bit
     # A plain diffusers pipeline's transformer takes the same file (diffusers 0.42's
     # HunyuanVideo15Pipeline has no load_lora_weights of its own).
     plain = HunyuanVideo15Pipeline.from_pretrained(str(folder), local_files_only=True)

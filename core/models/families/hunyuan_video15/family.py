@@ -33,9 +33,17 @@ feed-forwards), not the token refiner's (its original q/k/v are one fused tensor
 pytorch_lora_weights ("transformer.<module>" keys, HunyuanVideoLoraLoaderMixin's
 save_lora_weights: diffusers 0.42's HunyuanVideo15Pipeline has no LoRA loader, and
 pipelines.py's pipeline, which mixes that loader in, loads it with `load_lora_weights`)
-and lora_comfyui.safetensors in the original checkpoint's names under "diffusion_model."
-(double_blocks.N.img_attn_q, txt_attn_proj, img_mlp.fc1, ...), as ComfyUI's
-LoraLoaderModelOnly maps any "diffusion_model.<key>" LoRA onto its model's weights.
+and lora_comfyui.safetensors for ComfyUI's LoraLoaderModelOnly, under "diffusion_model."
+in the names ComfyUI's HunyuanVideo LoRA map reads (comfy/lora.py model_lora_keys_unet;
+ComfyUI's HunyuanVideo 1.5 is a HunyuanVideo model there): double_blocks.N.img_attn_qkv,
+img_attn_proj, img_mlp.fc1, txt_attn_qkv, ... (comfyui_keys.py lists them). ComfyUI's
+model holds q, k and v in one fused `img_attn.qkv` / `txt_attn.qkv` weight and maps no
+LoRA name to a part of it, so plain LoRA's q, k and v are written as one fused LoRA each
+(down stacked, up block-diagonal, alpha/r folded into up and no `.alpha`:
+core/models/comfyui_names.py), which patches exactly the diffusers file's change. DoRA,
+LoKr and LoHa cannot be fused that way: their file keeps one module per projection
+(img_attn_q, ...), and ComfyUI drops the q/k/v ones (their out projections and
+feed-forwards load); use plain LoRA for ComfyUI.
 
 Image-to-video (a folder whose model_index.json names HunyuanVideo15ImageToVideoPipeline):
 i2v.py, which says how the first-frame condition is cached and fed; tiny_i2v/
@@ -54,6 +62,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.comfyui_names import Fused, ModuleNames
 from core.models.families.hunyuan_video15.i2v import (
     I2V_PIPELINE,
     condition_inputs,
@@ -71,24 +80,21 @@ ATTENTION = ("to_q", "to_k", "to_v", r"to_out\.0", "add_q_proj", "add_k_proj", "
              "to_add_out")
 FEED_FORWARD = (r"ff\.net\.0\.proj", r"ff\.net\.2", r"ff_context\.net\.0\.proj",
                 r"ff_context\.net\.2")
-# diffusers module (inside transformer_blocks.N) -> the original name (double_blocks.N).
-ORIGINAL_NAMES = {"attn.to_q": "img_attn_q", "attn.to_k": "img_attn_k",
-                  "attn.to_v": "img_attn_v", "attn.to_out.0": "img_attn_proj",
-                  "attn.add_q_proj": "txt_attn_q", "attn.add_k_proj": "txt_attn_k",
-                  "attn.add_v_proj": "txt_attn_v", "attn.to_add_out": "txt_attn_proj",
-                  "ff.net.0.proj": "img_mlp.fc1", "ff.net.2": "img_mlp.fc2",
-                  "ff_context.net.0.proj": "txt_mlp.fc1", "ff_context.net.2": "txt_mlp.fc2",
-                  "norm1.linear": "img_mod.linear", "norm1_context.linear": "txt_mod.linear"}
-
-
-def original_module_name(module: str) -> str | None:
-    """The original name of a diffusers module ("transformer_blocks.3.attn.to_q" ->
-    "double_blocks.3.img_attn_q"); None for one without a LoRA name there."""
-    head, _, rest = module.partition(".")
-    index, _, leaf = rest.partition(".")
-    if head == "transformer_blocks" and index.isdigit() and leaf in ORIGINAL_NAMES:
-        return f"double_blocks.{index}.{ORIGINAL_NAMES[leaf]}"
-    return None
+# diffusers module (inside transformer_blocks.N) -> the original name (double_blocks.N),
+# as ComfyUI's HunyuanVideo LoRA map spells it (comfyui_keys.py). q, k and v have one
+# each only for the kinds that cannot be fused (ComfyUI drops those: see the docstring).
+ORIGINAL_NAMES = ModuleNames(blocks={"transformer_blocks": ("double_blocks", {
+    "attn.to_q": "img_attn_q", "attn.to_k": "img_attn_k", "attn.to_v": "img_attn_v",
+    "attn.to_out.0": "img_attn_proj", "attn.add_q_proj": "txt_attn_q",
+    "attn.add_k_proj": "txt_attn_k", "attn.add_v_proj": "txt_attn_v",
+    "attn.to_add_out": "txt_attn_proj", "ff.net.0.proj": "img_mlp.fc1",
+    "ff.net.2": "img_mlp.fc2", "ff_context.net.0.proj": "txt_mlp.fc1",
+    "ff_context.net.2": "txt_mlp.fc2", "norm1.linear": "img_mod.linear",
+    "norm1_context.linear": "txt_mod.linear"})})
+# The original model's fused q/k/v Linears: plain LoRA is written as one LoRA on each.
+FUSED = (Fused("transformer_blocks", "img_attn_qkv", ("attn.to_q", "attn.to_k", "attn.to_v")),
+         Fused("transformer_blocks", "txt_attn_qkv",
+               ("attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj")))
 
 
 def condition_channels(noisy: Any) -> Any:
@@ -145,16 +151,25 @@ class HunyuanVideo15Family(FlowFamily):
         return c
 
     def config_problems(self, cfg: Any) -> list[Any]:
-        """A single-file model.path is refused at the check already (see `load`)."""
-        from core.problems import error
+        """A single-file model.path is refused at the check already (see `load`); a kind
+        whose q/k/v ComfyUI drops is named (see the docstring)."""
+        from core.problems import error, warning
 
+        problems = []
+        kind = cfg.train.lora_kind
+        if kind != "lora":
+            problems.append(warning(
+                "train.lora_kind", f"{kind}'s attention q/k/v cannot be fused into the "
+                "single qkv weight ComfyUI's HunyuanVideo 1.5 holds, so ComfyUI drops them "
+                "from lora_comfyui.safetensors (its out projections and feed-forwards "
+                "load); train lora for a file ComfyUI takes whole"))
         path = str(cfg.model.path)
-        if not path.endswith((".safetensors", ".ckpt", ".pt", ".gguf")):
-            return []
-        return [error("model.path", f"{path} is a single file, which diffusers 0.42 cannot "
-                                    "read as HunyuanVideo 1.5: use a diffusers folder or a hub "
-                                    "id such as hunyuanvideo-community/HunyuanVideo-1.5-"
-                                    "Diffusers-480p_t2v")]
+        if path.endswith((".safetensors", ".ckpt", ".pt", ".gguf")):
+            problems.append(error(
+                "model.path", f"{path} is a single file, which diffusers 0.42 cannot read as "
+                "HunyuanVideo 1.5: use a diffusers folder or a hub id such as "
+                "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v"))
+        return problems
 
     def takes_first_image(self, model: Any) -> bool:
         """An image-to-video model (i2v.py): validation.control_images gives each
@@ -252,14 +267,12 @@ class HunyuanVideo15Family(FlowFamily):
 
     def _save_comfy(self, c: Components, peft_sd: dict[str, Any], config: Any,
                     path: Path) -> Path | None:
-        """Original names under "diffusion_model." (see the docstring)."""
-        from core.models.lora_files import base_weights, lora_modules, save_comfy_lora
+        """Original names under "diffusion_model.", q/k/v fused for plain LoRA (see the
+        docstring)."""
+        from core.models.comfyui_names import save_fused_comfy
 
-        module = unwrap(c.denoiser)
-        if any(original_module_name(m) is None for m in lora_modules(peft_sd)):
-            return save_comfy_lora(peft_sd, config, path, base_weights(module))
-        return save_comfy_lora(peft_sd, config, path, base_weights(module),
-                               prefix="diffusion_model.", rename=original_module_name)
+        return save_fused_comfy(unwrap(c.denoiser), peft_sd, config, path, ORIGINAL_NAMES,
+                                FUSED)
 
     # ------------------------------------------------------------ validation
 

@@ -5,8 +5,12 @@
 #   bash bench/gpu_session.sh memory    bench/gpu_memory.py on FAMILIES (sd15,sdxl,flux)
 #   bash bench/gpu_session.sh env memory
 #   bash bench/gpu_session.sh swap      model.blocks_to_swap: the 24 GB Qwen-Image preset
-#                                       with and without swapping (the s/step ratio) and
-#                                       Wan 2.1 14B's 24 GB preset (SWAP_CASES to change)
+#                                       under a 23.5 GiB allocator cap, and without swapping
+#                                       uncapped (the s/step ratio); SWAP_CASES to change
+#                                       (bench/gpu_memory.py CASES: also qwen_image_16gb,
+#                                       wan14b_24gb, wan22_a14b_24gb, flux2_dev_24gb; the Wan
+#                                       cases validate to video: carry PyAV's wheel too),
+#                                       SWAP_STEPS (10)
 #   bash bench/gpu_session.sh peers     bench/peers.py: this tool against diffusers' own
 #                                       example trainers on random:<family> folders, bf16,
 #                                       gradient checkpointing, train.compile off and blocks
@@ -101,8 +105,8 @@ stage_memory() {
 stage_swap() {
   local ws=/tmp/ws-swap
   timeout "${MEMORY_S:-560}" "$PY" bench/gpu_memory.py \
-    --families "${SWAP_CASES:-qwen_image_24gb,qwen_image_noswap,wan14b_24gb}" \
-    --steps 10 --timeout "${CASE_S:-240}" --workspace "$ws" --out "$OUT/gpu_swap.json"
+    --families "${SWAP_CASES:-qwen_image_24gb,qwen_image_noswap}" \
+    --steps "${SWAP_STEPS:-10}" --timeout "${CASE_S:-240}" --workspace "$ws" --out "$OUT/gpu_swap.json"
   echo "gpu_memory swap exit $?"
 }
 

@@ -286,7 +286,8 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
     model's configs, a second or more: views that re-check on each edit leave it out)."""
     workspace = Path(workspace).expanduser().absolute()
     from core.memory_estimate import estimate_memory
-    from core.memory_swap import swap_problems
+    from core.memory_host import host_memory_problems
+    from core.memory_swap import machine_ram_bytes, swap_problems
     from core.models.loading import check_model_config, check_model_source
     from core.models.quantize import quantize_problems
 
@@ -312,6 +313,8 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
         memory = estimate_memory(full, workspace,
                                  [b for ds in datasets for b in ds.buckets])
         problems += swap_problems(cfg, memory)
+        if memory is not None and memory.ram is None:  # a GPU run: its host line counts
+            problems += host_memory_problems(cfg, memory, machine_ram_bytes())
     return CheckReport(problems, datasets, steps, memory, text_notes(cfg))
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from core.config.memory_advice import lower_memory_settings
 from core.config.optimizers import OPTIMIZERS
 from core.config.prompts import largest_size
+from core.memory_host import host_encoders, loading_parts, training_host_parts
 from core.memory_report import CUDA_CONTEXT, GIB, MemoryEstimate, MemoryPart
 from core.memory_step import FP32, shape_text, step_frames, step_pixels, step_shape
 from core.memory_swap import host_parts, smallest_fitting_swap, stream_advice, swapped_bytes
@@ -158,6 +159,9 @@ def assemble(cfg: Config, sizes: ModelSizes, gpu: tuple[int, str] | None,
     _plan_swap(cfg, sizes, estimate, wbytes,
                (lambda c, s: assemble(c, s, gpu, pixels, plan_swap=False)) if plan_swap
                else None)
+    held = host_encoders(sizes, wbytes, encoders[1])
+    estimate.host_loading = loading_parts(cfg, sizes, wbytes, held)
+    estimate.host_training = training_host_parts(cfg, held, estimate.host)
     return estimate
 
 

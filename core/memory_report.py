@@ -36,9 +36,24 @@ class MemoryEstimate:
     # machine), the most blocks a stack has (None: the family has none), and the
     # smallest count with which the estimate fits its card (None: fits, or none does).
     host: list[MemoryPart] = field(default_factory=list)
+    # Host memory per machine (core/memory_host.py): once everything is loaded, and
+    # while training (the pinned `host` parts among them). Empty for a CPU run.
+    host_loading: list[MemoryPart] = field(default_factory=list)
+    host_training: list[MemoryPart] = field(default_factory=list)
     max_blocks: int | None = None
     swap_fit: int | None = None
     planned: bool = False  # device_total_bytes is launch.gpu_memory_gib's, not found here
+
+    @property
+    def host_peak_bytes(self) -> int:
+        return max(sum(p.bytes for p in self.host_loading),
+                   sum(p.bytes for p in self.host_training))
+
+    @property
+    def host_peak_phase(self) -> str:
+        """"loading" or "training": where the host memory's peak falls."""
+        training = sum(p.bytes for p in self.host_training)
+        return "training" if training > sum(p.bytes for p in self.host_loading) else "loading"
 
     @property
     def training_bytes(self) -> int:
@@ -118,10 +133,18 @@ class MemoryEstimate:
 
 
     def _host_lines(self) -> list[str]:
-        if not self.host:
+        """The host memory per machine at its peak, then the other phase; the pinned
+        copies of swapped blocks named apart."""
+        if not self.host_loading:
             return []
-        return [f"  host memory: {_total(sum(p.bytes for p in self.host))} GiB pinned = "
-                f"{_sum_text(self.host)}"]
+        phases = {"loading": self.host_loading, "training": self.host_training}
+        peak = self.host_peak_phase
+        other = "training" if peak == "loading" else "loading"
+        pinned = sum(p.bytes for p in self.host)
+        pinned_text = f" ({_total(pinned)} GiB pinned: {_sum_text(self.host)})" if pinned else ""
+        return [f"  host memory: {_total(self.host_peak_bytes)} GiB per machine at its peak, "
+                f"{peak} = {_sum_text(phases[peak])}; {other} "
+                f"{_total(sum(p.bytes for p in phases[other]))} GiB{pinned_text}"]
 
 
 def _total(n: int) -> str:

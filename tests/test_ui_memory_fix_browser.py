@@ -51,7 +51,7 @@ def test_the_memory_line_offers_the_swap_that_fits_and_one_click_sets_it(tmp_pat
             page.screenshot(path=str(shots / "offered.png"), full_page=True)
             page.click("#memory-fix")
             page.wait_for_function("document.querySelector('#train-memory-estimate')"
-                                   "?.innerText.includes('host memory')")
+                                   "?.innerText.includes('GiB pinned')")
             page.wait_for_function(f"!{FIX} || {FIX}.offsetParent === null")
             assert field(page, "f-model-blocks_to_swap").input_value() == str(count)
             assert "planned GPU" not in page.inner_text("#train-memory-estimate")

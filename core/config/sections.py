@@ -75,6 +75,12 @@ class LaunchConfig:
                                help="The memory estimate compares with a card of this size "
                                     "instead of this machine's GPU (0: the GPU found here), "
                                     "to plan a run for another machine.")
+    host_memory_gib: float = _f(0.0, label="Plan for host RAM of (GiB)", min=0.0, max=65536.0,
+                                advanced=True,
+                                help="The check compares the run's host memory peak (the "
+                                     "model as loaded, swapped blocks, the processes) with "
+                                     "this much RAM per machine instead of this machine's "
+                                     "(0: this machine's), to plan a run for another one.")
     distributed: str = _f("ddp", label="Distributed strategy", choices=DISTRIBUTED_CHOICES,
                           advanced=True,
                           help="Several processes: ddp keeps a whole copy of the model on "

@@ -17,7 +17,7 @@ the check, not in core/models.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from core.config.memory_advice import lower_memory_settings
 from core.config.optimizers import OPTIMIZERS
@@ -25,7 +25,7 @@ from core.config.prompts import largest_size
 from core.memory_host import host_encoders, loading_parts, training_host_parts
 from core.memory_report import CUDA_CONTEXT, GIB, MemoryEstimate, MemoryPart
 from core.memory_step import FP32, shape_text, step_frames, step_pixels, step_shape
-from core.memory_swap import host_parts, smallest_fitting_swap, stream_advice, swapped_bytes
+from core.memory_swap import host_parts, swapped_bytes
 from core.models.gpu_probe import cuda_available, detect_gpu
 from core.models.quantize import frozen_bytes
 from core.models.registry import family_or_defaults
@@ -166,19 +166,23 @@ def assemble(cfg: Config, sizes: ModelSizes, gpu: tuple[int, str] | None,
 
 
 def _plan_swap(cfg: Config, sizes: ModelSizes, estimate: MemoryEstimate, wbytes: int,
-               replan: object) -> None:
-    """model.blocks_to_swap's share: the pinned host memory, the block count, and the
-    smallest count that fits the card as the first advice (core/memory_swap.py)."""
+               replan: Any) -> None:
+    """model.blocks_to_swap's share: the pinned host memory and the block count; and when
+    the estimate is over its card, the settings that fit as the first advice
+    (core/memory_fit.py)."""
+    from core.memory_fit import fitting_plan
+
     experts = [sizes.denoiser] + ([sizes.second_expert] if sizes.second_expert else [])
     estimate.host = host_parts(cfg, swapped_bytes(cfg, experts, wbytes)[0], len(experts))
     estimate.max_blocks = len(sizes.denoiser.blocks) or None
-    fit = smallest_fitting_swap(cfg, sizes, estimate, replan) if replan else None
-    if fit is not None:
-        estimate.swap_fit = fit[0]
-        estimate.advice.insert(0, fit[1])
-    stream = stream_advice(cfg, estimate)
-    if stream is not None:
-        estimate.advice.insert(0, stream)
+    plan = fitting_plan(cfg, sizes, estimate, replan) if replan else None
+    if plan is not None:
+        estimate.fit = plan
+        estimate.advice = [a for a in estimate.advice if not any(k in a for k in plan.changes)]
+        card = (estimate.device_total_bytes or 0) / GIB
+        estimate.advice.insert(0, f"{plan.label()} fits {card:.0f} GiB: "
+                                  f"{plan.per_gpu_bytes / GIB:.1f} GiB per GPU, "
+                                  f"{plan.host_pinned_bytes / GIB:.0f} GiB host RAM")
 
 
 def validation_parts(cfg: Config, sizes: ModelSizes, training: list[MemoryPart],

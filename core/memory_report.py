@@ -5,8 +5,12 @@ figures come from core/memory_estimate.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from core.problems import Problem, warning
+
+if TYPE_CHECKING:
+    from core.memory_fit import FitPlan
 
 GIB = 1024 ** 3
 CUDA_CONTEXT = "CUDA context"
@@ -41,8 +45,15 @@ class MemoryEstimate:
     host_loading: list[MemoryPart] = field(default_factory=list)
     host_training: list[MemoryPart] = field(default_factory=list)
     max_blocks: int | None = None
-    swap_fit: int | None = None
+    # The settings with which the estimate fits its card with the presets' margin, when
+    # it does not fit (core/memory_fit.py): the Training tab's button, the check's --set.
+    fit: FitPlan | None = None
     planned: bool = False  # device_total_bytes is launch.gpu_memory_gib's, not found here
+
+    @property
+    def swap_fit(self) -> int | None:
+        """The fit's model.blocks_to_swap, when it changes that."""
+        return self.fit.changes.get("model.blocks_to_swap") if self.fit else None
 
     @property
     def host_peak_bytes(self) -> int:
@@ -117,6 +128,8 @@ class MemoryEstimate:
         over = self.over_the_card()
         if over is not None:
             out.append(str(over))
+        if self.fit is not None:
+            out.append("  to fit: " + " ".join(f"--set {item}" for item in self.fit.set_items()))
         return out
 
     def over_the_card(self) -> Problem | None:

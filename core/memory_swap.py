@@ -11,9 +11,8 @@ one block per stack (the last recomputed one) until the next pass.
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from core.memory_report import GIB, MemoryPart
 from core.models.quantize import frozen_bytes
@@ -22,7 +21,7 @@ from core.problems import Problem, error, warning
 if TYPE_CHECKING:
     from core.config import Config
     from core.memory_report import MemoryEstimate
-    from core.models.memory_model import DenoiserSize, ModelSizes
+    from core.models.memory_model import DenoiserSize
 
 KEY = "model.blocks_to_swap"
 
@@ -66,50 +65,6 @@ def machine_ram_bytes() -> int | None:
         return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):
         return None
-
-
-def smallest_fitting_swap(cfg: Config, sizes: ModelSizes, estimate: MemoryEstimate,
-                          assemble: Any) -> tuple[int, str] | None:
-    """(count, the advice line) naming the smallest model.blocks_to_swap above the configured one
-    with which the estimate fits its card, or None (it fits, no card to fit, the family
-    has no blocks, a full fine-tune, or no count is enough)."""
-    from core.config.block_swap import block_swap_problems
-
-    total = estimate.device_total_bytes
-    if total is None or _swapped_phases(estimate) <= total or cfg.train.method != "lora":
-        return None
-    trial = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model),
-                                train=dataclasses.replace(cfg.train,
-                                                          gradient_checkpointing=True))
-    for count in range(cfg.model.blocks_to_swap + 1, (estimate.max_blocks or 0) + 1):
-        trial.model.blocks_to_swap = count
-        if any(p.level == "error" for p in block_swap_problems(trial)):
-            return None
-        planned = assemble(trial, sizes)
-        if _swapped_phases(planned) <= total:
-            host = sum(p.bytes for p in planned.host)
-            checkpointing = "" if cfg.train.gradient_checkpointing else \
-                " (with train.gradient_checkpointing = true)"
-            return count, (f"{KEY} = {count}{checkpointing} fits {total / GIB:.0f} GiB: "
-                    f"{_swapped_phases(planned) / GIB:.1f} GiB per GPU, {host / GIB:.0f} "
-                    "GiB host RAM")
-    return None
-
-
-def _swapped_phases(estimate: MemoryEstimate) -> int:
-    """The phases the swapped blocks change: training and a validation round (building
-    the caches, before the denoiser comes, is model.stream_text_encoders' to lower)."""
-    return max(estimate.training_bytes, estimate.validation_bytes)
-
-
-def stream_advice(cfg: Config, estimate: MemoryEstimate) -> str | None:
-    """model.stream_text_encoders when building the caches is what does not fit."""
-    total = estimate.device_total_bytes
-    if (total is None or cfg.model.stream_text_encoders or not estimate.caching
-            or estimate.caching_bytes <= total):
-        return None
-    return ("model.stream_text_encoders = true (building the caches needs "
-            f"{estimate.caching_bytes / GIB:.1f} GiB, most of it the text encoders)")
 
 
 def swap_problems(cfg: Config, estimate: MemoryEstimate | None) -> list[Problem]:

@@ -321,7 +321,9 @@ def test_the_estimate_moves_the_swapped_blocks_to_host_memory(tiny_workspace: Pa
 
 def test_a_config_over_its_card_is_told_the_smallest_swap_that_fits(tiny_workspace: Path):
     """launch.gpu_memory_gib plans for a card this machine lacks; the advice names the
-    smallest blocks_to_swap whose estimate fits it, and that count does fit."""
+    smallest blocks_to_swap whose estimate fits it with the card presets' margin (1.5
+    GiB), and that count does (launch.host_memory_gib: a machine with RAM for the pinned
+    bf16 blocks, so that swapping, not quantizing, is the fit)."""
     parts, estimate = estimate_with("qwen_image", tiny_workspace)
     assert estimate.device_total_bytes is None or not estimate.planned
     from core.config import DatasetConfig, resolved
@@ -332,7 +334,7 @@ def test_a_config_over_its_card_is_told_the_smallest_swap_that_fits(tiny_workspa
     cfg.datasets.append(DatasetConfig(id="d", images="data", vae_cache="cache",
                                       resolution=1024))
     cfg.train.mixed_precision, cfg.train.gradient_checkpointing = "bf16", True
-    cfg.launch.gpu_memory_gib = 24
+    cfg.launch.gpu_memory_gib, cfg.launch.host_memory_gib = 24, 512
     cfg.validation.prompts = []
     estimate = estimate_memory(resolved(cfg, tiny_workspace), tiny_workspace,
                                caches_built=True)
@@ -343,10 +345,11 @@ def test_a_config_over_its_card_is_told_the_smallest_swap_that_fits(tiny_workspa
     gib = 1024 ** 3
     cfg.model.blocks_to_swap = count
     fits = estimate_memory(resolved(cfg, tiny_workspace), tiny_workspace, caches_built=True)
-    assert fits.total_bytes <= 24 * gib and fits.swap_fit is None
+    assert fits.total_bytes <= 22.5 * gib and fits.swap_fit is None
     cfg.model.blocks_to_swap = count - 1
     short = estimate_memory(resolved(cfg, tiny_workspace), tiny_workspace, caches_built=True)
-    assert short.total_bytes > 24 * gib and short.swap_fit == count
+    assert short.total_bytes > 22.5 * gib
+    assert short.swap_fit == (count if short.total_bytes > 24 * gib else None)
 
 
 class ParkingMover(PoisonedHostMover):

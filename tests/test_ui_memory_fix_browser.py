@@ -1,8 +1,8 @@
 """The Training tab plans a big base for a card: with launch.gpu_memory_gib = 24 and an
-unquantized Qwen-Image (20B), the memory line says it does not fit and offers the
-smallest model.blocks_to_swap that does; one click sets it (gradient checkpointing on),
-and the line then shows the pinned host memory and no longer offers a fix. Headless
-Chromium."""
+unquantized Qwen-Image (20B) on a machine of 32 GiB of RAM, the memory line says it
+does not fit and offers the changes that do (int8, the smallest model.blocks_to_swap,
+gradient checkpointing on); one click sets them all, and the line then shows the pinned
+host memory and no longer offers a fix. Headless Chromium."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_the_memory_line_offers_the_swap_that_fits_and_one_click_sets_it(tmp_pat
     workspace.mkdir()
     cfg = apply_overrides(load_config(preset_path("qwen-image-lora")), [
         "model.path=random:qwen_image", "model.quantize=none", "launch.gpu_memory_gib=24",
-        "train.gradient_checkpointing=false"])
+        "train.gradient_checkpointing=false", "launch.host_memory_gib=32"])
     save_config(cfg, workspace / FORM_FILE)  # the form the page opens with
     shots = tmp_path / "shots"
     shots.mkdir()
@@ -42,12 +42,15 @@ def test_the_memory_line_offers_the_swap_that_fits_and_one_click_sets_it(tmp_pat
             page.get_by_role("tab", name="Training").click()
             page.wait_for_function(f"{FIX} && {FIX}.offsetParent !== null")
             label = page.inner_text("#memory-fix")
-            count = int(label.rsplit("=", 1)[1])
-            assert label.startswith("Set model.blocks_to_swap = ") and 0 < count < 60
+            changes = dict(c.split(" = ") for c in label.removeprefix("Apply: ").split(", "))
+            count = int(changes["model.blocks_to_swap"])
+            assert label.startswith("Apply: ") and 0 < count < 60
+            assert changes["train.gradient_checkpointing"] == "true"
+            # 32 GiB of RAM cannot pin the bf16 blocks a swap alone needs: int8 as well
+            assert changes["model.quantize"] == '"int8"'
             memory = page.inner_text("#train-memory-estimate")
             assert "more than the planned GPU has (24.0 GiB" in memory
-            assert f"model.blocks_to_swap = {count} (with train.gradient_checkpointing" \
-                   f" = true) fits 24 GiB" in memory
+            assert f"{label.removeprefix('Apply: ')} fits 24 GiB" in memory
             page.screenshot(path=str(shots / "offered.png"), full_page=True)
             page.click("#memory-fix")
             page.wait_for_function("document.querySelector('#train-memory-estimate')"

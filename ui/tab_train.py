@@ -14,6 +14,7 @@ from typing import Any
 import gradio as gr
 
 from core.config import Config
+from core.memory_fit import FIT_KEYS, FitPlan
 from core.problems import Problem, errors
 from ui import actions, render, run_views
 from ui.actions import ActionError
@@ -109,7 +110,7 @@ class MemoryLines:
     lock: threading.Lock = field(default_factory=threading.Lock)
     key: str | None = None
     text: str = ""
-    fix: int | None = None  # the smallest model.blocks_to_swap that fits, when one does
+    fix: FitPlan | None = None  # the settings that make it fit its card, when some do
 
 
 def memory_view(ctx: AppContext, cfg: Config, lines: MemoryLines) -> str:
@@ -126,26 +127,24 @@ def memory_view(ctx: AppContext, cfg: Config, lines: MemoryLines) -> str:
             estimate = estimate_memory(full, ctx.workspace, caches_built=built)
             lines.text = "\n\n".join(_markdown_text(line.strip())
                                       for line in (estimate.lines() if estimate else []))
-            lines.fix = estimate.swap_fit if estimate else None
+            lines.fix = estimate.fit if estimate else None
             lines.key = key
         return lines.text
 
 
 def memory_fix_button(lines: MemoryLines) -> Any:
-    """The one-click fix under the memory line: visible while a swap count would fit."""
+    """The one-click fix under the memory line: visible while some settings would fit."""
     if lines.fix is None:
         return gr.update(visible=False)
-    return gr.update(visible=True, value=f"Set model.blocks_to_swap = {lines.fix}")
+    return gr.update(visible=True, value=f"Apply: {lines.fix.label()}")
 
 
 def apply_memory_fix(form: Form, lines: MemoryLines) -> dict[Any, Any]:
-    """The form's fields for the advised swap count (gradient checkpointing on with it)."""
+    """The form's fields for every change of the fit, together (core/memory_fit.py)."""
     if lines.fix is None:
         return {}
-    out = {form.fields["model.blocks_to_swap"]: lines.fix}
-    if "train.gradient_checkpointing" in form.fields:
-        out[form.fields["train.gradient_checkpointing"]] = True
-    return out
+    return {form.fields[key]: value for key, value in lines.fix.changes.items()
+            if key in form.fields}
 
 
 def queued_view(ctx: AppContext, tab: TrainTab, launched: Any,
@@ -251,8 +250,7 @@ def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: Pace,
                     "outputs": [tab.memory, tab.memory_fix], "show_progress": "hidden",
                     "api_visibility": "private"}
     gr.on(form.edit_triggers(), trigger_mode="always_last", **memory_event)
-    fixed = [form.fields[k] for k in ("model.blocks_to_swap", "train.gradient_checkpointing")
-             if k in form.fields]
+    fixed = [form.fields[k] for k in FIT_KEYS if k in form.fields]
     fix = tab.memory_fix.click(lambda: apply_memory_fix(form, lines), None, fixed,
                                api_visibility="private")
     for then in [*after_fix, memory_event]:

@@ -9,20 +9,18 @@ a clone), recording what it copied; everything else is the real code."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from conftest import small_config, train_events
+from conftest import small_config, tiny_with_blocks, train_events
 
-from core.config import Config, save_config
+from core.config import save_config
 from core.models import block_swap
 from core.models.block_swap import install
 from core.models.registry import get_family
 from core.models.tiny import resolve_model_path
-from core.train.setup import add_trainable
 
 
 class CloningMover:
@@ -79,27 +77,11 @@ class OrderMover(CloningMover):
         return super().start(tensors)
 
 
-def four_block_flux(workspace: Path):
-    """The tiny Flux with two double and two single blocks (one stack of four), random,
-    a LoRA on it, checkpointing on: a real model with more than two blocks to swap."""
-    family = get_family("flux")
-    c = family.load(str(resolve_model_path("tiny:flux", workspace)), dtype=torch.float32,
-                    device="cpu")
-    torch.manual_seed(0)
-    config = {**c.denoiser.config, "num_layers": 2, "num_single_layers": 2}
-    c = dataclasses.replace(c, denoiser=type(c.denoiser).from_config(config))
-    cfg = Config()
-    cfg.model.family = "flux"
-    cfg.train.lora_rank, cfg.train.gradient_checkpointing = 4, True
-    add_trainable(family, c.denoiser, cfg)
-    return family, c
-
-
 def test_the_next_block_is_copied_while_the_one_before_runs(tiny_workspace: Path):
     """Four swapped blocks: in the forward each block's copy starts before the block
     ahead of it runs (copies in order 0, 1, 2, 3), in the checkpointed backward's
     recomputed forwards in the reverse order."""
-    family, c = four_block_flux(tiny_workspace)
+    family, c = tiny_with_blocks(tiny_workspace, "flux", num_layers=2, num_single_layers=2)
     [blocks] = family.denoiser_stacks(c.denoiser)
     assert len(blocks) == 4
     mover = OrderMover()

@@ -60,6 +60,16 @@ def test_the_loop_reads_the_loss_only_every_log_every_steps(
     assert len(losses) == 6 and all(loss > 0 for loss in losses)
 
 
+def test_the_steps_between_reads_report_their_own_losses(tmp_path: Path,
+                                                         tiny_workspace: Path) -> None:
+    """train.log_every = 3 reports each step's own loss: the same six as the same run
+    reading every step (log_every = 1), not a read step's loss repeated."""
+    every_third = step_losses(tmp_path / "3", 6, workspace=tiny_workspace, log_every=3)
+    assert every_third == step_losses(tmp_path / "1", 6, workspace=tiny_workspace,
+                                      log_every=1)
+    assert len(set(every_third)) == 6
+
+
 def test_a_cpu_run_still_reads_every_step(tmp_path: Path, tiny_workspace: Path,
                                           syncs: list[int]) -> None:
     # train.log_every 0 (auto) on the CPU, where a read costs nothing: each step's loss

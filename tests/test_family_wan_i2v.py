@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import train_in_process
+from conftest import first_frames_differ, train_in_process, two_first_images
 from test_family_wan import two_clip_config
 
 from core.config import save_config
@@ -211,7 +211,7 @@ def test_a_short_run_on_clips_caches_the_condition_trains_and_validates(
     from safetensors import safe_open
 
     cfg = two_clip_config(tmp_path, "tiny:wan_i2v", FRAMES)
-    cfg.validation.control_images = [str(first_image(tmp_path))]
+    two_first_images(cfg, first_image(tmp_path))  # the same prompt and seed from each
     cfg.validation.before_training = True  # a grid: before beside after
     ds = cfg.datasets[0]
     save_config(cfg, tmp_path / "run.toml")
@@ -223,6 +223,7 @@ def test_a_short_run_on_clips_caches_the_condition_trains_and_validates(
     run = Path(cfg.output.dir)
     assert (run / "lora/pytorch_lora_weights.safetensors").is_file()
     assert (run / "validation/step_000002/00.mp4").is_file()
+    assert first_frames_differ(run / "validation/step_000002"), "the first image is used"
     with Image.open(run / "validation/grid.png") as grid:  # first image | before | after
         pixels = np.asarray(grid.convert("RGB"))
     assert (pixels == (20, 200, 40)).all(-1).any(), "the grid shows the first image"

@@ -265,29 +265,6 @@ def tiny_with_blocks(workspace: Path, family_name: str, **sizes: int):
     return family, c
 
 
-def two_first_images(cfg, first: Path) -> None:
-    """An image-to-video run's validation: its prompt twice at one seed, the first from
-    `first`, the second from `first` with its colours inverted (written beside it), so
-    only the first image differs between validation's 00 and 01."""
-    from PIL import Image, ImageOps
-
-    other = first.with_name(f"{first.stem}-inverted.png")
-    ImageOps.invert(Image.open(first).convert("RGB")).save(other)
-    cfg.validation.prompts = [f"{cfg.validation.prompts[0]} --d 7"] * 2
-    cfg.validation.control_images = [str(first), str(other)]
-
-
-def first_frames_differ(round_folder: Path) -> bool:
-    """Whether a validation round's 00.png and 01.png (each video's first frame)
-    differ: after two_first_images, whether the first images reached the pipeline."""
-    import numpy as np
-    from PIL import Image
-
-    a, b = (np.asarray(Image.open(round_folder / f"{i:02d}.png").convert("RGB"),
-                       dtype=np.int16) for i in range(2))
-    return int(np.abs(a - b).max()) > 2
-
-
 def sigma_law_cdf(sigmas, law: str, shift: float = 1.0):
     """The CDF at `sigmas` of a training-sigma law: u drawn "uniform" or "logit_normal"
     (sigmoid of a standard normal) on (0, 1), then the static shift

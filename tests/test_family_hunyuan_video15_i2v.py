@@ -11,14 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import (
-    check_in_process,
-    first_frames_differ,
-    small_config,
-    train_in_process,
-    two_first_images,
-)
+from conftest import check_in_process, small_config, train_in_process
 from test_family_wan import clip
+from test_family_wan_i2v import first_frames_differ, two_first_images
 
 from core.config import save_config
 from core.data.collate import collate

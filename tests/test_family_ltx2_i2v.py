@@ -217,8 +217,9 @@ def test_validation_samples_what_the_pipeline_samples_from_the_first_image(
 def test_a_short_run_trains_and_validates_a_video_with_sound(tmp_path: Path,
                                                              tiny_workspace: Path) -> None:
     import av
-    from conftest import check_in_process, first_frames_differ, train_in_process, two_first_images
+    from conftest import check_in_process, train_in_process
     from PIL import Image
+    from test_family_wan_i2v import first_frames_differ, two_first_images
 
     from core.config import save_config
 

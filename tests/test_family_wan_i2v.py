@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import first_frames_differ, train_in_process, two_first_images
+from conftest import train_in_process
 from test_family_wan import two_clip_config
 
 from core.config import save_config
@@ -202,6 +202,29 @@ def test_validation_control_images_give_an_i2v_model_its_first_frames(
     assert level == "warning" and "is ignored: tiny:wan is a text-to-video model" in message
     assert WAN.takes_first_image(ModelConfig(path=str(workspace / "models/tiny-wan_i2v"))) or \
         not (workspace / "models/tiny-wan_i2v").exists(), "a materialized folder says so too"
+
+
+def two_first_images(cfg, first: Path) -> None:
+    """An image-to-video run's validation: its prompt twice at one seed, the first from
+    `first`, the second from `first` with its colours inverted (written beside it), so
+    only the first image differs between validation's 00 and 01."""
+    from PIL import Image, ImageOps
+
+    other = first.with_name(f"{first.stem}-inverted.png")
+    ImageOps.invert(Image.open(first).convert("RGB")).save(other)
+    cfg.validation.prompts = [f"{cfg.validation.prompts[0]} --d 7"] * 2
+    cfg.validation.control_images = [str(first), str(other)]
+
+
+def first_frames_differ(round_folder: Path) -> bool:
+    """Whether a validation round's 00.png and 01.png (each video's first frame)
+    differ: after two_first_images, whether the first images reached the pipeline."""
+    import numpy as np
+    from PIL import Image
+
+    a, b = (np.asarray(Image.open(round_folder / f"{i:02d}.png").convert("RGB"),
+                       dtype=np.int16) for i in range(2))
+    return int(np.abs(a - b).max()) > 2
 
 
 def test_a_short_run_on_clips_caches_the_condition_trains_and_validates(

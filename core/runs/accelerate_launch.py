@@ -24,7 +24,7 @@ import sys
 import traceback
 from typing import Any, NoReturn
 
-from core.exits import EXIT_FAILED, EXIT_KILLED_BASE, EXIT_OK, exit_with
+from core.exits import EXIT_FAILED, EXIT_OK, SIGNAL_EXIT_BASE, exit_with
 from core.libraries import loaded_outside_collections
 
 
@@ -40,7 +40,7 @@ def killed_line(pid: int | None, signum: int) -> str:
 
 def _end_killed(pid: int | None, signum: int) -> NoReturn:
     print(killed_line(pid, signum), file=sys.stderr, flush=True)
-    exit_with(EXIT_KILLED_BASE + signum)
+    exit_with(SIGNAL_EXIT_BASE + signum)
 
 
 def simple_launcher(args: Any) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import signal
 
-from core.exits import EXIT_KILLED_BASE
+from core.exits import SIGNAL_EXIT_BASE
 from core.runs import pids
 from core.runs.folder import FolderKind, RunFolder
 from core.runs.memory import format_memory
@@ -47,8 +47,8 @@ def killing_signal(returncode: int | None) -> int | None:
         return None
     if returncode < 0:
         signum = -returncode
-    elif EXIT_KILLED_BASE < returncode < EXIT_KILLED_BASE + 65:
-        signum = returncode - EXIT_KILLED_BASE
+    elif SIGNAL_EXIT_BASE < returncode < SIGNAL_EXIT_BASE + 65:
+        signum = returncode - SIGNAL_EXIT_BASE
     else:
         return None
     return None if signum == signal.SIGINT else signum

@@ -188,3 +188,14 @@ def test_a_killed_run_shows_the_step_of_its_last_step_event(tmp_path):
     append_event(tmp_path, {"type": "validation", "step": 10, "images": []})
     assert finalize_run(RunFolder(tmp_path), -signal.SIGKILL) == "failed"
     assert _runs_table_step(tmp_path) == "10/20"
+
+
+def test_a_killed_cache_build_or_captioning_is_named_with_its_own_advice():
+    """The same kill, for a job's folder: its process's name and what needs less memory
+    there (no training keys for a cache build)."""
+    state, reason = decide_final_state(128 + signal.SIGKILL, None, kind="cache")
+    assert state == "failed" and reason.startswith(
+        "the cache build process was killed by signal 9 (often the out-of-memory killer: ")
+    assert "model.stream_text_encoders = true" in reason and "train." not in reason
+    state, reason = decide_final_state(-signal.SIGSEGV, None, kind="caption")
+    assert reason.startswith("the captioning process was killed by signal 11 (SIGSEGV)")

@@ -7,6 +7,9 @@ EXIT_OK = 0  # done
 EXIT_FAILED = 1  # a run failed
 EXIT_INVALID = 2  # the config or datasets are invalid
 EXIT_STOPPED = 130  # stopped by the user
+# A launcher whose child died of signal N exits SIGNAL_EXIT_BASE + N, as a shell reports
+# it (core/runs/accelerate_launch.py; core/runs/final_state.py reads it back).
+SIGNAL_EXIT_BASE = 128
 
 
 def stop_signals_interrupt() -> None:

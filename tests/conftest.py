@@ -239,6 +239,32 @@ def tiny_sd15(tiny_workspace: Path):
     return family, family.load(str(materialize_tiny("sd15", tiny_workspace)))
 
 
+def tiny_with_blocks(workspace: Path, family_name: str, **sizes: int):
+    """(family, components) of the tiny `family_name` with its denoiser rebuilt with
+    `sizes` (config keys: num_layers=4, ...), random (seed 0), a rank-4 LoRA on it,
+    checkpointing on: a real model with more blocks than the tiny one."""
+    import dataclasses
+
+    import torch
+
+    from core.config import Config
+    from core.models.registry import get_family
+    from core.models.tiny import resolve_model_path
+    from core.train.setup import add_trainable
+
+    family = get_family(family_name)
+    c = family.load(str(resolve_model_path(f"tiny:{family_name}", workspace)),
+                    dtype=torch.float32, device="cpu")
+    torch.manual_seed(0)
+    config = {**c.denoiser.config, **sizes}
+    c = dataclasses.replace(c, denoiser=type(c.denoiser).from_config(config))
+    cfg = Config()
+    cfg.model.family = family_name
+    cfg.train.lora_rank, cfg.train.gradient_checkpointing = 4, True
+    add_trainable(family, c.denoiser, cfg)
+    return family, c
+
+
 def sigma_law_cdf(sigmas, law: str, shift: float = 1.0):
     """The CDF at `sigmas` of a training-sigma law: u drawn "uniform" or "logit_normal"
     (sigmoid of a standard normal) on (0, 1), then the static shift

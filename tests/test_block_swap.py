@@ -346,6 +346,11 @@ def test_a_config_over_its_card_is_told_the_smallest_swap_that_fits(tiny_workspa
     cfg.model.blocks_to_swap = count
     fits = estimate_memory(resolved(cfg, tiny_workspace), tiny_workspace, caches_built=True)
     assert fits.total_bytes <= 22.5 * gib and fits.swap_fit is None
+    # the advice's figures are that count's estimate: per GPU, and the pinned host RAM
+    per_gpu, host = max(fits.training_bytes, fits.validation_bytes), sum(
+        p.bytes for p in fits.host)
+    assert host > gib and f"{per_gpu / gib:.1f} GiB per GPU, {host / gib:.0f} GiB host RAM" \
+        in warned, warned
     cfg.model.blocks_to_swap = count - 1
     short = estimate_memory(resolved(cfg, tiny_workspace), tiny_workspace, caches_built=True)
     assert short.total_bytes > 22.5 * gib

@@ -219,3 +219,46 @@ def test_a_ctrl_c_while_a_run_starts_is_kept_for_the_stop_not_raised():
         os.kill(os.getpid(), signal.SIGINT)
         assert asked == [True]
     assert signal.getsignal(signal.SIGINT) is before, "the handler is put back"
+
+
+def test_a_ctrl_c_as_the_training_launch_returns_stops_that_run(
+        tmp_path: Path, tiny_workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--no-ui` training: a Ctrl-C that lands just as ops.launch has started the
+    launcher (in its own session, out of the terminal's reach) is kept until the follow
+    begins, which stops that run: it ends "stopped" with none of its processes left,
+    rather than the CLI quitting "before a run started" with the run going on unfollowed."""
+    import signal
+
+    from conftest import app_in_process, small_config
+
+    from core import ops
+    from core.runs.status import read_status
+
+    real_launch, launched = ops.launch, []
+
+    def launch_then_ctrl_c(*args, **kwargs):
+        result = real_launch(*args, **kwargs)
+        launched.append(result)
+        os.kill(os.getpid(), signal.SIGINT)  # the terminal's Ctrl-C
+        return result
+
+    monkeypatch.setattr(ops, "launch", launch_then_ctrl_c)
+    # As in a terminal (a pytest-xdist worker ignores SIGINT): a Ctrl-C raises.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    cfg = small_config(tmp_path, images=2)
+    cfg.train.max_steps, cfg.validation.prompts, cfg.launch.cpu = 1000, [], True
+    save_config(cfg, tmp_path / "run.toml")
+    try:
+        done = app_in_process("--no-ui", "--config", str(tmp_path / "run.toml"),
+                              "--workspace", str(tiny_workspace))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        for result in launched:  # whatever a failure left running
+            for pid in result.handle.processes():
+                os.kill(pid, signal.SIGKILL)
+    [result] = launched
+    assert done.returncode == 130, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "stopped before a run started" not in done.stdout
+    assert "stopping: the trainer saves" in done.stdout
+    assert result.handle.processes() == {}
+    assert read_status(result.run_dir).state == "stopped"

@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import check_in_process, small_config, train_in_process
 from test_family_wan import clip
+from test_family_wan_i2v import first_frames_differ, two_first_images
 
 from core.config import save_config
 from core.data.collate import collate
@@ -153,7 +154,7 @@ def test_a_run_caches_the_condition_and_trains_to_a_lora_and_a_video(
     cfg.validation.prompts, cfg.validation.frames, cfg.validation.steps = ["a red square"], 5, 2
     first = tmp_path / "first.png"
     Image.new("RGB", (64, 64), (200, 30, 30)).save(first)
-    cfg.validation.control_images = [str(first)]  # the prompt's first frame
+    two_first_images(cfg, first)  # the same prompt and seed from each
     save_config(cfg, tmp_path / "run.toml")
     done = check_in_process("--config", str(tmp_path / "run.toml"))
     assert done.returncode == 0 and "control_images" not in done.stdout, done.stdout
@@ -163,3 +164,4 @@ def test_a_run_caches_the_condition_and_trains_to_a_lora_and_a_video(
     run = Path(cfg.output.dir)
     assert (run / "lora/pytorch_lora_weights.safetensors").is_file()
     assert probe_clip(run / "validation/step_000002/00.mp4").frames == 5
+    assert first_frames_differ(run / "validation/step_000002"), "the first image is used"

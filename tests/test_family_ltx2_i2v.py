@@ -219,6 +219,7 @@ def test_a_short_run_trains_and_validates_a_video_with_sound(tmp_path: Path,
     import av
     from conftest import check_in_process, train_in_process
     from PIL import Image
+    from test_family_wan_i2v import first_frames_differ, two_first_images
 
     from core.config import save_config
 
@@ -226,7 +227,7 @@ def test_a_short_run_trains_and_validates_a_video_with_sound(tmp_path: Path,
     cfg.model.ltx2_mode = I2V
     first = tmp_path / "first.png"
     Image.new("RGB", (64, 64), (20, 200, 40)).save(first)
-    cfg.validation.control_images = [str(first)]
+    two_first_images(cfg, first)  # the same prompt and seed from each
     cfg.validation.before_training = True  # a grid: first image | before | after
     save_config(cfg, tmp_path / "run.toml")
     done = check_in_process("--config", str(tmp_path / "run.toml"), "--workspace",
@@ -238,6 +239,7 @@ def test_a_short_run_trains_and_validates_a_video_with_sound(tmp_path: Path,
     with av.open(str(run / "validation/step_000002/00.mp4")) as container:
         assert container.streams.video[0].frames == FRAMES
         assert [s.codec_context.name for s in container.streams.audio] == ["aac"]
+    assert first_frames_differ(run / "validation/step_000002"), "the first image is used"
     with Image.open(run / "validation/grid.png") as grid:
         pixels = np.asarray(grid.convert("RGB"))
     assert (pixels == (20, 200, 40)).all(-1).any(), "the grid shows the first image"

@@ -204,6 +204,29 @@ def test_validation_control_images_give_an_i2v_model_its_first_frames(
         not (workspace / "models/tiny-wan_i2v").exists(), "a materialized folder says so too"
 
 
+def two_first_images(cfg, first: Path) -> None:
+    """An image-to-video run's validation: its prompt twice at one seed, the first from
+    `first`, the second from `first` with its colours inverted (written beside it), so
+    only the first image differs between validation's 00 and 01."""
+    from PIL import Image, ImageOps
+
+    other = first.with_name(f"{first.stem}-inverted.png")
+    ImageOps.invert(Image.open(first).convert("RGB")).save(other)
+    cfg.validation.prompts = [f"{cfg.validation.prompts[0]} --d 7"] * 2
+    cfg.validation.control_images = [str(first), str(other)]
+
+
+def first_frames_differ(round_folder: Path) -> bool:
+    """Whether a validation round's 00.png and 01.png (each video's first frame)
+    differ: after two_first_images, whether the first images reached the pipeline."""
+    import numpy as np
+    from PIL import Image
+
+    a, b = (np.asarray(Image.open(round_folder / f"{i:02d}.png").convert("RGB"),
+                       dtype=np.int16) for i in range(2))
+    return int(np.abs(a - b).max()) > 2
+
+
 def test_a_short_run_on_clips_caches_the_condition_trains_and_validates(
         tmp_path: Path, workspace: Path) -> None:
     import numpy as np
@@ -211,7 +234,7 @@ def test_a_short_run_on_clips_caches_the_condition_trains_and_validates(
     from safetensors import safe_open
 
     cfg = two_clip_config(tmp_path, "tiny:wan_i2v", FRAMES)
-    cfg.validation.control_images = [str(first_image(tmp_path))]
+    two_first_images(cfg, first_image(tmp_path))  # the same prompt and seed from each
     cfg.validation.before_training = True  # a grid: before beside after
     ds = cfg.datasets[0]
     save_config(cfg, tmp_path / "run.toml")
@@ -223,6 +246,7 @@ def test_a_short_run_on_clips_caches_the_condition_trains_and_validates(
     run = Path(cfg.output.dir)
     assert (run / "lora/pytorch_lora_weights.safetensors").is_file()
     assert (run / "validation/step_000002/00.mp4").is_file()
+    assert first_frames_differ(run / "validation/step_000002"), "the first image is used"
     with Image.open(run / "validation/grid.png") as grid:  # first image | before | after
         pixels = np.asarray(grid.convert("RGB"))
     assert (pixels == (20, 200, 40)).all(-1).any(), "the grid shows the first image"

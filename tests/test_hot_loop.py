@@ -60,6 +60,16 @@ def test_the_loop_reads_the_loss_only_every_log_every_steps(
     assert len(losses) == 6 and all(loss > 0 for loss in losses)
 
 
+def test_the_steps_between_reads_report_their_own_losses(tmp_path: Path,
+                                                         tiny_workspace: Path) -> None:
+    """train.log_every = 3 reports each step's own loss: the same six as the same run
+    reading every step (log_every = 1), not a read step's loss repeated."""
+    every_third = step_losses(tmp_path / "3", 6, workspace=tiny_workspace, log_every=3)
+    assert every_third == step_losses(tmp_path / "1", 6, workspace=tiny_workspace,
+                                      log_every=1)
+    assert len(set(every_third)) == 6
+
+
 def test_a_cpu_run_still_reads_every_step(tmp_path: Path, tiny_workspace: Path,
                                           syncs: list[int]) -> None:
     # train.log_every 0 (auto) on the CPU, where a read costs nothing: each step's loss
@@ -120,3 +130,43 @@ def test_compiled_blocks_train_to_the_same_losses(tmp_path: Path, tiny_workspace
     # uncompiled. The first step's time says what compiling cost.
     assert [e["step"] for e in compiles] == [1]
     assert 1 <= compiles[0]["graphs"] <= 2 and compiles[0]["first_step_s"] > 0
+
+
+def test_compiled_blocks_share_graphs_and_serve_every_token_count(
+        tiny_workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """compile_blocks as the trainer calls it, on an SD3 of four blocks: every block
+    compiled, the model around them not. Blocks of one class share a graph: three for
+    four blocks (the first block's input needs no gradient, the embedder before it being
+    frozen; the last has no context output: each its own graph; the two between share
+    one). A second token count (a 1:2 bucket) runs the same graphs, forward and
+    backward, with no recompile (dynamic shapes)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from core.train.compiling import BACKEND_ENV, compile_blocks
+    from tests.conftest import tiny_with_blocks
+
+    monkeypatch.setenv(BACKEND_ENV, "eager")  # dynamo's graphs, no code generated
+    family, c = tiny_with_blocks(tiny_workspace, "sd3", num_layers=4)
+    torch._dynamo.reset()
+    counters.clear()
+    said: list[str] = []
+    compile_blocks(family, c.denoiser, "blocks", said.append)
+    [stack] = family.denoiser_stacks(c.denoiser)
+    assert len(stack) == 4 and all(b._compiled_call_impl is not None for b in stack)
+    assert c.denoiser._compiled_call_impl is None  # not the whole model
+    texts = family.encode_prompts(c, ["a red circle"])
+    batch = {k: torch.stack([t[k] for t in texts]) for k in texts[0]}
+
+    def graphs_after_a_step(height: int, width: int) -> int:
+        latents = family.encode_images(c, torch.rand(1, 3, height, width) * 2 - 1)
+        sample = family.noise_and_target(c, latents, generator=torch.Generator())
+        family.loss(c, family.predict(c, sample, batch), sample).backward()
+        return int(counters["stats"]["unique_graphs"])
+
+    try:
+        assert graphs_after_a_step(64, 64) == 3
+        assert graphs_after_a_step(32, 64) == 3, "a new token count compiled again"
+    finally:
+        torch._dynamo.reset()
+    assert said and "4 blocks" in said[0]

@@ -98,6 +98,12 @@ def test_status_is_merged_atomically_and_read_tolerantly(tmp_path):
         (1, None, True, False, "stopped"),
         (-signal.SIGTERM, {"state": "running"}, True, False, "stopped"),
         (-signal.SIGKILL, {"state": "running"}, False, False, "failed"),
+        # the launcher (core/runs/accelerate_launch.py) says its child died of SIGKILL;
+        # torchrun SIGTERM-ed the other rank, which wrote "stopped": a kill all the same
+        (128 + signal.SIGKILL, {"state": "running"}, False, False, "failed"),
+        (128 + signal.SIGKILL, {"state": "stopped"}, False, False, "failed"),
+        (128 + signal.SIGKILL, {"state": "failed"}, False, False, "failed"),
+        (128 + signal.SIGKILL, {"state": "running"}, True, True, "stopped"),
         (None, {"state": "running"}, False, False, "failed"),
         (1, {"state": "failed", "finalized_by": "manager"}, False, False, "failed"),
         (130, {"state": "failed", "finalized_by": "manager"}, False, False, "stopped"),
@@ -109,7 +115,8 @@ def test_final_state_is_decided_from_exit_code_and_trainer_status(rc, status, st
     state, reason = decide_final_state(rc, typed, stop_requested=stop, forced=forced)
     assert state == expected
     if expected == "failed" and rc not in (None,) and (status or {}).get("state") == "running":
-        assert ("code 1" in reason) or ("SIGKILL" in reason)
+        assert ("code 1" in reason) or ("killed by signal 9 (often the out-of-memory "
+                                        "killer: lower train.batch_size" in reason)
     if expected == "stopped" and (typed is None or typed.state != "stopped"):
         assert reason.startswith("stopped by the user")
         assert ("killed" in reason) == forced
@@ -181,3 +188,14 @@ def test_a_killed_run_shows_the_step_of_its_last_step_event(tmp_path):
     append_event(tmp_path, {"type": "validation", "step": 10, "images": []})
     assert finalize_run(RunFolder(tmp_path), -signal.SIGKILL) == "failed"
     assert _runs_table_step(tmp_path) == "10/20"
+
+
+def test_a_killed_cache_build_or_captioning_is_named_with_its_own_advice():
+    """The same kill, for a job's folder: its process's name and what needs less memory
+    there (no training keys for a cache build)."""
+    state, reason = decide_final_state(128 + signal.SIGKILL, None, kind="cache")
+    assert state == "failed" and reason.startswith(
+        "the cache build process was killed by signal 9 (often the out-of-memory killer: ")
+    assert "model.stream_text_encoders = true" in reason and "train." not in reason
+    state, reason = decide_final_state(-signal.SIGSEGV, None, kind="caption")
+    assert reason.startswith("the captioning process was killed by signal 11 (SIGSEGV)")

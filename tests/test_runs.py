@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 
 from core.config import Config, DatasetConfig, load_config
 from core.runs import (
@@ -325,12 +326,11 @@ def test_restarted_manager_finds_live_run_and_marks_killed_run_failed(tmp_path, 
     json.dumps([r.status.to_dict() for r in list_runs(tmp_path)])  # plain data for the UI
 
 
-@pytest.mark.slow
-def test_two_cpu_processes_both_ranks_get_sigint_and_save(tmp_path, reaper):
-    """torchrun (inside accelerate launch) starts each rank in its own session; a group
-    signal would miss them. Both ranks must get SIGINT from us and stop cleanly, and the
-    launcher must outlive them (no orphan, no forced kill)."""
-    cfg = make_cfg(cpu=True, num_processes=2)
+def ranks_under_the_launcher(tmp_path: Path, reaper, processes: int):
+    """The fake trainer in `processes` ranks under accelerate's launcher, each rank's
+    pid in the pid file once it runs: (handle, run folder, pid file)."""
+    cfg = make_cfg(cpu=True, num_processes=processes)
+    cfg.launch.main_process_port = free_port()
     run_dir, pid_file = tmp_path / "run", tmp_path / "pids.txt"
     pid_file.touch()
     prepare_run_dir(cfg, run_dir, resume=False)
@@ -338,7 +338,16 @@ def test_two_cpu_processes_both_ranks_get_sigint_and_save(tmp_path, reaper):
         FAKE, "--steps", "100000", "--pid-file", str(pid_file)])
     handle = start_run(spec, run_dir)
     reaper[0].append(handle)
-    wait_for(lambda: pid_file.read_text().count("trainer") == 2, 60, "two ranks")
+    wait_for(lambda: pid_file.read_text().count("trainer") == processes, 60, "the ranks")
+    return handle, run_dir, pid_file
+
+
+@pytest.mark.slow
+def test_two_cpu_processes_both_ranks_get_sigint_and_save(tmp_path, reaper):
+    """torchrun (inside accelerate launch) starts each rank in its own session; a group
+    signal would miss them. Both ranks must get SIGINT from us and stop cleanly, and the
+    launcher must outlive them (no orphan, no forced kill)."""
+    handle, run_dir, pid_file = ranks_under_the_launcher(tmp_path, reaper, 2)
     ranks = [int(line.split()[1]) for line in pid_file.read_text().splitlines()]
     assert all(os.getsid(pid) != handle.pid for pid in ranks)
     wait_for(lambda: getattr(read_status(run_dir), "state", None) == "running", 30, "running")

@@ -207,6 +207,42 @@ def test_killed_run_is_marked_failed_and_resumes(tmp_path: Path, tiny_workspace:
     assert read_status(run_dir).state == "done" and read_status(run_dir).step == STOP_RUN_STEPS
 
 
+def test_a_trainer_killed_by_sigkill_says_so_in_status_and_the_headless_follow(
+        tmp_path: Path, tiny_workspace: Path):
+    """`python app.py --no-ui` following a tiny run whose trainer (the launcher's child,
+    as the out-of-memory killer picks it: the largest process) gets SIGKILL: accelerate's
+    launcher alone would exit 1 with nothing in the log; the run fails saying it was
+    killed, what that often is and what needs less memory, at which step, with the
+    memory events' peak, in status.json and as the follow's last line."""
+    from core.runs.pids import proc_stat
+
+    cfg, run_dir = _config(tmp_path, tiny_workspace, 100000)
+    save_config(cfg, tmp_path / "run.toml")
+    follow = subprocess.Popen([PYTHON, "app.py", "--no-ui", "--workspace", str(tiny_workspace),
+                               "--config", str(tmp_path / "run.toml")], cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for_step(run_dir, 2)
+        status = read_status(run_dir)
+        assert proc_stat(status.pid).ppid == status.launcher_pid  # the trainer, not the launcher
+        os.kill(status.pid, signal.SIGKILL)
+        out, _ = follow.communicate(timeout=120)
+    finally:
+        follow.kill()
+    assert follow.returncode == 1, out[-3000:]
+    status = read_status(run_dir)
+    last = max(e["step"] for e in events(run_dir) if e["type"] == "step")
+    assert status.state == "failed" and status.exit_code == 128 + signal.SIGKILL
+    assert status.reason.startswith(
+        "the training process was killed by signal 9 (often the out-of-memory killer: lower "
+        "train.batch_size or the datasets' resolution, or swap more blocks with "
+        f"model.blocks_to_swap) at step {last}/100000; memory: peak "), status.reason
+    assert "host RSS" in status.reason  # the CPU's figure: no GPU here
+    assert f"error: {status.reason}" in out.splitlines(), out[-3000:]
+    assert out.splitlines()[-1].startswith("no checkpoint was saved") or \
+        "resume with:" in out.splitlines()[-1]
+
+
 def test_two_process_cpu_run(tmp_path: Path, tiny_workspace: Path):
     """DDP over two processes with gradient accumulation, on a Flux whose first block
     is swapped (DDP leaves the host-held weights out of its device check and its

@@ -328,3 +328,26 @@ def test_a_check_before_the_page_opened_saves_nothing_over_the_persons_form(tmp_
         assert out == gr.skip(), "nor is the blank form checked"
     finally:
         ctx.close()
+
+
+def test_the_training_tab_shows_why_a_killed_trainer_failed(tmp_path):
+    """A trainer killed by SIGKILL under the launcher (exit 137), finalized as the run
+    manager does: the Training tab's progress line carries the reason whole (signal,
+    what it often is, the last step, the memory peak)."""
+    from core.runs.final_state import finalize_run
+    from core.runs.folder import RunFolder
+    from ui.render import esc, run_progress_html
+
+    run = tmp_path / "run"
+    write_status(run, state="running", step=6, max_steps=50)
+    for step in (6, 7):
+        append_event(run, {"type": "step", "step": step, "loss": 0.5})
+    append_event(run, {"type": "memory", "phase": "first_step", "device_bytes": None,
+                       "device_peak_bytes": None, "host_rss_bytes": 3 * 1024 ** 3})
+    assert finalize_run(RunFolder(run), 128 + 9) == "failed"
+    progress = RunFollower(run, log_offset=0).poll().progress
+    assert progress.state == "failed" and progress.step == 7
+    assert progress.reason.startswith("the training process was killed by signal 9 (often "
+                                      "the out-of-memory killer: ")
+    assert "at step 7/50; memory: peak 3.0 GiB host RSS" in progress.reason
+    assert esc(progress.reason) in run_progress_html(progress, "runs/run")

@@ -18,11 +18,16 @@ def follow_in_terminal(handle: RunHandle, stream: TextIO, grace_s: float,
                        stopping: bool = False) -> tuple[str, int]:
     """Show the job's log on `stream` until it ends (a terminal gets one progress line
     redrawn in place, a log one every N steps): its final state and the CLI exit code.
-    `stopping`: stop it at once (a Ctrl-C came while it started)."""
+    `stopping`: stop it at once (a Ctrl-C came while it started). A failure ends with
+    its reason (status.json's: a killed trainer's signal, last step and memory)."""
     from core.runs.console import make_console
     from core.runs.foreground import follow_run
+    from core.runs.status import read_status
 
     state = follow_run(handle, make_console(stream), grace_s=grace_s, stopping=stopping)
+    status = read_status(handle.folder.root)
+    if state == "failed" and status is not None and status.reason:
+        print(f"error: {status.reason}", file=stream, flush=True)
     return state, exit_code_for_state(state)
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import signal
 
+from core.exits import SIGNAL_EXIT_BASE
 from core.runs import pids
 from core.runs.folder import FolderKind, RunFolder
+from core.runs.memory import format_memory
 from core.runs.status import RunStatus, append_event, read_status, write_status
 from core.runs.tail import last_lines
 
@@ -28,6 +30,71 @@ _KILLED_LEAVES = {"train": "the last checkpoint may be older than the last step"
                   "cache": "the cache entries written so far are kept, each whole",
                   "caption": "the captions written so far are kept"}
 _PROCESS = {"train": "training", "cache": "cache build", "caption": "captioning"}
+# What SIGKILL most often means, and what needs less memory, by folder kind.
+_OOM_KILLER = {
+    "train": "often the out-of-memory killer: lower train.batch_size or the datasets' "
+             "resolution, or swap more blocks with model.blocks_to_swap",
+    "cache": "often the out-of-memory killer: lower the datasets' resolution, or stream "
+             "the text encoders with model.stream_text_encoders = true",
+    "caption": "often the out-of-memory killer"}
+
+
+def killing_signal(returncode: int | None) -> int | None:
+    """The signal that ended the run's process: -N from a process run directly, 128 + N
+    from accelerate's launcher as the run manager starts it (core/runs/accelerate_launch.py);
+    None for an exit of its own. SIGINT is a stop, not a kill (130)."""
+    if returncode is None:
+        return None
+    if returncode < 0:
+        signum = -returncode
+    elif SIGNAL_EXIT_BASE < returncode < SIGNAL_EXIT_BASE + 65:
+        signum = returncode - SIGNAL_EXIT_BASE
+    else:
+        return None
+    return None if signum == signal.SIGINT else signum
+
+
+def killed_reason(signum: int, kind: FolderKind = "train", where: str = "",
+                  log: str = "its log") -> str:
+    """"the training process was killed by signal 9 (often the out-of-memory killer:
+    ...)" and `where` (the last step, the memory peak) before "; see <log>"."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    why = _OOM_KILLER[kind] if signum == signal.SIGKILL else name
+    return f"the {_PROCESS[kind]} process was killed by signal {signum} ({why}){where}; see {log}"
+
+
+def where_it_ended(folder: RunFolder) -> str:
+    """" at step 3/100; memory: peak ..." from events.jsonl (status.json may lag)."""
+    status = read_status(folder.root) or RunStatus()
+    step = last_step_event(folder)
+    step = step if step is not None else status.step
+    text = (f" at step {step}/{status.max_steps or '?'}" if step else
+            " before its first step")
+    memory = format_memory(memory_events(folder))
+    return text + (f"; {memory}" if memory else "")
+
+
+def memory_events(folder: RunFolder) -> list[dict]:
+    """The `memory` events of events.jsonl (read line by line: a long run's file holds a
+    line per step)."""
+    events: list[dict] = []
+    try:
+        with open(folder.events, encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                if '"memory"' not in line:
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(event, dict) and event.get("type") == "memory":
+                    events.append(event)
+    except OSError:
+        return []
+    return events
 
 
 def decide_final_state(
@@ -38,6 +105,7 @@ def decide_final_state(
     forced: bool = False,
     log: str = "its log",
     kind: FolderKind = "train",
+    where: str = "",
 ) -> tuple[str, str]:
     """(state, reason) for a run (or a `kind` job) whose processes have all ended; a
     failure's reason points at `log`.
@@ -46,9 +114,15 @@ def decide_final_state(
     code when nobody asked it to stop (one rank may have crashed). Otherwise the exit
     code decides: 0 done, 130 or SIGINT stopped, a stop we asked for stopped (noting
     when it had to be forced), anything else failed. The launcher turns a trainer's
-    130 into 1, which is why the trainer's own "stopped" is trusted.
+    130 into 1, which is why the trainer's own "stopped" is trusted. A process killed
+    by a signal nobody asked for fails the run, saying so (`where`: its last step and
+    memory), whatever the other processes wrote: torchrun stops the other ranks with
+    SIGTERM when one is killed, and they then say "stopped".
     """
     status = status or RunStatus()
+    signum = killing_signal(returncode)
+    if signum is not None and not stop_requested:
+        return "failed", killed_reason(signum, kind, where, log)
     trainer_state = None if status.finalized_by == "manager" else status.state
     if trainer_state in ("failed", "stopped"):
         return trainer_state, status.reason
@@ -94,11 +168,14 @@ def finalize_run(
     `failure` replaces the reason of a failure the trainer did not report itself (the
     manager knows better, e.g. that the other machines never joined)."""
     status = read_status(folder.root) or RunStatus()
+    killed = killing_signal(returncode) is not None and not stop_requested
+    where = where_it_ended(folder) if killed else ""
     state, reason = decide_final_state(returncode, status, stop_requested=stop_requested,
-                                       forced=forced, log=str(folder.log), kind=folder.kind)
-    if state == "failed" and failure and status.state != "failed":
+                                       forced=forced, log=str(folder.log), kind=folder.kind,
+                                       where=where)
+    if state == "failed" and failure and status.state != "failed" and not killed:
         reason = failure
-    if state == "failed":
+    if state == "failed" and not killed:
         tail = last_lines(folder.log, 1)
         if tail and "last line:" not in reason:
             reason += f" (last line: {tail[-1].strip()[:200]})"
@@ -107,11 +184,12 @@ def finalize_run(
     if step is not None and step > (status.step or 0):  # status.json is written at most
         write_status(folder.root, step=step)  # once a second; events at every step
         status.step = step
-    if status.state == state and status.finalized_by != "manager":
+    if status.state == state and status.finalized_by != "manager" and not killed:
         # the trainer said it already; add the exit code
         write_status(folder.root, exit_code=returncode, stop_forced=stop_forced)
         return state
-    already = status.state == state  # e.g. a reconcile marked it failed first
+    # e.g. a reconcile marked it failed first; a kill's reason is news all the same
+    already = status.state == state and (not killed or status.reason == reason)
     write_status(folder.root, state=state, reason=reason, finalized_by="manager", eta_s=None,
                  exit_code=returncode, stop_forced=stop_forced)
     if not already:

@@ -23,8 +23,10 @@ from test_runs import (
 from core.ops import follow_in_terminal
 from core.runs import pids, read_status, start_run
 
-KILL_ADVICE = ("killed by signal 9 (often the out-of-memory killer: lower train.batch_size "
-               "or the datasets' resolution, or swap more blocks with model.blocks_to_swap)")
+KILL_ADVICE = ("killed by signal 9 (often the out-of-memory killer: this machine's RAM ran "
+               "out; the check's host memory line says what the run holds: pin fewer blocks "
+               "(a smaller model.blocks_to_swap), run fewer processes, or add RAM or swap "
+               "space)")
 
 
 def kill_at_step(run_dir: Path, step: int, pid_of) -> threading.Thread:

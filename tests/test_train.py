@@ -234,9 +234,10 @@ def test_a_trainer_killed_by_sigkill_says_so_in_status_and_the_headless_follow(
     last = max(e["step"] for e in events(run_dir) if e["type"] == "step")
     assert status.state == "failed" and status.exit_code == 128 + signal.SIGKILL
     assert status.reason.startswith(
-        "the training process was killed by signal 9 (often the out-of-memory killer: lower "
-        "train.batch_size or the datasets' resolution, or swap more blocks with "
-        f"model.blocks_to_swap) at step {last}/100000; memory: peak "), status.reason
+        "the training process was killed by signal 9 (often the out-of-memory killer: this "
+        "machine's RAM ran out; the check's host memory line says what the run holds: pin "
+        "fewer blocks (a smaller model.blocks_to_swap), run fewer processes, or add RAM or "
+        f"swap space) at step {last}/100000; memory: peak "), status.reason
     assert "host RSS" in status.reason  # the CPU's figure: no GPU here
     assert f"error: {status.reason}" in out.splitlines(), out[-3000:]
     assert out.splitlines()[-1].startswith("no checkpoint was saved") or \

@@ -32,10 +32,13 @@ _KILLED_LEAVES = {"train": "the last checkpoint may be older than the last step"
 _PROCESS = {"train": "training", "cache": "cache build", "caption": "captioning"}
 # What SIGKILL most often means, and what needs less memory, by folder kind.
 _OOM_KILLER = {
-    "train": "often the out-of-memory killer: lower train.batch_size or the datasets' "
-             "resolution, or swap more blocks with model.blocks_to_swap",
-    "cache": "often the out-of-memory killer: lower the datasets' resolution, or stream "
-             "the text encoders with model.stream_text_encoders = true",
+    # SIGKILL from the kernel means host RAM, not the GPU's (that is an error the trainer
+    # reports itself): more swapped blocks would pin more of it.
+    "train": "often the out-of-memory killer: this machine's RAM ran out; the check's host "
+             "memory line says what the run holds: pin fewer blocks (a smaller "
+             "model.blocks_to_swap), run fewer processes, or add RAM or swap space",
+    "cache": "often the out-of-memory killer: this machine's RAM ran out (the model is read "
+             "into it whole); run fewer processes, or add RAM or swap space",
     "caption": "often the out-of-memory killer"}
 
 

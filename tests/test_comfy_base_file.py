@@ -133,7 +133,9 @@ def test_a_file_of_fp8_weights_trains_as_fp8_and_is_estimated_at_one_byte(
     assert resolved(cfg, tmp_path).model.quantize == "fp8"
     cfg.train.method = "full"
     assert resolved(cfg, tmp_path).model.quantize == "none", "a full fine-tune: unquantized"
-    cfg.train.method = "lora"
+    cfg.train.method, cfg.train.lora_kind = "lora", "dora"
+    assert resolved(cfg, tmp_path).model.quantize == "none", "DoRA: an unquantized base"
+    cfg.train.lora_kind = "lora"
     cfg.model.quantize = "int8"
     assert resolved(cfg, tmp_path).model.quantize == "int8", "the user's scheme wins"
     from core.memory_estimate import estimate_memory

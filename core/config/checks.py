@@ -57,7 +57,7 @@ def resolved(cfg: Config, workspace: str | Path) -> Config:
     # A file of fp8 weights trains as model.quantize = "fp8" (core/models/comfy_file.py):
     # set here, where check, estimate and trainer all read the config.
     out.model.quantize = implied_quantize(out.model.path, out.model.quantize,
-                                          out.train.method)
+                                          out.train.method, out.train.lora_kind)
     return out
 
 

@@ -119,12 +119,13 @@ def holds_fp8(path: str) -> bool:
         return False
 
 
-def implied_quantize(path: str, quantize: str, method: str) -> str:
-    """model.quantize as a run uses it: "fp8" for a LoRA run on a file of fp8 weights when
-    the config asks for nothing, so those weights stay one byte on the GPU; the config's
-    own scheme otherwise (another scheme re-quantizes the de-scaled weights; a full
-    fine-tune trains them unquantized)."""
-    if quantize == "none" and method == "lora" and holds_fp8(path):
+def implied_quantize(path: str, quantize: str, method: str, lora_kind: str = "lora") -> str:
+    """model.quantize as a run uses it: "fp8" for a plain LoRA run on a file of fp8
+    weights when the config asks for nothing, so those weights stay one byte on the GPU;
+    the config's own scheme otherwise (another scheme re-quantizes the de-scaled weights;
+    a full fine-tune, and DoRA/LoKr/LoHa, which need an unquantized base, train them
+    de-scaled in the training dtype)."""
+    if quantize == "none" and method == "lora" and lora_kind == "lora" and holds_fp8(path):
         return "fp8"
     return quantize
 

@@ -289,7 +289,6 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
     from core.memory_host import host_memory_problems
     from core.memory_swap import machine_ram_bytes, swap_problems
     from core.models.loading import check_model_config, check_model_source
-    from core.models.quantize import quantize_problems
 
     problems = validate_config(cfg)
     full = resolved(cfg, workspace)
@@ -301,7 +300,7 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
         if not source:  # model.path is usable: do its configs and target fit?
             problems += check_model_config(full.model.path, full.model.config,
                                            cfg.model.family, cfg.model.prediction_type)
-        problems += quantize_problems(cfg.model.quantize)
+        problems += _quantize_problems(cfg, full)
     problems += check_directory_conflicts(full)
     problems += logging_problems(cfg)
     problems += optimizer_problems(cfg)
@@ -316,6 +315,21 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
         if memory is not None and memory.ram is None:  # a GPU run: its host line counts
             problems += host_memory_problems(cfg, memory, machine_ram_bytes())
     return CheckReport(problems, datasets, steps, memory, text_notes(cfg))
+
+
+def _quantize_problems(cfg: Config, full: Config) -> list[Problem]:
+    """model.quantize's problems, for the scheme the run uses: a file of fp8 weights
+    implies "fp8" (core/models/comfy_file.py), which the messages then say."""
+    import dataclasses
+
+    from core.models.quantize import quantize_problems
+
+    found = quantize_problems(full.model.quantize)
+    if full.model.quantize == cfg.model.quantize:
+        return found
+    why = (f"model.path holds fp8 weights, so this LoRA run keeps them in fp8 "
+           f"(model.quantize = \"{full.model.quantize}\" unless it names another scheme): ")
+    return [dataclasses.replace(p, message=why + p.message, hint=None) for p in found]
 
 
 def text_notes(cfg: Config) -> list[str]:

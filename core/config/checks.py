@@ -52,6 +52,12 @@ def resolved(cfg: Config, workspace: str | Path) -> Config:
         if f.metadata.get("kind") == "model_path":
             setattr(out.model, f.name, _resolve_model_path(getattr(out.model, f.name),
                                                            workspace))
+    from core.models.comfy_file import implied_quantize
+
+    # A file of fp8 weights trains as model.quantize = "fp8" (core/models/comfy_file.py):
+    # set here, where check, estimate and trainer all read the config.
+    out.model.quantize = implied_quantize(out.model.path, out.model.quantize,
+                                          out.train.method, out.train.lora_kind)
     return out
 
 

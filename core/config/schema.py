@@ -58,7 +58,9 @@ class SharedModelConfig:
     family: str = _f(DEFAULT_FAMILY, label="Model family", choices=FAMILIES,
                      help="Architecture of the base model.")
     path: str = _f(f"tiny:{DEFAULT_FAMILY}", label="Model path", kind="model_path",
-                   help="Hub id, local diffusers folder, single-file .safetensors, "
+                   help="Hub id, local diffusers folder, single-file .safetensors "
+                        "(a ComfyUI diffusion-model file in bf16, fp8 or fp8_scaled too: "
+                        "Wan, Z-Image; fp8 ones train as model.quantize = fp8), "
                         "tiny:<family> for a tiny offline model, or random:<family> for "
                         "the full-size architecture with random weights (memory and "
                         "speed measurements without downloads).")

@@ -35,6 +35,7 @@ from typing import Any
 from core.models import loading
 from core.models.adapters import adapter_kind, diffusers_kinds
 from core.models.base import Components, FamilyDefaults, NoiseSample
+from core.models.comfy_file import fp8_state_dict
 from core.models.geometry import Geometry
 from core.models.lora_files import (
     adapter_weights,
@@ -148,7 +149,8 @@ class FlowFamily(FamilyDefaults):
             raise loading.ModelLoadError(problem.where, problem.message)
         config = config or loading.default_config_repo(path) or self.single_file_default_config
         transformer = loading.load_single_file_transformer(
-            getattr(diffusers, self.transformer_class_name), path, config, self.name, dtype)
+            getattr(diffusers, self.transformer_class_name), path, config, self.name, dtype,
+            fp8_state_dict(path, dtype))
         kwargs = {"transformer": transformer} | ({} if dtype is None else {"dtype": dtype})
         return loading.from_pretrained(self._pipeline_class(), config,
                                        loading.classify_source(config),

@@ -137,13 +137,24 @@ def detect_checkpoint_family(keys: list[str]) -> str | None:
 
 def check_file_family(path: str, family: str) -> str | None:
     """Raise when a single-file checkpoint looks like another family; return what it is."""
+    from core.models import comfy_file
     from core.models.registry import family_or_defaults
 
-    found = detect_checkpoint_family(safetensors_keys(path))
+    header = safetensors_header(path)
+    found = detect_checkpoint_family(list(header))
     if found is not None and found not in (family,
                                            family_or_defaults(family).single_file_layout_of):
         raise ModelLoadError(path, f"looks like a {found} checkpoint, not {family}: set "
                              f"model.family = \"{found}\" or choose a {family} checkpoint")
+    problem = (comfy_file.component_problem(list(header)) if found is None else None
+               ) or comfy_file.layout_problem(header)
+    if problem is None and comfy_file.layout(header) and not getattr(
+            family_or_defaults(family), "transformer_class_name", ""):
+        problem = (f"holds {comfy_file.layout(header)} weights, which are read for the "
+                   "families whose file holds only the transformer (wan, z_image); use a "
+                   f"bf16 {family} file")
+    if problem is not None:
+        raise ModelLoadError(path, problem)
     return found
 
 
@@ -166,16 +177,18 @@ def configs_offline(config: str) -> bool:
 
 
 def load_single_file_transformer(model_cls: Any, path: str, config: str, family: str,
-                                 dtype: Any = None) -> Any:
+                                 dtype: Any = None, state_dict: Any = None) -> Any:
     """A single file holding only the diffusion model (FLUX.2's, Z-Image's ComfyUI
     files): `model_cls.from_single_file` with the transformer/ config of `config`
-    (model.config), offline by `configs_offline`; failures name the file and config."""
+    (model.config), offline by `configs_offline`; failures name the file and config.
+    `state_dict`: the file's tensors already read (a de-scaled fp8 file), else None."""
     kwargs: dict[str, Any] = {"config": config, "subfolder": "transformer",
                               "local_files_only": configs_offline(config)}
     if dtype is not None:
         kwargs["torch_dtype"] = dtype
     try:
-        return model_cls.from_single_file(path, **kwargs)
+        return model_cls.from_single_file(path if state_dict is None else state_dict,
+                                          **kwargs)
     except Exception as exc:  # noqa: BLE001 - every loader failure becomes one message
         raise ModelLoadError(path, f"cannot load this {family} single-file transformer with "
                              f"model.config = {config!r}: {type(exc).__name__}: "

@@ -367,8 +367,12 @@ def _sizes_from_header(sizes: ModelSizes, path: Path) -> None:
     """Frozen sizes from the file's tensors: its denoiser, and its VAE and text encoders
     when it bundles them (else the architecture's, which the loader fetches apart).
     The quantizable share and the LoRA come from the architecture, scaled to the file."""
+    from core.models.comfy_file import is_extra
+
     groups = {"denoiser": [0, 0], "vae": [0, 0], "text": [0, 0]}
     for key, (dtype, shape) in safetensors_shapes(path).items():
+        if is_extra(key):  # a scaled fp8 file's scales: dropped at load
+            continue
         group = ("vae" if key.startswith(VAE_PREFIXES)
                  else "text" if key.startswith(TEXT_PREFIXES) else "denoiser")
         count = math.prod(shape)

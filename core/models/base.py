@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from core.models.geometry import STILLS, Geometry
+from core.models.routing import RoutingSpec
 
 
 @dataclass
@@ -164,6 +165,10 @@ class FamilyDefaults:
     # streams from host memory (core/models/block_swap.py) and the memory estimate sizes.
     # Empty: the family has none to swap (the UNets), and the check refuses the key.
     block_lists: tuple[str, ...] = ()
+    # train.token_routing (core/models/routing.py): where the blocks of `block_lists`
+    # take their image tokens, rotary table and per-token conditioning, and the middle
+    # range routed around. None: the family cannot route (the check refuses the key).
+    routing: RoutingSpec | None = None
 
     def denoiser_stacks(self, denoiser: Any) -> list[list[Any]]:
         """The loaded denoiser's block stacks, one list of blocks (forward order) per
@@ -298,6 +303,7 @@ class ModelFamily(Protocol):
     first_image_switch: str
     checkpoint_text_encoders: tuple[tuple[str, str, str], ...]
     block_lists: tuple[str, ...]
+    routing: RoutingSpec | None
 
     def denoiser_stacks(self, denoiser: Any) -> list[list[Any]]:
         """The denoiser's swappable block stacks (FamilyDefaults')."""

@@ -85,6 +85,7 @@ from core.models.families.wan.ti2v import (
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
 from core.models.modules import encode_causal_latents, freeze, unwrap
+from core.models.routing import RoutingSpec, Slot
 from core.models.source import names_pipeline, pipeline_class_or
 
 ATTENTION = ["attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
@@ -133,6 +134,11 @@ def save_comfy(module: Any, peft_sd: dict[str, Any], config: Any, path: Path) ->
 class WanFamily(FlowFamily):
     name = "wan"
     block_lists = ("blocks",)
+    # train.token_routing: a block takes (hidden_states, encoder_hidden_states, temb,
+    # rotary_emb); the rotary table is (cos, sin), each [1, S, 1, D]; TI2V's temb holds one
+    # row per token ([B, S, 6, D]) and is narrowed with them.
+    routing = RoutingSpec(hidden=Slot(0, "hidden_states"), rope=Slot(3, "rotary_emb"),
+                          rope_axis=1, per_token=(Slot(2, "temb"),))
     # Wan's causal VAE: 4k + 1 frames, 4 to a latent frame, 8x8 pixels to a latent; the
     # transformer packs 2x2 latents (TI2V-5B's VAE packs 2x2 pixels first: 16x16).
     geometry = Geometry(video=True, frame_step=4, temporal_compression=4,

@@ -66,6 +66,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.families.wan.comfy import save_comfy
 from core.models.families.wan.expert_checks import BOTH, expert_problems, run_refusal
 from core.models.families.wan.i2v import (
     I2V_PIPELINE,
@@ -91,44 +92,12 @@ from core.models.source import names_pipeline, pipeline_class_or
 ATTENTION = ["attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
              "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0"]
 FEED_FORWARD = ["ffn.net.0.proj", "ffn.net.2"]
-# diffusers module (inside blocks.N) -> Wan's original name, as ComfyUI and the
-# original checkpoints name it.
-ORIGINAL_NAMES = {"attn1.to_q": "self_attn.q", "attn1.to_k": "self_attn.k",
-                  "attn1.to_v": "self_attn.v", "attn1.to_out.0": "self_attn.o",
-                  "attn2.to_q": "cross_attn.q", "attn2.to_k": "cross_attn.k",
-                  "attn2.to_v": "cross_attn.v", "attn2.to_out.0": "cross_attn.o",
-                  "attn2.add_k_proj": "cross_attn.k_img", "attn2.add_v_proj": "cross_attn.v_img",
-                  "ffn.net.0.proj": "ffn.0", "ffn.net.2": "ffn.2"}
-
-
-def original_module_name(module: str) -> str | None:
-    """Wan's original name of a diffusers module of the transformer ("blocks.3.attn1.to_q"
-    -> "blocks.3.self_attn.q"); None for one it has no LoRA name for."""
-    head, _, rest = module.partition(".")
-    index, _, leaf = rest.partition(".")
-    if head == "blocks" and index.isdigit() and leaf in ORIGINAL_NAMES:
-        return f"blocks.{index}.{ORIGINAL_NAMES[leaf]}"
-    return None
-
-
 def experts_of(c: Components) -> Any:
     """The loaded model's WanExperts (a two-expert Wan 2.2), or None (one transformer)."""
     from core.models.families.wan.experts import WanExperts
 
     model = unwrap(c.denoiser)
     return model if isinstance(model, WanExperts) else None
-
-
-def save_comfy(module: Any, peft_sd: dict[str, Any], config: Any, path: Path) -> Path | None:
-    """The ComfyUI file of one Wan transformer's adapter: Wan's original names under
-    "diffusion_model." (see the module docstring); a module without one (an unusual
-    target) keeps diffusers' "transformer." names, as the other families write."""
-    from core.models.lora_files import base_weights, lora_modules, save_comfy_lora
-
-    if any(original_module_name(m) is None for m in lora_modules(peft_sd)):
-        return save_comfy_lora(peft_sd, config, path, base_weights(module))
-    return save_comfy_lora(peft_sd, config, path, base_weights(module),
-                           prefix="diffusion_model.", rename=original_module_name)
 
 
 class WanFamily(FlowFamily):

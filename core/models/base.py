@@ -160,14 +160,10 @@ class FamilyDefaults:
     # family's ComfyUI files split the model), and merge writes merged/ alone.
     checkpoint_text_encoders: tuple[tuple[str, str, str], ...] = ()
 
-    # The denoiser's repeated blocks, as the names of its nn.ModuleLists in the order the
-    # forward runs them (Flux: double then single blocks): what model.blocks_to_swap
-    # streams from host memory (core/models/block_swap.py) and the memory estimate sizes.
-    # Empty: the family has none to swap (the UNets), and the check refuses the key.
+    # The denoiser's repeated blocks, its nn.ModuleLists' names in forward order (Flux: double,
+    # then single): what model.blocks_to_swap streams from host memory (block_swap.py) and the
+    # estimate sizes; none: a UNet (the check refuses it). `routing`: see core/models/routing.py.
     block_lists: tuple[str, ...] = ()
-    # train.token_routing (core/models/routing.py): where the blocks of `block_lists`
-    # take their image tokens, rotary table and per-token conditioning, and the middle
-    # range routed around. None: the family cannot route (the check refuses the key).
     routing: RoutingSpec | None = None
 
     def denoiser_stacks(self, denoiser: Any) -> list[list[Any]]:

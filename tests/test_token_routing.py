@@ -112,6 +112,35 @@ def test_the_routed_blocks_get_the_kept_tokens_rotary_rows() -> None:
         assert torch.equal(got, expected)
 
 
+def test_qwen_image_blocks_get_their_image_rotary_rows_and_the_text_ones_whole() -> None:
+    from diffusers import QwenImageTransformer2DModel
+
+    qwen = get_family("qwen_image")
+    torch.manual_seed(0)  # tiny:qwen_image's shape, with blocks around a middle
+    model = QwenImageTransformer2DModel(
+        patch_size=2, in_channels=64, out_channels=16, num_layers=4, attention_head_dim=16,
+        num_attention_heads=2, joint_attention_dim=32, guidance_embeds=False,
+        axes_dims_rope=(4, 6, 6))
+    router = routed(model, qwen, 0.25)
+    calls: list[Any] = []
+    model.transformer_blocks[1].register_forward_pre_hook(
+        lambda _m, args, kwargs: calls.append((args, kwargs)), with_kwargs=True)
+    g = torch.Generator().manual_seed(2)
+    shapes = [(1, 4, 4)]
+    with router.step(True):
+        model(hidden_states=torch.randn(1, 16, 64, generator=g),
+              encoder_hidden_states=torch.randn(1, 6, 32, generator=g),
+              encoder_hidden_states_mask=torch.ones(1, 6, dtype=torch.bool),
+              timestep=torch.tensor([0.5]), img_shapes=shapes)
+        keep = router.routes[0].keep
+    args, kwargs = calls[0]
+    hidden = args[0] if args else kwargs["hidden_states"]
+    rope = args[4] if args else kwargs["image_rotary_emb"]
+    assert hidden.shape[1] == len(keep) == 12
+    image, text = model.pos_embed(shapes, max_txt_seq_len=6, device=torch.device("cpu"))
+    assert torch.equal(rope[0], image[keep]) and torch.equal(rope[1], text)
+
+
 def _grads(model: Any, fraction: float, prepare: Any = None) -> list[torch.Tensor]:
     """One routed training forward and backward with checkpointed blocks (the same draw
     for the same seed) of a model whose query projections train, as a LoRA's would over

@@ -57,7 +57,8 @@ class RoutingSpec:
 
     `hidden`: the image tokens [B, S, D]; `rope`: their rotary embedding (a tensor or a
     tuple of tensors) whose token axis is `rope_axis`, or None (positions added before
-    the blocks, as SD3); `text`: the text tokens [B, T, D] when the rotary table covers
+    the blocks, as SD3); `rope_part`: the one element of a rope tuple that holds the
+    image rows (Qwen-Image's (image, text) pair; None: every element); `text`: the text tokens [B, T, D] when the rotary table covers
     the text first and the image tokens after it (Flux's joint ids), so its first T rows
     stay whole; `per_token`: arguments with one entry per image token on axis 1 when
     they have S there (Wan 2.2 TI2V's per-token timestep projections); `output`: the
@@ -68,6 +69,7 @@ class RoutingSpec:
     hidden: Slot
     rope: Slot | None = None
     rope_axis: int = 0
+    rope_part: int | None = None
     text: Slot | None = None
     per_token: tuple[Slot, ...] = ()
     output: int | None = None
@@ -168,8 +170,12 @@ class TokenRouter:
         if spec.rope is not None:
             rope = spec.rope.get(args, kwargs)
             text = spec.text.get(args, kwargs).shape[1] if spec.text is not None else 0
-            args, kwargs = spec.rope.put(args, kwargs, _slice_rope(rope, route, spec.rope_axis,
-                                                                   text))
+            if spec.rope_part is None:
+                rope = _slice_rope(rope, route, spec.rope_axis, text)
+            else:  # the image part alone: the tuple's other parts are the text's
+                part = _slice_rope(rope[spec.rope_part], route, spec.rope_axis, text)
+                rope = type(rope)(part if i == spec.rope_part else r for i, r in enumerate(rope))
+            args, kwargs = spec.rope.put(args, kwargs, rope)
         for slot in spec.per_token:
             value = slot.get(args, kwargs)
             if getattr(value, "ndim", 0) >= 2 and value.shape[1] == route.tokens:

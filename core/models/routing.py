@@ -58,10 +58,11 @@ class RoutingSpec:
     `hidden`: the image tokens [B, S, D]; `rope`: their rotary embedding (a tensor or a
     tuple of tensors) whose token axis is `rope_axis`, or None (positions added before
     the blocks, as SD3); `rope_part`: the one element of a rope tuple that holds the
-    image rows (Qwen-Image's (image, text) pair; None: every element); `text`: the text tokens [B, T, D] when the rotary table covers
-    the text first and the image tokens after it (Flux's joint ids), so its first T rows
-    stay whole; `per_token`: arguments with one entry per image token on axis 1 when
-    they have S there (Wan 2.2 TI2V's per-token timestep projections); `output`: the
+    image rows (Qwen-Image's (image, text) pair; None: every element); `text`: the text
+    tokens [B, T, D] when the rotary table covers the text first and the image tokens
+    after it (Flux's joint ids), so its first T rows stay whole; `per_token`: arguments
+    with one entry per image token on axis 1 when they have S there (Wan 2.2 TI2V's
+    per-token timestep projections, Qwen-Image-Edit's modulate_index); `output`: the
     image tokens' place in the block's output tuple (None: the output is them).
     `start` and `end`: the routed range as fractions of the stack's blocks (the family's
     default; the config sets only the routed share of tokens)."""

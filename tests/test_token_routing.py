@@ -82,6 +82,18 @@ def test_fraction_zero_is_the_plain_forward() -> None:
         assert torch.equal(model(**x).sample, plain)
 
 
+def test_per_token_timesteps_are_narrowed_with_their_tokens() -> None:
+    # Wan 2.2 TI2V gives each token its own timestep: the blocks' [B, S, 6, D] projections.
+    model, x = wan_model(), wan_inputs()
+    x["timestep"] = torch.arange(64.0).view(2, 32) * 10
+    router = routed(model, WAN, 0.5)
+    temb: list[tuple[int, ...]] = []
+    model.blocks[1].register_forward_pre_hook(lambda _m, args: temb.append(tuple(args[2].shape)))
+    with router.step(True):
+        out = model(**x).sample
+    assert temb == [(2, 16, 6, 48)] and torch.isfinite(out).all()
+
+
 def test_the_routed_blocks_get_the_kept_tokens_rotary_rows() -> None:
     from diffusers import FluxTransformer2DModel
 

@@ -190,10 +190,17 @@ def test_checkpointed_block_swapped_and_compiled_blocks_route_alike() -> None:
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("with_", ["plain", "block_swap", "compile"])
 def test_a_routed_wan_run_trains_and_logs_its_routed_tokens(
-        tmp_path: Path, tiny_workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, tiny_workspace: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch, with_: str) -> None:
     cfg = small_config(tmp_path, images=4, family="wan")
     cfg.train.token_routing = 0.5
+    if with_ != "plain":  # the trainer's swapped or compiled blocks, checkpointed
+        cfg.train.gradient_checkpointing = True
+        cfg.model.blocks_to_swap = 1 if with_ == "block_swap" else 0
+        cfg.train.compile = "blocks" if with_ == "compile" else "off"
+        monkeypatch.setenv("TRAIN_COMPILE_BACKEND", "aot_eager")
     cfg.train.max_steps, cfg.train.eval_every, cfg.validation.every = 2, 2, 100
     events = train_events(cfg, tmp_path, tiny_workspace)
     setup = [e for e in events if e["type"] == "token_routing"]
@@ -203,6 +210,8 @@ def test_a_routed_wan_run_trains_and_logs_its_routed_tokens(
     assert [(e["routed_tokens"], e["tokens"]) for e in steps] == [(16, 32), (16, 32)]
     assert all(e["loss"] == e["loss"] and 0 < e["loss"] < 100 for e in steps)
     assert any(e["type"] == "eval" for e in events)
+    if with_ != "plain":  # the blocks really were swapped or compiled
+        assert any(e["type"] == with_ for e in events)
     log = capsys.readouterr().out  # what train.log holds in a launched run
     assert "step 2/2 loss" in log and "routed 16/32 tokens" in log
     from core.runs.progress import parse_step_line

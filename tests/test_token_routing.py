@@ -1,8 +1,9 @@
-"""train.token_routing (core/models/routing.py): on real tiny transformers (Wan, Flux),
-the routed forward sends fewer tokens through the middle blocks with their own rotary
-rows, equals the plain forward at 0 and outside a training step, gives the same
-gradients under checkpointing, block swap and compiled blocks; a tiny Wan run trains
-and logs its routed tokens; the check refuses what routing cannot serve."""
+"""train.token_routing (core/models/routing.py): on real tiny transformers (Wan, Flux,
+Qwen-Image, SD3), the routed forward sends fewer tokens through the middle blocks with
+their own rotary rows, equals the plain forward at 0 and outside a training step, gives
+the same gradients under checkpointing, block swap and compiled blocks; a tiny Wan run
+(plain, swapped, compiled) trains and logs its routed tokens; the check refuses what
+routing cannot serve."""
 
 from __future__ import annotations
 
@@ -122,6 +123,27 @@ def test_the_routed_blocks_get_the_kept_tokens_rotary_rows() -> None:
     want = model.pos_embed(torch.cat([txt_ids, img_ids[keep]]))
     for got, expected in zip(calls[0]["image_rotary_emb"], want, strict=True):
         assert torch.equal(got, expected)
+
+
+def test_sd3_routes_without_a_rotary_table() -> None:
+    from diffusers import SD3Transformer2DModel
+
+    torch.manual_seed(0)  # tiny:sd3's shape, with blocks around a middle
+    model = SD3Transformer2DModel(
+        sample_size=32, patch_size=2, in_channels=16, out_channels=16, num_layers=4,
+        attention_head_dim=8, num_attention_heads=4, caption_projection_dim=32,
+        joint_attention_dim=32, pooled_projection_dim=48, pos_embed_max_size=64)
+    g = torch.Generator().manual_seed(2)
+    x = {"hidden_states": torch.randn(1, 16, 8, 8, generator=g),
+         "encoder_hidden_states": torch.randn(1, 5, 32, generator=g),
+         "pooled_projections": torch.randn(1, 48, generator=g), "timestep": torch.tensor([500])}
+    plain = model(**x).sample
+    router = routed(model, get_family("sd3"), 0.5)
+    seen = tokens_seen(model.transformer_blocks)
+    with router.step(True):
+        out = model(**x).sample
+    assert seen == {0: [16], 1: [8], 2: [8], 3: [16]}
+    assert torch.isfinite(out).all() and not torch.allclose(out, plain)
 
 
 def test_qwen_image_blocks_get_their_image_rotary_rows_and_the_text_ones_whole() -> None:

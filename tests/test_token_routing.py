@@ -2,7 +2,7 @@
 Qwen-Image, SD3), the routed forward sends fewer tokens through the middle blocks with
 their own rotary rows, equals the plain forward at 0 and outside a training step, gives
 the same gradients under checkpointing, block swap and compiled blocks; a tiny Wan run
-(plain, swapped, compiled) trains and logs its routed tokens; the check refuses what
+(LoRA, full fine-tune, swapped, compiled) trains and logs its routed tokens; the check refuses what
 routing cannot serve."""
 
 from __future__ import annotations
@@ -212,13 +212,14 @@ def test_checkpointed_block_swapped_and_compiled_blocks_route_alike() -> None:
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("with_", ["plain", "block_swap", "compile"])
+@pytest.mark.parametrize("with_", ["plain", "full", "block_swap", "compile"])
 def test_a_routed_wan_run_trains_and_logs_its_routed_tokens(
         tmp_path: Path, tiny_workspace: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch, with_: str) -> None:
     cfg = small_config(tmp_path, images=4, family="wan")
     cfg.train.token_routing = 0.5
-    if with_ != "plain":  # the trainer's swapped or compiled blocks, checkpointed
+    cfg.train.method = "full" if with_ == "full" else "lora"  # a full fine-tune routes too
+    if with_ in ("block_swap", "compile"):  # the trainer's swapped or compiled blocks
         cfg.train.gradient_checkpointing = True
         cfg.model.blocks_to_swap = 1 if with_ == "block_swap" else 0
         cfg.train.compile = "blocks" if with_ == "compile" else "off"
@@ -232,7 +233,7 @@ def test_a_routed_wan_run_trains_and_logs_its_routed_tokens(
     assert [(e["routed_tokens"], e["tokens"]) for e in steps] == [(16, 32), (16, 32)]
     assert all(e["loss"] == e["loss"] and 0 < e["loss"] < 100 for e in steps)
     assert any(e["type"] == "eval" for e in events)
-    if with_ != "plain":  # the blocks really were swapped or compiled
+    if with_ in ("block_swap", "compile"):  # the blocks really were swapped or compiled
         assert any(e["type"] == with_ for e in events)
     log = capsys.readouterr().out  # what train.log holds in a launched run
     assert "step 2/2 loss" in log and "routed 16/32 tokens" in log

@@ -41,6 +41,7 @@ class Slot:
 
     position: int
     name: str
+    ndim: int = 0  # a per-token argument's rank (0: any), so no other axis is taken for it
 
     def get(self, args: tuple, kwargs: dict[str, Any]) -> Any:
         return args[self.position] if len(args) > self.position else kwargs.get(self.name)
@@ -179,7 +180,8 @@ class TokenRouter:
             args, kwargs = spec.rope.put(args, kwargs, rope)
         for slot in spec.per_token:
             value = slot.get(args, kwargs)
-            if getattr(value, "ndim", 0) >= 2 and value.shape[1] == route.tokens:
+            rank = getattr(value, "ndim", 0)
+            if rank >= 2 and rank == (slot.ndim or rank) and value.shape[1] == route.tokens:
                 args, kwargs = slot.put(args, kwargs, value.index_select(1, route.keep))
         return args, kwargs
 

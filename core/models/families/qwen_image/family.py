@@ -108,7 +108,7 @@ class QwenImageFamily(FlowFamily):
     # text) pair, the image rows [S, D] first; the edit models' modulate_index holds one
     # entry per image token ([B, S]: target or reference) and is narrowed with them.
     routing = RoutingSpec(hidden=Slot(0, "hidden_states"), rope=Slot(4, "image_rotary_emb"),
-                          rope_part=0, per_token=(Slot(6, "modulate_index"),), output=1)
+                          rope_part=0, per_token=(Slot(6, "modulate_index", ndim=2),), output=1)
     # Original-format single files and diffusers folders (core/models/loading.py).
     # its text RMSNorm (diffusers and ComfyUI names)
     single_file_markers = ("txt_norm.",)

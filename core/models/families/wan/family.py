@@ -107,7 +107,7 @@ class WanFamily(FlowFamily):
     # rotary_emb); the rotary table is (cos, sin), each [1, S, 1, D]; TI2V's temb holds one
     # row per token ([B, S, 6, D]) and is narrowed with them.
     routing = RoutingSpec(hidden=Slot(0, "hidden_states"), rope=Slot(3, "rotary_emb"),
-                          rope_axis=1, per_token=(Slot(2, "temb"),))
+                          rope_axis=1, per_token=(Slot(2, "temb", ndim=4),))
     # Wan's causal VAE: 4k + 1 frames, 4 to a latent frame, 8x8 pixels to a latent; the
     # transformer packs 2x2 latents (TI2V-5B's VAE packs 2x2 pixels first: 16x16).
     geometry = Geometry(video=True, frame_step=4, temporal_compression=4,

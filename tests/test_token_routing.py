@@ -247,6 +247,19 @@ def test_a_routed_wan_run_trains_and_logs_its_routed_tokens(
     assert parse_step_line(lines[-1]).step == 2
 
 
+def test_each_expert_of_wan22_routes_its_own_tokens(tmp_path: Path,
+                                                    tiny_workspace: Path) -> None:
+    cfg = small_config(tmp_path, images=4, family="wan")
+    cfg.model.path, cfg.train.token_routing = "tiny:wan22", 0.5
+    cfg.train.max_steps, cfg.train.eval_every, cfg.validation.every = 3, 100, 100
+    events = train_events(cfg, tmp_path, tiny_workspace)
+    setup = [e for e in events if e["type"] == "token_routing"][0]
+    assert setup["blocks"] == [[0, 1], [0, 1]] and setup["of"] == [1, 1]  # two stacks
+    # Whichever expert each item went to, half of its 16 tokens went around.
+    assert [(e["routed_tokens"], e["tokens"]) for e in events
+            if e["type"] == "step"] == [(16, 32)] * 3
+
+
 def _errors(cfg: Any) -> list[str]:
     from core.config.checks import validate_config
 

@@ -204,8 +204,9 @@ class Reporter:
     def routed(self, step: int, counts: tuple[int, int]) -> None:
         """Step `step` routed counts[0] of the counts[1] image tokens that reached the
         routed blocks around them (this process's, all micro-batches): reported with
-        the step's loss."""
-        self._routed[step] = counts
+        the step's loss (by the main process, which alone reports steps)."""
+        if self.is_main:
+            self._routed[step] = counts
 
     def steps(self, rows: list[tuple[int, float, float, int]]) -> None:
         """Steps (step, loss, lr, epoch) whose losses were read together (train.log_every):

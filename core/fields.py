@@ -17,6 +17,7 @@ def meta(
     min: float | None = None,
     max: float | None = None,
     min_exclusive: bool = False,
+    max_exclusive: bool = False,
     kind: str = "",
     advanced: bool = False,
     video: bool = False,
@@ -28,6 +29,7 @@ def meta(
     blocks: bool = False,
     conditioned: bool = False,
     audio: bool = False,
+    routing: bool = False,
 ) -> dict[str, Any]:
     """Field metadata. `kind="path"` marks paths (or lists of them) resolved against
     the workspace. The tags say where a key applies, and the form shows it only there
@@ -37,7 +39,8 @@ def meta(
     `blocks` an adapter run of a family with blocks to swap (model.blocks_to_swap),
     `conditioned` a family whose validation can start from given images (an edit
     family, or a video family: its image-to-video models take a first image), `audio`
-    a family that trains sound with its video (geometry.audio)."""
+    a family that trains sound with its video (geometry.audio), `routing` a family that
+    routes tokens around its middle blocks (ModelFamily.routing: train.token_routing)."""
     return {
         "video": video,
         "edit": edit,
@@ -48,12 +51,14 @@ def meta(
         "blocks": blocks,
         "conditioned": conditioned,
         "audio": audio,
+        "routing": routing,
         "label": label,
         "help": help,
         "choices": choices,
         "min": min,
         "max": max,
         "min_exclusive": min_exclusive,
+        "max_exclusive": max_exclusive,
         "kind": kind,
         "advanced": advanced,
     }

@@ -46,7 +46,8 @@ def _allowed(meta: dataclasses.Field) -> str:
     if low is None and high is None:
         return ""
     left = ">" if info.get("min_exclusive") else "≥"
-    parts = [f"{left} {low:g}" if low is not None else "", f"≤ {high:g}" if high else ""]
+    right = "<" if info.get("max_exclusive") else "≤"
+    parts = [f"{left} {low:g}" if low is not None else "", f"{right} {high:g}" if high else ""]
     return ", ".join(p for p in parts if p)
 
 

@@ -15,6 +15,7 @@ import gradio as gr
 from core.config import Config
 from core.ops import (
     has_swappable_blocks,
+    has_token_routing,
     has_train_guidance,
     is_audio_family,
     is_ddpm_family,
@@ -73,6 +74,7 @@ FAMILY_TAGS: dict[str, Callable[[str, str], bool]] = {
     "blocks": lambda family, method: has_swappable_blocks(family) and method == "lora",
     "conditioned": lambda family, method: is_edit_family(family) or is_video_family(family),
     "audio": lambda family, method: is_audio_family(family),
+    "routing": lambda family, method: has_token_routing(family),
 }
 _DEFAULTS = Config()  # the form's first view, before any fill (an sd15 LoRA run)
 

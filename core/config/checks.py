@@ -15,6 +15,7 @@ from core.config.distributed import distributed_problems
 from core.config.family_options import foreign_key_problems
 from core.config.optimizers import OPTIMIZERS, OPTION_DEFAULTS
 from core.config.prompts import negative_prompt_problems, prompt_problems
+from core.config.routing import routing_problems
 from core.config.schema import CONFIG_VERSION, FAMILIES, SECTION_TYPES, Config
 from core.models.objectives import MODE_SCALE
 from core.models.quantize import DEQUANTIZED_FOR_BACKWARD
@@ -91,8 +92,9 @@ def _check_field(obj: Any, f: dataclasses.Field, key: str) -> list[Problem]:
         if lo is not None and (value < lo or (m.get("min_exclusive") and value == lo)):
             relation = "greater than" if m.get("min_exclusive") else "at least"
             return [error(key, f"must be {relation} {lo}; got {value}")]
-        if hi is not None and value > hi:
-            return [error(key, f"must be at most {hi}; got {value}")]
+        if hi is not None and (value > hi or (m.get("max_exclusive") and value == hi)):
+            relation = "below" if m.get("max_exclusive") else "at most"
+            return [error(key, f"must be {relation} {hi}; got {value}")]
     return []
 
 
@@ -172,6 +174,7 @@ def _check_cross(cfg: Config) -> list[Problem]:
     out += distributed_problems(cfg)
     out += block_swap_problems(cfg)
     out += compile_problems(cfg)
+    out += routing_problems(cfg)
     if cfg.model.quantize != "none" and cfg.train.method == "full":
         out.append(error("model.quantize", f"{cfg.model.quantize} with train.method = \"full\": "
                                            "a quantized base cannot be fully fine-tuned; use "

@@ -160,6 +160,16 @@ class SharedTrainConfig:
                            "says how long); bench/peers.py measures what the later "
                            "steps gain on a GPU. Not with model.quantize, "
                            "model.blocks_to_swap or a UNet family.")
+    token_routing: float = _f(0.0, label="Token routing", min=0.0, max=1.0, max_exclusive=True,
+                              advanced=True, routing=True,
+                              help="The share of image/video tokens that skip the "
+                                   "denoiser's middle blocks in each training step (TREAD): "
+                                   "a random set, drawn every step, goes around the middle "
+                                   "half of the blocks and rejoins after them, so those "
+                                   "blocks run on fewer tokens and the step is faster "
+                                   "(docs/performance.md). 0: off. Eval and validation "
+                                   "always see every token. Transformer families that "
+                                   "declare it only.")
     min_snr_gamma: float = _f(0.0, label="Min-SNR gamma", min=0.0, max=100.0, advanced=True,
                               ddpm=True,
                               help="0 disables min-SNR weighting (epsilon/v families only).")

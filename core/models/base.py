@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from core.models.geometry import STILLS, Geometry
+from core.models.routing import RoutingSpec
 
 
 @dataclass
@@ -159,11 +160,11 @@ class FamilyDefaults:
     # family's ComfyUI files split the model), and merge writes merged/ alone.
     checkpoint_text_encoders: tuple[tuple[str, str, str], ...] = ()
 
-    # The denoiser's repeated blocks, as the names of its nn.ModuleLists in the order the
-    # forward runs them (Flux: double then single blocks): what model.blocks_to_swap
-    # streams from host memory (core/models/block_swap.py) and the memory estimate sizes.
-    # Empty: the family has none to swap (the UNets), and the check refuses the key.
+    # The denoiser's repeated blocks, its nn.ModuleLists' names in forward order (Flux: double,
+    # then single): what model.blocks_to_swap streams from host memory (block_swap.py) and the
+    # estimate sizes; none: a UNet (the check refuses it). `routing`: see core/models/routing.py.
     block_lists: tuple[str, ...] = ()
+    routing: RoutingSpec | None = None
 
     def denoiser_stacks(self, denoiser: Any) -> list[list[Any]]:
         """The loaded denoiser's block stacks, one list of blocks (forward order) per
@@ -298,6 +299,7 @@ class ModelFamily(Protocol):
     first_image_switch: str
     checkpoint_text_encoders: tuple[tuple[str, str, str], ...]
     block_lists: tuple[str, ...]
+    routing: RoutingSpec | None
 
     def denoiser_stacks(self, denoiser: Any) -> list[list[Any]]:
         """The denoiser's swappable block stacks (FamilyDefaults')."""

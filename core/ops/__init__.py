@@ -52,6 +52,7 @@ from core.ops.checks import (
 from core.ops.datasets import (
     bucket_histogram,
     has_swappable_blocks,
+    has_token_routing,
     has_train_guidance,
     index_dataset,
     is_audio_family,
@@ -116,7 +117,8 @@ __all__ = [
     "preview_caption_edit", "undo_caption_edit", "check", "check_captioning", "check_model_source",
     "clear_cache", "clip_frames", "dataset_name", "delete_run", "edit_pair_thumbnail",
     "estimate_inputs", "estimate_memory", "extend",
-    "format_memory", "gated_note", "grid_steps", "has_swappable_blocks", "has_train_guidance",
+    "format_memory", "gated_note", "grid_steps", "has_swappable_blocks", "has_token_routing",
+    "has_train_guidance",
     "index_dataset", "is_ddpm_family",
     "is_demo", "is_edit_family", "is_flow_family",
     "is_audio_family",

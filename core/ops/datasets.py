@@ -128,6 +128,13 @@ def has_swappable_blocks(family: str) -> bool:
     return bool(family_or_defaults(family).block_lists)
 
 
+def has_token_routing(family: str) -> bool:
+    """Whether `family` declares token routing (train.token_routing)."""
+    from core.models.registry import family_or_defaults
+
+    return family_or_defaults(family).routing is not None
+
+
 def has_train_guidance(family: str) -> bool:
     """Whether `family` has guidance-distilled models (train.guidance)."""
     from core.models.registry import family_or_defaults

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 # Control sequences (ESC [ ... final byte), e.g. tqdm's cursor-up between nested bars:
 # echoed above a redrawn progress line they would move the cursor and break the display.
 _CSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
-_STEP = re.compile(r"^step (\d+)/(\d+) loss (\S+) lr (\S+) (\S+) it/s eta (\S+)$")
+_STEP = re.compile(r"^step (\d+)/(\d+) loss (\S+) lr (\S+) (\S+) it/s eta (\S+)"
+                   r"(?: routed \d+/\d+ tokens)?$")
 BAR_MAX = 30  # bar cells at most; the numbers after it matter more than a long bar
 BAR_MIN = 10  # below this the bar says nothing: leave it out
 
@@ -31,12 +32,14 @@ class StepLine:
 
 
 def format_step_line(step: int, max_steps: int, loss: float, lr: float,
-                     it_s: float | None, eta_s: float | None) -> str:
+                     it_s: float | None, eta_s: float | None,
+                     routed: tuple[int, int] | None = None) -> str:
     """The trainer's log line for one step (the format the UI tests and `parse_step_line`
-    read)."""
+    read); with train.token_routing, the step's (routed, seen) image tokens after it."""
     eta_text = "?" if eta_s is None else f"{eta_s:.0f}s"
+    tail = "" if routed is None else f" routed {routed[0]}/{routed[1]} tokens"
     return (f"step {step}/{max_steps} loss {loss:.4f} lr {lr:.2e} "
-            f"{it_s or 0:.2f} it/s eta {eta_text}")
+            f"{it_s or 0:.2f} it/s eta {eta_text}{tail}")
 
 
 def parse_step_line(line: str) -> StepLine | None:

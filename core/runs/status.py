@@ -36,7 +36,7 @@ FINAL_STATES = ("done", "failed", "stopped", "cancelled")
 LIVE_STATES = ("starting", "running", "stopping")
 EVENT_TYPES = ("step", "eval", "validation", "checkpoint", "status", "error", "memory",
                "resume", "lora_saved", "extend", "quantized", "block_swap", "startup",
-               "compile")
+               "compile", "token_routing")
 
 
 @dataclass

@@ -12,11 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from core.config import Config, prompt_text
 from core.config.memory_advice import out_of_memory_becomes
-from core.data.collate import collate
 from core.models.adapters import LYCORIS_ONLY_NOTE
 from core.models.modules import unwrap
 from core.runs.folder import RunFolder
-from core.train.batches import to_device
 from core.train.checkpoint import TrainState, save_checkpoint
 from core.train.compiling import eager
 from core.train.evaluation import EvalSet, build_eval_set, evaluate
@@ -26,48 +24,12 @@ from core.train.report import Reporter
 from core.train.resume import trainable_state
 from core.train.saves import ema_weights, epoch_save_due, save_lora_step
 from core.train.setup import Setup, TrainingError
-from core.train.stepping import PendingSteps, log_interval
+from core.train.stepping import PendingSteps, log_interval, micro_step
 from core.train.texts import batch_encoder
 from core.train.validation import encode_validation_prompts, generate_validation_images
 
 if TYPE_CHECKING:
     from core.models.base import Components
-
-
-def prior_weight(cfg: Config, batch_plan: Any) -> float:
-    """train.prior_loss_weight for a micro-batch of a regularization dataset, else 1. A
-    micro-batch holds one dataset on every process, so all processes weigh it alike."""
-    return cfg.train.prior_loss_weight if batch_plan.regularization else 1.0
-
-
-def micro_step(setup: Setup, cfg: Config, batch_plan: Any) -> Any:
-    """Forward and backward for one micro-batch; returns the detached loss."""
-    acc, family, comps = setup.accelerator, setup.family, setup.components
-    dataset = setup.datasets[batch_plan.dataset_index]
-    trained = comps.text_encoders if setup.trained_encoders else []
-    # Inside accumulate: a trained text encoder's forward is part of the step that
-    # DDP synchronises (or not, between accumulation steps).
-    with acc.accumulate(comps.denoiser, *trained):
-        first = setup.texts.process_index * len(batch_plan.item_indices)  # global slot
-        loaded = [dataset.load(i, dataset.flips(i, cfg.train.seed, batch_plan.micro_step,
-                                                first + j))
-                  for j, i in enumerate(batch_plan.item_indices)]
-        items = setup.texts.apply(comps, batch_plan.dataset_index, loaded,
-                                  batch_plan.micro_step)
-        batch = to_device(collate(items), acc.device, setup.weight_dtype)
-        sample = family.noise_and_target(comps, batch["latents"],
-                                         noise_offset=cfg.train.noise_offset)
-        sample.mask = batch.get("loss_mask")  # datasets.N.masks (None: unmasked)
-        with acc.autocast():
-            prediction = family.predict(comps, sample, batch)
-        loss = family.loss(comps, prediction.float(), sample, cfg.train.min_snr_gamma)
-        loss = loss * prior_weight(cfg, batch_plan)
-        acc.backward(loss)
-        if acc.sync_gradients and cfg.train.max_grad_norm > 0:
-            acc.clip_grad_norm_(setup.params, cfg.train.max_grad_norm)
-        setup.optimizer.step()
-        setup.optimizer.zero_grad(set_to_none=True)
-    return loss.detach()
 
 
 class Loop:
@@ -332,6 +294,8 @@ class Loop:
             if s.ema is not None:
                 s.ema.step(s.params)
             step += 1
+            if s.router is not None:  # train.token_routing: the step's routed tokens
+                self.reporter.routed(step, s.router.take())
             pending.add(step, losses, s.lr_scheduler.get_last_lr()[0], s.sampler.epoch)
             final = step == cfg.train.max_steps
             rounds = self.rounds_due(step, final)

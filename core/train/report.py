@@ -93,6 +93,8 @@ class Reporter:
         self._earlier_step: float | None = None  # an earlier launch's step time
         self.startup: StartupClock | None = None  # until the first step is reported
         self.last_step: int | None = None  # the newest step reported (status.json's end)
+        # train.token_routing: (routed, seen) image tokens of each step not yet reported.
+        self._routed: dict[int, tuple[int, int]] = {}
 
     def phase_done(self, phase: str) -> None:
         """A start-up phase (core/train/startup_clock.py) ended now."""
@@ -199,6 +201,13 @@ class Reporter:
         """One optimizer step finished: an event, a log line, status at most once a second."""
         self.steps([(step, loss, lr, epoch)])
 
+    def routed(self, step: int, counts: tuple[int, int]) -> None:
+        """Step `step` routed counts[0] of the counts[1] image tokens that reached the
+        routed blocks around them (this process's, all micro-batches): reported with
+        the step's loss (by the main process, which alone reports steps)."""
+        if self.is_main:
+            self._routed[step] = counts
+
     def steps(self, rows: list[tuple[int, float, float, int]]) -> None:
         """Steps (step, loss, lr, epoch) whose losses were read together (train.log_every):
         the time since the last report, less the rounds between, is shared evenly among
@@ -216,12 +225,15 @@ class Reporter:
         rate = None if not per_step else round(1.0 / per_step, 3)
         for step, loss, lr, epoch in rows:
             eta = self.eta(step)
+            routed = self._routed.pop(step, None)
+            extra = {} if routed is None else {"routed_tokens": routed[0], "tokens": routed[1]}
             append_event(self.run_dir, {"type": "step", "step": step, "loss": loss, "lr": lr,
-                                        "epoch": epoch, "it_s": rate, "eta_s": eta})
+                                        "epoch": epoch, "it_s": rate, "eta_s": eta, **extra})
             if self.tracking is not None:
                 self.tracking.scalars(step, {"train/loss": loss, "train/lr": lr})
             # The line's format lives beside its parser (the CLI's progress line reads it).
-            print(format_step_line(step, self.max_steps, loss, lr, rate, eta), flush=True)
+            print(format_step_line(step, self.max_steps, loss, lr, rate, eta, routed),
+                  flush=True)
         if now - self._last_status >= STATUS_EVERY_S or step == self.max_steps:
             write_status(self.run_dir, state="running", pid=os.getpid(), step=step,
                          max_steps=self.max_steps, eta_s=eta, loss=loss, it_s=rate)

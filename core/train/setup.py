@@ -26,12 +26,14 @@ from core.startup import load_model, process_group
 from core.train.compiling import CompileWatch, attention_line, compile_blocks
 from core.train.errors import TrainingError
 from core.train.memory import MemoryTracker
+from core.train.routing import start_routing
 from core.train.swapping import place_with_swap, start_swapping
 from core.train.texts import TrainTexts, make_train_texts
 from core.train.validation import ValidationTexts, encode_validation_prompts
 
 if TYPE_CHECKING:
     from core.models.base import Components, ModelFamily
+    from core.models.routing import TokenRouter
 
 
 @dataclasses.dataclass
@@ -57,6 +59,8 @@ class Setup:
     sharded_class: type | None = None
     # train.compile = "blocks": what reports the compiles (core/train/compiling.py).
     compiled: CompileWatch | None = None
+    # train.token_routing: the router each micro-step arms (core/models/routing.py).
+    router: TokenRouter | None = None
 
 
 def _adapter(cfg: Config, targets: list[str]) -> Any:
@@ -320,6 +324,7 @@ def build_setup(cfg: Config, workspace: Path, accelerator: Any, reporter: Any) -
     swappers = start_swapping(family, base, cfg, accelerator.device, reporter)
     start_from_lora(base, cfg, reporter)
     compiled = compile_blocks(family, base, cfg.train.compile, reporter.say)
+    router = start_routing(family, base, cfg, reporter)
     attention = attention_line(base, resolve_dtype(accelerator.mixed_precision),
                                accelerator.device)
     if attention:
@@ -349,7 +354,8 @@ def build_setup(cfg: Config, workspace: Path, accelerator: Any, reporter: Any) -
                                      text_encoders=encoders or components.text_encoders)
     return Setup(accelerator, family, components, base, params, optimizer, lr_scheduler, ema,
                  datasets, sampler, resolve_dtype(accelerator.mixed_precision), texts,
-                 memory, train_texts, trained, model_class if sharded else None, compiled)
+                 memory, train_texts, trained, model_class if sharded else None, compiled,
+                 router)
 
 
 def _sharded(accelerator: Any) -> bool:

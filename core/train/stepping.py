@@ -1,5 +1,6 @@
-"""The steps between two reads of the loss (train.log_every): their losses stay on the
-device until then, so the loop never waits for the device in between.
+"""One micro-batch's forward and backward (`micro_step`), and the steps between two reads
+of the loss (train.log_every): their losses stay on the device until then, so the loop
+never waits for the device in between.
 
 Reading a loss (float(tensor), .item()) makes the host wait until the device has run
 every queued kernel; doing that every step leaves a GPU idle while the host prepares the
@@ -11,9 +12,55 @@ copy is non-blocking from pinned memory: core/train/batches.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from core.config import Config
+from core.data.collate import collate
+from core.train.batches import to_device
+from core.train.routing import routed_step
+
+if TYPE_CHECKING:
+    from core.train.setup import Setup
 
 GPU_LOG_EVERY = 10
+
+
+def prior_weight(cfg: Config, batch_plan: Any) -> float:
+    """train.prior_loss_weight for a micro-batch of a regularization dataset, else 1. A
+    micro-batch holds one dataset on every process, so all processes weigh it alike."""
+    return cfg.train.prior_loss_weight if batch_plan.regularization else 1.0
+
+
+def micro_step(setup: Setup, cfg: Config, batch_plan: Any) -> Any:
+    """Forward and backward for one micro-batch; returns the detached loss."""
+    acc, family, comps = setup.accelerator, setup.family, setup.components
+    dataset = setup.datasets[batch_plan.dataset_index]
+    trained = comps.text_encoders if setup.trained_encoders else []
+    # Inside accumulate: a trained text encoder's forward is part of the step that
+    # DDP synchronises (or not, between accumulation steps).
+    # Routing (train.token_routing) is armed through the backward, whose checkpointed
+    # blocks run their forwards again with the same draw.
+    with acc.accumulate(comps.denoiser, *trained), routed_step(setup.router, comps.denoiser):
+        first = setup.texts.process_index * len(batch_plan.item_indices)  # global slot
+        loaded = [dataset.load(i, dataset.flips(i, cfg.train.seed, batch_plan.micro_step,
+                                                first + j))
+                  for j, i in enumerate(batch_plan.item_indices)]
+        items = setup.texts.apply(comps, batch_plan.dataset_index, loaded,
+                                  batch_plan.micro_step)
+        batch = to_device(collate(items), acc.device, setup.weight_dtype)
+        sample = family.noise_and_target(comps, batch["latents"],
+                                         noise_offset=cfg.train.noise_offset)
+        sample.mask = batch.get("loss_mask")  # datasets.N.masks (None: unmasked)
+        with acc.autocast():
+            prediction = family.predict(comps, sample, batch)
+        loss = family.loss(comps, prediction.float(), sample, cfg.train.min_snr_gamma)
+        loss = loss * prior_weight(cfg, batch_plan)
+        acc.backward(loss)
+        if acc.sync_gradients and cfg.train.max_grad_norm > 0:
+            acc.clip_grad_norm_(setup.params, cfg.train.max_grad_norm)
+        setup.optimizer.step()
+        setup.optimizer.zero_grad(set_to_none=True)
+    return loss.detach()
 
 
 def log_interval(log_every: int, device: Any) -> int:

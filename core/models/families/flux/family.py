@@ -36,6 +36,7 @@ from typing import Any
 from core.models.base import Components, NoiseSample
 from core.models.flow import FlowFamily, pack_2x2
 from core.models.modules import unwrap
+from core.models.routing import RoutingSpec, Slot
 
 # diffusers' train_dreambooth_lora_flux.py default: attention projections of both
 # streams and the feed-forwards of the double blocks (single blocks match attn.to_*).
@@ -57,6 +58,11 @@ class FluxFamily(FlowFamily):
     max_sequence_length = 512
     latent_packing = 2  # 2x2 latent patches packed before the transformer
     block_lists = ("transformer_blocks", "single_transformer_blocks")
+    # train.token_routing: both kinds of block take (hidden_states, encoder_hidden_states,
+    # temb, image_rotary_emb) and give (encoder_hidden_states, hidden_states); the rotary
+    # table (cos, sin) has a row per text token, then one per image token.
+    routing = RoutingSpec(hidden=Slot(0, "hidden_states"), rope=Slot(3, "image_rotary_emb"),
+                          text=Slot(1, "encoder_hidden_states"), output=1)
     train_guidance = 1.0
     # Validation passes guidance_scale as the distilled guidance and no true_cfg_scale.
     negative_prompt_note = ("FLUX.1 models are guidance-distilled and validation draws "

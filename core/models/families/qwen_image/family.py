@@ -49,6 +49,7 @@ from core.models.base import Components, NoiseSample
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
 from core.models.modules import encode_causal_latents, unwrap
+from core.models.routing import RoutingSpec, Slot
 
 # diffusers' train_dreambooth_lora_qwen_image.py default (--lora_layers unset).
 LORA_TARGETS = ["to_k", "to_q", "to_v", "to_out.0"]
@@ -101,6 +102,13 @@ class QwenImageFamily(FlowFamily):
     # Wan's causal video VAE, given one frame (its temporal factor unused for stills).
     geometry = Geometry(latent_channels=16, temporal_compression=4)
     block_lists = ("transformer_blocks",)
+    # train.token_routing: a block takes (hidden_states, encoder_hidden_states,
+    # encoder_hidden_states_mask, temb, image_rotary_emb, attention_kwargs, modulate_index)
+    # and gives (encoder_hidden_states, hidden_states); the rotary embedding is an (image,
+    # text) pair, the image rows [S, D] first; the edit models' modulate_index holds one
+    # entry per image token ([B, S]: target or reference) and is narrowed with them.
+    routing = RoutingSpec(hidden=Slot(0, "hidden_states"), rope=Slot(4, "image_rotary_emb"),
+                          rope_part=0, per_token=(Slot(6, "modulate_index", ndim=2),), output=1)
     # Original-format single files and diffusers folders (core/models/loading.py).
     # its text RMSNorm (diffusers and ComfyUI names)
     single_file_markers = ("txt_norm.",)

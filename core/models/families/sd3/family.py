@@ -20,6 +20,7 @@ from core.models import loading
 from core.models.base import Components, NoiseSample
 from core.models.flow import FlowFamily
 from core.models.modules import unwrap
+from core.models.routing import RoutingSpec, Slot
 
 # diffusers' train_dreambooth_lora_sd3.py default: both streams' attention projections.
 LORA_TARGETS = [
@@ -31,6 +32,10 @@ LORA_TARGETS = [
 class SD3Family(FlowFamily):
     name = "sd3"
     block_lists = ("transformer_blocks",)
+    # train.token_routing: a block takes (hidden_states, encoder_hidden_states, temb) and
+    # gives (encoder_hidden_states, hidden_states); positions are added before the
+    # blocks, so there is no rotary table to narrow.
+    routing = RoutingSpec(hidden=Slot(0, "hidden_states"), output=1)
     # Original-format single files and diffusers folders (core/models/loading.py).
     single_file_markers = ("joint_blocks.",)
     single_file_rank = 40

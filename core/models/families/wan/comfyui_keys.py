@@ -3,7 +3,7 @@ WAN22; each Wan 2.2 A14B expert is a model of its own there): Wan's original wei
 names under "diffusion_model." (the map comfy/lora.py model_lora_keys_unet builds for
 every model's weights; comfy/ldm/wan/model.py: self_attn.q/k/v/o, cross_attn.q/k/v/o and
 an I2V model's k_img/v_img, ffn.0/ffn.2), as this tool's file writes them
-(family.ORIGINAL_NAMES). See core/models/comfyui_layout.py."""
+(comfy.ORIGINAL_NAMES). See core/models/comfyui_layout.py."""
 
 from core.models.comfyui_layout import Layout, original_names
 

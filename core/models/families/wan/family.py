@@ -66,7 +66,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.comfyui_names import ModuleNames
+from core.models.families.wan.comfy import save_comfy
 from core.models.families.wan.expert_checks import BOTH, expert_problems, run_refusal
 from core.models.families.wan.i2v import (
     I2V_PIPELINE,
@@ -86,21 +86,12 @@ from core.models.families.wan.ti2v import (
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
 from core.models.modules import encode_causal_latents, freeze, unwrap
+from core.models.routing import RoutingSpec, Slot
 from core.models.source import names_pipeline, pipeline_class_or
 
 ATTENTION = ["attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
              "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0"]
 FEED_FORWARD = ["ffn.net.0.proj", "ffn.net.2"]
-# diffusers module (inside blocks.N) -> Wan's original name, as ComfyUI's Wan model and
-# the original checkpoints name it (core/models/comfyui_names.py renames by it).
-ORIGINAL_NAMES = ModuleNames(blocks={"blocks": ("blocks", {
-    "attn1.to_q": "self_attn.q", "attn1.to_k": "self_attn.k", "attn1.to_v": "self_attn.v",
-    "attn1.to_out.0": "self_attn.o", "attn2.to_q": "cross_attn.q",
-    "attn2.to_k": "cross_attn.k", "attn2.to_v": "cross_attn.v",
-    "attn2.to_out.0": "cross_attn.o", "attn2.add_k_proj": "cross_attn.k_img",
-    "attn2.add_v_proj": "cross_attn.v_img", "ffn.net.0.proj": "ffn.0", "ffn.net.2": "ffn.2"})})
-
-
 def experts_of(c: Components) -> Any:
     """The loaded model's WanExperts (a two-expert Wan 2.2), or None (one transformer)."""
     from core.models.families.wan.experts import WanExperts
@@ -109,17 +100,14 @@ def experts_of(c: Components) -> Any:
     return model if isinstance(model, WanExperts) else None
 
 
-def save_comfy(module: Any, peft_sd: dict[str, Any], config: Any, path: Path) -> Path | None:
-    """The ComfyUI file of one Wan transformer's adapter: Wan's original names under
-    "diffusion_model." (see the module docstring)."""
-    from core.models.comfyui_names import save_named_comfy
-
-    return save_named_comfy(module, peft_sd, config, path, ORIGINAL_NAMES)
-
-
 class WanFamily(FlowFamily):
     name = "wan"
     block_lists = ("blocks",)
+    # train.token_routing: a block takes (hidden_states, encoder_hidden_states, temb,
+    # rotary_emb); the rotary table is (cos, sin), each [1, S, 1, D]; TI2V's temb holds one
+    # row per token ([B, S, 6, D]) and is narrowed with them.
+    routing = RoutingSpec(hidden=Slot(0, "hidden_states"), rope=Slot(3, "rotary_emb"),
+                          rope_axis=1, per_token=(Slot(2, "temb", ndim=4),))
     # Wan's causal VAE: 4k + 1 frames, 4 to a latent frame, 8x8 pixels to a latent; the
     # transformer packs 2x2 latents (TI2V-5B's VAE packs 2x2 pixels first: 16x16).
     geometry = Geometry(video=True, frame_step=4, temporal_compression=4,

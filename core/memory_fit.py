@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from core.memory_report import GIB
+from core.memory_report import GIB, FitPlan
 
 if TYPE_CHECKING:
     from core.config import Config
@@ -27,26 +26,6 @@ FIT_MARGIN = 3 * GIB // 2
 # What a fit may change (the Training tab's button writes these fields).
 FIT_KEYS = ("model.quantize", "model.stream_text_encoders", "model.blocks_to_swap",
             "train.gradient_checkpointing")
-
-
-@dataclass
-class FitPlan:
-    changes: dict[str, Any] = field(default_factory=dict)  # "section.key" -> value
-    per_gpu_bytes: int = 0  # the estimate with the changes
-    host_pinned_bytes: int = 0
-
-    def set_items(self) -> list[str]:
-        """The changes as `--set` items, as a shell passes them (true, int8, 8)."""
-        return [f"{key}={_toml(value).strip(chr(34))}" for key, value in self.changes.items()]
-
-    def label(self) -> str:
-        return ", ".join(f"{key} = {_toml(value)}" for key, value in self.changes.items())
-
-
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return f'"{value}"' if isinstance(value, str) else str(value)
 
 
 Assemble = Callable[["Config", "ModelSizes"], "MemoryEstimate"]

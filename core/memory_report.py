@@ -5,12 +5,9 @@ figures come from core/memory_estimate.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 from core.problems import Problem, warning
-
-if TYPE_CHECKING:
-    from core.memory_fit import FitPlan
 
 GIB = 1024 ** 3
 CUDA_CONTEXT = "CUDA context"
@@ -21,6 +18,28 @@ class MemoryPart:
     name: str  # "frozen weights", "trainable", "gradients", "optimizer", "activations"
     bytes: int
     exact: bool = True
+
+
+@dataclass
+class FitPlan:
+    """The settings with which an estimate fits its card (core/memory_fit.py)."""
+
+    changes: dict[str, Any] = field(default_factory=dict)  # "section.key" -> value
+    per_gpu_bytes: int = 0  # the estimate with the changes
+    host_pinned_bytes: int = 0
+
+    def set_items(self) -> list[str]:
+        """The changes as `--set` items, as a shell passes them (true, int8, 8)."""
+        return [f"{key}={_toml(value).strip(chr(34))}" for key, value in self.changes.items()]
+
+    def label(self) -> str:
+        return ", ".join(f"{key} = {_toml(value)}" for key, value in self.changes.items())
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f'"{value}"' if isinstance(value, str) else str(value)
 
 
 @dataclass

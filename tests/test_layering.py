@@ -127,7 +127,7 @@ LAYERS = (
     ("core.cache", "core.caption", "core.merge"),
     ("core.train",),
     ("core.check", "core.memory_estimate", "core.memory_report", "core.memory_step",
-     "core.memory_swap"),
+     "core.memory_swap", "core.memory_fit", "core.memory_host"),
     ("core.ops", "core.headless", "core"),
 )
 

@@ -14,7 +14,7 @@ from typing import Any
 import gradio as gr
 
 from core.config import Config
-from core.memory_fit import FIT_KEYS, FitPlan
+from core.ops import FIT_KEYS, FitPlan
 from core.problems import Problem, errors
 from ui import actions, render, run_views
 from ui.actions import ActionError

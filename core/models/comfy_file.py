@@ -109,7 +109,7 @@ def holds_fp8(path: str) -> bool:
     """Whether model.path is a .safetensors file holding fp8 weights (header only)."""
     from pathlib import Path
 
-    from core.models.loading import ModelLoadError, safetensors_header
+    from core.models.source import ModelLoadError, safetensors_header
 
     if not path.endswith(".safetensors") or not Path(path).is_file():
         return False
@@ -163,7 +163,7 @@ def fp8_state_dict(path: str, dtype: Any) -> dict[str, Any] | None:
     (diffusers reads it from the path)."""
     import torch
 
-    from core.models.loading import safetensors_header
+    from core.models.source import safetensors_header
 
     kind = layout(safetensors_header(path))
     if not kind:

@@ -28,6 +28,7 @@ from core.models.source import (  # noqa: F401  (the names loading's callers imp
     hub_reachable,
     missing_local_path,
     model_source,
+    safetensors_header,
 )
 from core.models.weights import fingerprint, resolve_dtype  # noqa: F401  (re-exported)
 from core.problems import Problem, error, warning
@@ -98,23 +99,6 @@ def check_folder_family(folder: str, family: str) -> None:
         raise ModelLoadError(folder, f"holds a {cls} ({' or '.join(families)} model), not "
                              f"{family}: set model.family = \"{families[0]}\" or choose a "
                              f"{family} model")
-
-
-def safetensors_header(path: str) -> dict[str, Any]:
-    """The JSON header of a .safetensors file: {name: {"dtype", "shape", ...}} per tensor,
-    without "__metadata__" (no torch, no tensors read)."""
-    import struct
-
-    try:
-        with open(path, "rb") as fh:
-            (size,) = struct.unpack("<Q", fh.read(8))
-            if size > 100_000_000:
-                raise ValueError(f"header of {size} bytes")
-            header = json.loads(fh.read(size))
-    except (OSError, ValueError, struct.error) as exc:
-        raise ModelLoadError(path, f"is not a readable .safetensors file ({exc}); "
-                             "re-download it") from exc
-    return {k: v for k, v in header.items() if k != "__metadata__"}
 
 
 def safetensors_keys(path: str) -> list[str]:

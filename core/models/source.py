@@ -17,7 +17,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from core.problems import Problem, error
 
@@ -218,3 +218,21 @@ def names_pipeline(path: str, pipeline: str, tiny_name: str) -> bool:
     if source.kind == "tiny":
         return source.name == tiny_name
     return folder_class_name(path) == pipeline
+
+
+def safetensors_header(path: str) -> dict[str, Any]:
+    """The JSON header of a .safetensors file: {name: {"dtype", "shape", ...}} per tensor,
+    without "__metadata__" (no torch, no tensors read)."""
+    import json
+    import struct
+
+    try:
+        with open(path, "rb") as fh:
+            (size,) = struct.unpack("<Q", fh.read(8))
+            if size > 100_000_000:
+                raise ValueError(f"header of {size} bytes")
+            header = json.loads(fh.read(size))
+    except (OSError, ValueError, struct.error) as exc:
+        raise ModelLoadError(path, f"is not a readable .safetensors file ({exc}); "
+                             "re-download it") from exc
+    return {k: v for k, v in header.items() if k != "__metadata__"}

@@ -35,8 +35,10 @@ from core.ops.captions import (
     undo_caption_edit,
 )
 from core.ops.checks import (
+    FIT_KEYS,
     PRESETS_DIR,
     CheckReport,
+    FitPlan,
     check,
     check_model_source,
     estimate_inputs,
@@ -109,7 +111,8 @@ from core.ops.uploads import dataset_name, upload_images, uploaded_dataset
 from core.ops.videos import clip_frames, validation_videos, write_gif
 
 __all__ = [
-    "LIVE_STATES", "PRESETS_DIR", "SERIES", "CacheJob", "CaptionJob", "CheckReport",
+    "FIT_KEYS", "FitPlan", "LIVE_STATES", "PRESETS_DIR", "SERIES", "CacheJob", "CaptionJob",
+    "CheckReport",
     "follow_in_terminal", "run_summary",
     "Launched", "LogTail", "OpError", "RunFolder", "RunFollower", "RunHandle", "RunInfo",
     "attach", "bucket_histogram", "cache_files", "cache_status", "caches_complete",

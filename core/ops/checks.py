@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from core.check import CheckReport, run_check
 from core.config import Config, apply_overrides, load_config, resolved
+from core.memory_fit import FIT_KEYS, FitPlan
 from core.ops.errors import OpError
 from core.presets import PRESETS_DIR, gated_note, is_demo, list_presets, preset_path
 from core.problems import ConfigError, Hint, Problem, blocking, error, errors
@@ -15,7 +16,8 @@ from core.problems import ConfigError, Hint, Problem, blocking, error, errors
 if TYPE_CHECKING:
     from core.memory_estimate import MemoryEstimate
 
-__all__ = ["PRESETS_DIR", "CheckReport", "check", "check_model_source", "estimate_memory",
+__all__ = ["FIT_KEYS", "PRESETS_DIR", "CheckReport", "FitPlan", "check", "check_model_source",
+           "estimate_memory",
            "gated_note", "is_demo", "list_presets", "load_run_config", "output_dir",
            "require_ok", "require_workspace"]
 

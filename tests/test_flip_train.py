@@ -19,16 +19,16 @@ def trained_latents(tmp_path: Path, workspace: Path, flip: bool,
                     monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Each training sample's latents as the step batches them (the eval's own batches
     are not counted), over a short run."""
-    from core.train import loop
+    from core.train import stepping
 
-    real = loop.collate
+    real = stepping.collate
     seen: list[Any] = []
 
     def spy(items: list[dict[str, Any]]) -> Any:
         seen.extend(item["latents"].detach().float().clone() for item in items)
         return real(items)
 
-    monkeypatch.setattr(loop, "collate", spy)
+    monkeypatch.setattr(stepping, "collate", spy)
     cfg = small_config(tmp_path, images=4)
     cfg.datasets[0].flip = flip
     cfg.train.max_steps, cfg.train.eval_every, cfg.validation.every = STEPS, 1000, 1000

@@ -210,4 +210,15 @@ def test_another_familys_folder_and_a_missing_component_are_named(
     shutil.rmtree(broken / "transformer")
     with pytest.raises(loading.ModelLoadError) as info:
         I4.load(str(broken))
-    assert str(broken) in str(info.value)
+    assert str(broken) in str(info.value) and "has no transformer/" in str(info.value)
+    # --stage check names it too; without the unconditional transformer it warns
+    cfg = small_config(tmp_path, images=1, family="ideogram4")
+    cfg.model.path = str(broken)
+    [problem] = I4.config_problems(cfg)
+    assert problem.level == "error" and "has no transformer/" in problem.message
+    shutil.copytree(folder / "transformer", broken / "transformer")
+    shutil.rmtree(broken / "unconditional_transformer")
+    [problem] = I4.config_problems(cfg)
+    assert problem.level == "warning" and "unconditional_transformer/" in problem.message
+    cfg.model.path = str(folder)
+    assert I4.config_problems(cfg) == []

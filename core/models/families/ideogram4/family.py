@@ -89,6 +89,11 @@ class Ideogram4Family(FlowFamily):
             raise loading.ModelLoadError(path, "is a single file: ideogram4 loads from a "
                                          "diffusers folder or hub id (Ideogram4Pipeline), "
                                          "which holds both transformers")
+        from core.models.families.ideogram4.folder import describe, missing_components
+
+        missing, _ = missing_components(path)
+        if missing:
+            raise loading.ModelLoadError(path, describe("", missing).lstrip())
         c = super().load(path, dtype=dtype, device=device, config=config)
         c.companion = Companion(path, loading.resolve_dtype(dtype))
         return c
@@ -96,6 +101,21 @@ class Ideogram4Family(FlowFamily):
     def random_settings(self, c: Components) -> None:
         super().random_settings(c)
         c.companion = Companion(c.source, None)
+
+    def config_problems(self, cfg: Any) -> list[Any]:
+        """A folder model.path missing a component: an error for one training loads, a
+        warning for the unconditional transformer (validation and merge need it)."""
+        from core.models.families.ideogram4.folder import describe, missing_components
+        from core.problems import Problem
+
+        missing, for_validation = missing_components(cfg.model.path)
+        if missing:
+            return [Problem("error", "model.path", describe(cfg.model.path, missing))]
+        if for_validation:
+            return [Problem("warning", "model.path",
+                            describe(cfg.model.path, for_validation) + ": validation "
+                            "images and --stage merge need it")]
+        return []
 
     def configure_run(self, c: Components, cfg: Any) -> None:
         """The unconditional transformer is quantized as the denoiser (model.quantize)."""

@@ -222,3 +222,18 @@ def test_another_familys_folder_and_a_missing_component_are_named(
     assert problem.level == "warning" and "unconditional_transformer/" in problem.message
     cfg.model.path = str(folder)
     assert I4.config_problems(cfg) == []
+
+
+def test_swapped_blocks_train_as_the_unswapped_ones(tmp_path: Path,
+                                                   tiny_workspace: Path) -> None:
+    """block_lists = ("layers",): model.blocks_to_swap streams them, the same losses and
+    LoRA as in place (int8 base: the swapped block quantized, kept on the host)."""
+    from test_block_swap import swap_run
+
+    plain, plain_lora, _, _ = swap_run(tmp_path / "a", tiny_workspace, "ideogram4", 0,
+                                       quantize="int8")
+    swapped, swapped_lora, _, [swap] = swap_run(tmp_path / "b", tiny_workspace, "ideogram4",
+                                                1, quantize="int8")
+    assert swapped == plain and swap["swapped"] == [1] * len(swap["blocks"])
+    for key, tensor in plain_lora.items():
+        assert torch.equal(swapped_lora[key], tensor), key

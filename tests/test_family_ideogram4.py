@@ -237,3 +237,13 @@ def test_swapped_blocks_train_as_the_unswapped_ones(tmp_path: Path,
     assert swapped == plain and swap["swapped"] == [1] * len(swap["blocks"])
     for key, tensor in plain_lora.items():
         assert torch.equal(swapped_lora[key], tensor), key
+
+
+def test_a_single_file_and_a_kind_comfyui_cannot_read_are_named(tmp_path: Path) -> None:
+    cfg = small_config(tmp_path, images=1, family="ideogram4")
+    cfg.model.path = str(tmp_path / "ideogram4.safetensors")
+    [problem] = I4.config_problems(cfg)
+    assert problem.level == "error" and "single file" in problem.message
+    cfg.model.path, cfg.train.lora_kind = "tiny:ideogram4", "dora"
+    [problem] = I4.config_problems(cfg)
+    assert problem.where == "train.lora_kind" and "ComfyUI" in problem.message

@@ -103,19 +103,30 @@ class Ideogram4Family(FlowFamily):
         c.companion = Companion(c.source, None)
 
     def config_problems(self, cfg: Any) -> list[Any]:
-        """A folder model.path missing a component: an error for one training loads, a
-        warning for the unconditional transformer (validation and merge need it)."""
+        """A single file, or a folder missing a component (an error for one training
+        loads; a warning for the unconditional transformer, which validation and merge
+        need); a kind ComfyUI cannot read for Ideogram 4 (its q/k/v cannot be fused)."""
         from core.models.families.ideogram4.folder import describe, missing_components
-        from core.problems import Problem
+        from core.problems import error, warning
 
-        missing, for_validation = missing_components(cfg.model.path)
+        out = []
+        path = str(cfg.model.path)
+        if path.endswith((".safetensors", ".ckpt", ".pt", ".gguf")):
+            out.append(error("model.path", f"{path} is a single file: ideogram4 loads from "
+                             "a diffusers folder or hub id (Ideogram4Pipeline), which holds "
+                             "both transformers"))
+        missing, for_validation = missing_components(path)
         if missing:
-            return [Problem("error", "model.path", describe(cfg.model.path, missing))]
-        if for_validation:
-            return [Problem("warning", "model.path",
-                            describe(cfg.model.path, for_validation) + ": validation "
-                            "images and --stage merge need it")]
-        return []
+            out.append(error("model.path", describe(path, missing)))
+        elif for_validation:
+            out.append(warning("model.path", describe(path, for_validation) + ": "
+                               "validation images and --stage merge need it"))
+        if cfg.train.method == "lora" and cfg.train.lora_kind != "lora":
+            out.append(warning("train.lora_kind", f"{cfg.train.lora_kind}'s q/k/v cannot be "
+                               "fused into the qkv weight ComfyUI's Ideogram 4 holds, so "
+                               "lora_comfyui.safetensors keeps diffusers' names, which "
+                               "ComfyUI does not map for it; train lora for ComfyUI"))
+        return out
 
     def configure_run(self, c: Components, cfg: Any) -> None:
         """The unconditional transformer is quantized as the denoiser (model.quantize)."""

@@ -265,9 +265,9 @@ def tiny_with_blocks(workspace: Path, family_name: str, **sizes: int):
     return family, c
 
 
-def sigma_law_cdf(sigmas, law: str, shift: float = 1.0):
+def sigma_law_cdf(sigmas, law: str, shift: float = 1.0, std: float = 1.0):
     """The CDF at `sigmas` of a training-sigma law: u drawn "uniform" or "logit_normal"
-    (sigmoid of a standard normal) on (0, 1), then the static shift
+    (sigmoid of a normal of mean 0 and `std`) on (0, 1), then the static shift
     shift * u / (1 + (shift - 1) * u) (core/models/objectives.py)."""
     import torch
 
@@ -276,11 +276,11 @@ def sigma_law_cdf(sigmas, law: str, shift: float = 1.0):
     if law == "uniform":
         return u
     if law == "logit_normal":
-        return torch.special.ndtr(torch.log(u / (1.0 - u)))
+        return torch.special.ndtr(torch.log(u / (1.0 - u)) / std)
     raise ValueError(f"unknown law {law!r}")
 
 
-def ks_distance(sigmas, law: str, shift: float = 1.0) -> float:
+def ks_distance(sigmas, law: str, shift: float = 1.0, std: float = 1.0) -> float:
     """Kolmogorov-Smirnov statistic of drawn sigmas against `law` (sigma_law_cdf): the
     largest gap between their empirical CDF and the law's. Uniform and logit-normal draws
     differ by 0.117 at any shift; 5000 draws of the right law stay under 0.03."""
@@ -288,7 +288,7 @@ def ks_distance(sigmas, law: str, shift: float = 1.0) -> float:
 
     x = torch.as_tensor(sigmas, dtype=torch.float64).flatten().sort().values
     n = x.numel()
-    cdf = sigma_law_cdf(x, law, shift)
+    cdf = sigma_law_cdf(x, law, shift, std)
     above = torch.arange(1, n + 1, dtype=torch.float64) / n - cdf
     below = cdf - torch.arange(0, n, dtype=torch.float64) / n
     return float(torch.maximum(above, below).max())

@@ -58,8 +58,7 @@ class Components:
     text_encoders: list[Any]
     tokenizers: list[Any]
     noise_scheduler: Any
-    # Per-family settings, set by `load` and read by that family only; a trainer or a
-    # test may change them on a loaded model.
+    # Per-family settings, set by `load`, read by that family only (a test may change them).
     max_sequence_length: int | None = None  # sd3/flux: T5 tokens the text is padded to
     has_t5: bool = False  # sd3: whether the T5 encoder was loaded (it may be left out)
     guidance: float | None = None  # flux: guidance value given to a distilled model
@@ -68,6 +67,7 @@ class Components:
     # Flow families: the run's train.timestep_sampling, shift and loss weighting
     # (objectives.FlowTraining); None keeps the family's own defaults.
     flow: Any = None
+    companion: Any = None  # ideogram4: the frozen unconditional transformer validation loads
 
 
 @dataclass

@@ -258,3 +258,16 @@ def test_trains_a_few_steps_and_saves_a_lora(tmp_path: Path, tiny_workspace: Pat
     assert (run / "lora/pytorch_lora_weights.safetensors").is_file()
     assert (run / "lora/lora_comfyui.safetensors").is_file()
     assert (run / "validation/step_000002/00.png").is_file()
+
+
+def test_the_config_check_reaches_the_family_and_random_krea2_estimates(tmp_path: Path) -> None:
+    from core.config import Config, validate_config
+    from core.models.full_size.meta import parameter_counts
+
+    cfg = Config()
+    cfg.model.family, cfg.model.path = "krea2", "krea/Krea-2-Turbo"
+    found = [p for p in validate_config(cfg) if p.where == "model.path"]
+    assert found and found[0].level == "warning" and "krea/Krea-2-Turbo" in found[0].message
+    counts = parameter_counts("krea2")  # the shipped configs, offline, no weights
+    assert counts["transformer"] == 12_820_073_036  # Krea2Transformer2DModel's defaults
+    assert counts["text_encoder"] == 4_437_815_808  # Qwen3-VL-4B, vision tower included

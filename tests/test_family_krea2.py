@@ -271,3 +271,15 @@ def test_the_config_check_reaches_the_family_and_random_krea2_estimates(tmp_path
     counts = parameter_counts("krea2")  # the shipped configs, offline, no weights
     assert counts["transformer"] == 12_820_073_036  # Krea2Transformer2DModel's defaults
     assert counts["text_encoder"] == 4_437_815_808  # Qwen3-VL-4B, vision tower included
+
+
+def test_a_swapped_block_trains_as_in_place(tmp_path: Path, tiny_workspace: Path) -> None:
+    """model.blocks_to_swap = 1 (block_lists: transformer_blocks): the same losses and
+    LoRA as unswapped, through an eval and a validation round."""
+    from test_block_swap import swap_run
+
+    plain, plain_lora, _, none = swap_run(tmp_path / "a", tiny_workspace, "krea2", 0)
+    swapped, swapped_lora, _, [swap] = swap_run(tmp_path / "b", tiny_workspace, "krea2", 1)
+    assert swapped == plain and none == [] and swap["swapped"] == [1]
+    assert swapped_lora.keys() == plain_lora.keys()
+    assert all(torch.equal(swapped_lora[k], t) for k, t in plain_lora.items())

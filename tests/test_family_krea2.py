@@ -283,3 +283,24 @@ def test_a_swapped_block_trains_as_in_place(tmp_path: Path, tiny_workspace: Path
     assert swapped == plain and none == [] and swap["swapped"] == [1]
     assert swapped_lora.keys() == plain_lora.keys()
     assert all(torch.equal(swapped_lora[k], t) for k, t in plain_lora.items())
+
+
+@pytest.mark.slow
+def test_compiled_blocks_train_to_the_same_losses(tmp_path: Path, tiny_workspace: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """train.compile = "blocks" compiles the transformer_blocks (aot_eager on the CPU, as
+    tests/test_hot_loop.py): the same step losses as uncompiled."""
+    from conftest import train_events
+
+    monkeypatch.setenv("TRAIN_COMPILE_BACKEND", "aot_eager")
+
+    def losses(name: str, mode: str) -> list[float]:
+        cfg = small_config(tmp_path / name, images=2, family="krea2")
+        cfg.train.max_steps, cfg.train.eval_every, cfg.validation.every = 2, 100, 100
+        cfg.train.gradient_checkpointing, cfg.train.compile = True, mode
+        events = train_events(cfg, tmp_path / name, tiny_workspace)
+        return [e["loss"] for e in events if e["type"] == "step"]
+
+    plain = losses("plain", "off")
+    assert len(plain) == 2 and losses("compiled", "blocks") == pytest.approx(plain, rel=1e-4,
+                                                                             abs=1e-5)

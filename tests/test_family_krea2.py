@@ -304,3 +304,17 @@ def test_compiled_blocks_train_to_the_same_losses(tmp_path: Path, tiny_workspace
     plain = losses("plain", "off")
     assert len(plain) == 2 and losses("compiled", "blocks") == pytest.approx(plain, rel=1e-4,
                                                                              abs=1e-5)
+
+
+def test_a_single_file_is_recognised_and_refused_with_what_to_use(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    from core.models import loading
+
+    ckpt = tmp_path / "krea2_raw.safetensors"
+    save_file({"txtfusion.projector.weight": torch.ones(1, 12),
+               "blocks.0.attn.wq.weight": torch.zeros(2, 2)}, str(ckpt))
+    assert loading.detect_checkpoint_family(loading.safetensors_keys(str(ckpt))) == "krea2"
+    with pytest.raises(loading.ModelLoadError) as info:
+        K.load(str(ckpt))
+    assert str(ckpt) in str(info.value) and "diffusers folder" in str(info.value)

@@ -206,8 +206,9 @@ def _read_sizes(family: str, folder: Path, file: Path | None, stamp: tuple[Any, 
     second: DenoiserSize | None = None
     vae, encoders = None, []
     for name, entry in sorted(index.items()):
-        if name.startswith("_") or not isinstance(entry, list) or None in entry[:2]:
-            continue
+        if name.startswith("_") or not (isinstance(entry, list) and len(entry) == 2
+                                        and all(isinstance(v, str) for v in entry)):
+            continue  # not [library, class]: [null, null], a list setting (Krea 2's taps)
         if name in DENOISERS or name == SECOND_EXPERT:
             size = _denoiser_size(source, name, entry, lora_rank, lora_scope,
                                   lora_kind if with_lora else None)

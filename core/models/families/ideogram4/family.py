@@ -291,8 +291,11 @@ class Companion:
         if self.quantize != "none":
             from core.models.quantize import quantize_frozen
 
-            # onto the denoiser's device, where it then stays (nf4 cannot leave CUDA)
-            quantize_frozen(model, self.quantize, like.device)
+            # int8/fp8 quantize on the CPU and rest there between validations (each call
+            # brings it to the denoiser's device and back), so training after a validation
+            # does not carry a second 9 B transformer on the GPU; nf4 cannot leave CUDA.
+            rest = like.device if self.quantize == "nf4" else "cpu"
+            quantize_frozen(model, self.quantize, rest)
         return model.eval()
 
 

@@ -116,8 +116,8 @@ stage_peers() {
     echo "peers: ${PEERS_PY:-$PY} lacks torchvision or datasets (add their wheels to .whl/)"
     return 1
   fi
-  # Flux first: the case compile is for; the UNets (sd15, sdxl) have no blocks to compile.
-  for case in ${PEERS_CASES:-flux:512:1 sd15:512:4 sdxl:1024:1 z_image:1024:1}; do
+  # What no GPU session has measured yet first (sd15, sdxl and flux were, docs/performance.md).
+  for case in ${PEERS_CASES:-qwen_image:1024:1 krea2:1024:1 ideogram4:1024:1 z_image:1024:1}; do
     IFS=: read -r fam res batch <<< "$case"
     left=$((deadline - SECONDS))
     if [ "$left" -lt 60 ]; then echo "peers: $case skipped, ${left} s left"; continue; fi

@@ -75,6 +75,8 @@ PEERS = {
     "flux2": Peer("train_dreambooth_lora_flux2_klein.py", True, ("--cache_latents",)),
     "qwen_image": Peer("train_dreambooth_lora_qwen_image.py", True, ("--cache_latents",)),
     "z_image": Peer("train_dreambooth_lora_z_image.py", True, ("--cache_latents",)),
+    "krea2": Peer("train_dreambooth_lora_krea2.py", True, ("--cache_latents",)),
+    "ideogram4": Peer("train_dreambooth_lora_ideogram4.py", True, ("--cache_latents",)),
 }
 
 

@@ -98,6 +98,11 @@ def build_app(ctx: AppContext) -> gr.Blocks:
                 config = tab_config.build_tab()
         refresh = _wire(demo, ctx, form, bar, timer, tabs, (runs_tab, train_tab),
                         dataset, cache, train, runs, config)
+        # A preset, a file or Undo replaces the form: refusals beside the controls that
+        # were about the earlier form go (tab_config.stale_cleared).
+        tab_config.wire(ctx, form, bar, config, after_fill=refresh,
+                        stale=[dataset.caption_message, dataset.upload.message,
+                               cache.message, caption.message, bulk.message])
         tab_caption.wire(ctx, form, caption, timer, after=refresh)
         tab_caption_bulk.wire(ctx, form, bulk, after=refresh)
         tab_upload.wire(ctx, form, dataset.upload, after=refresh)
@@ -155,7 +160,6 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pa
     tab_runs.wire(ctx, runs, train, tabs, form, after_fill=tuple(refresh))
     runs_tab.select(**{**runs_refresh, "inputs": [runs.choice],  # the chosen run stays
                        "fn": lambda chosen: tab_runs.runs_view(ctx, runs, chosen)})
-    tab_config.wire(ctx, form, bar, config, after_fill=refresh)
     tab_config.wire_opening(demo, ctx, form, bar, after_fill=refresh)
     demo.load(guarded("Open the page")(lambda f: tab_runs.on_load(ctx, runs, train, f)),
               [train.following], [*runs.listed(), *train.components()],

@@ -1,0 +1,62 @@
+"""The page in a browser, issue 54 item 4's walkthrough findings: a preset loaded over
+a form clears the earlier form's refusals beside the controls.
+
+One app and one browser for the module; each test opens its own page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from test_ui_support import open_browser, running_app
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[object, str, object]]:
+    with running_app(tmp_path_factory.mktemp("findings") / "ws") as (ctx, url), \
+            open_browser() as browser:
+        yield ctx, url, browser
+
+
+@pytest.fixture
+def page(app, tmp_path) -> Iterator[object]:
+    from ui.presets import FORM_FILE
+
+    ctx, url, browser = app
+    (ctx.workspace / FORM_FILE).unlink(missing_ok=True)  # the demo preset opens by itself
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(90_000)
+    try:
+        page.goto(url)
+        page.wait_for_selector("#check-panel .dt-ok")
+        yield page
+    finally:
+        page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
+        page.close()
+
+
+def text_of(elem_id: str) -> str:
+    return f"(document.querySelector('#{elem_id}')?.innerText || '')"
+
+
+def test_loading_a_preset_clears_the_earlier_forms_refusals(page) -> None:
+    """A refusal beside Save caption and one beside Apply (a bad TOML) were about the
+    form a preset then replaces: they go with it, the preset's own note stays."""
+    page.click("#caption-save")
+    page.wait_for_function(f"{text_of('caption-save-message')}.includes('click an image')")
+    page.get_by_role("tab", name="Config").click()
+    page.locator("#config-toml .cm-content").fill("[train]\nmax_stepz = 3\n")
+    page.wait_for_timeout(1500)  # the editor hands its text to the page's state
+    page.click("#config-apply")
+    page.wait_for_function(f"{text_of('config-apply-message')}.includes('nothing was "
+                           "applied')")
+    page.locator("#preset-source input").fill("preset: demo")
+    page.keyboard.press("Enter")
+    page.click("#preset-load")
+    page.wait_for_function(f"{text_of('preset-message')}.includes('Undo')")
+    page.wait_for_function(f"{text_of('config-apply-message')} === ''")
+    page.get_by_role("tab", name="Dataset").click()
+    page.wait_for_function(f"{text_of('caption-save-message')} === ''")

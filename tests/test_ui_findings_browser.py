@@ -60,3 +60,19 @@ def test_loading_a_preset_clears_the_earlier_forms_refusals(page) -> None:
     page.wait_for_function(f"{text_of('config-apply-message')} === ''")
     page.get_by_role("tab", name="Dataset").click()
     page.wait_for_function(f"{text_of('caption-save-message')} === ''")
+
+
+def test_tab_goes_from_field_to_field_never_to_their_help(page) -> None:
+    """The help under a label scrolls, so Chromium made it a Tab stop between two
+    fields; Tab now goes from input to input, and the help is no stop at all."""
+    page.get_by_role("tab", name="Training").click()
+    page.focus("#f-train-checkpoint_every input")
+    page.keyboard.press("Tab")
+    focused = "document.activeElement.closest('[id^=f-]')?.id"
+    assert page.evaluate(focused) == "f-train-keep_checkpoints"
+    assert page.evaluate("document.activeElement.tagName") == "INPUT"
+    for _ in range(12):
+        page.keyboard.press("Tab")
+        assert not page.evaluate("document.activeElement.classList.contains('info-text')")
+    assert page.evaluate("[...document.querySelectorAll('.info-text')]"
+                         ".every((h) => h.tabIndex === -1)")

@@ -165,6 +165,7 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pa
               [train.following], [*runs.listed(), *train.components()],
               api_visibility="private", **tab_runs.IN_ORDER)
     demo.load(None, js=render.CAPTION_TOOLTIPS)
+    demo.load(None, js=render.HELP_NOT_TABBED)
     demo.load(None, js=idle.POLL_JS)  # the idle page's cheap look (ui/idle.py)
     train_tab.select(**memory_estimate)  # the caches may have been built since
     return refresh

@@ -227,6 +227,16 @@ CAPTION_TOOLTIPS = ("() => { document.addEventListener('mouseover', (e) => { "
                     "label.title = label.innerText; }); }")
 
 
+# Help under a label is read, not typed in: it scrolls (ui/app.py's .info-text), and
+# Chromium makes a scrolling box a Tab stop, so Tab stopped on each help between two
+# fields. Swept when Tab is pressed (before the browser moves the focus), so the idle
+# page runs nothing and help redrawn since is caught too.
+HELP_NOT_TABBED = ("() => { document.addEventListener('keydown', (e) => { "
+                   "if (e.key !== 'Tab') return; "
+                   "document.querySelectorAll('.info-text:not([tabindex])')"
+                   ".forEach((h) => h.setAttribute('tabindex', '-1')); }, true); }")
+
+
 GRID_COLUMNS = 8  # validation rounds the Training tab's grid shows
 
 

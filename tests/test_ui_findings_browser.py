@@ -76,3 +76,31 @@ def test_tab_goes_from_field_to_field_never_to_their_help(page) -> None:
         assert not page.evaluate("document.activeElement.classList.contains('info-text')")
     assert page.evaluate("[...document.querySelectorAll('.info-text')]"
                          ".every((h) => h.tabIndex === -1)")
+
+
+def load_preset(page, name: str) -> None:
+    page.locator("#preset-source input").fill(f"preset: {name}")
+    page.keyboard.press("Enter")
+    page.click("#preset-load")
+    page.wait_for_function(f"{text_of('preset-message')}.includes('loaded {name}')")
+
+
+def test_the_clip_preview_follows_frames_fps_clips_and_clip_count(page) -> None:
+    """A video dataset's preview counts the samples its clip settings make (the demo's
+    48 clips of 9 frames at 8 fps): each of fps, clips, clip_count and frames, edited,
+    draws it again."""
+    load_preset(page, "demo-video")
+    note = text_of("preview-note")
+    page.wait_for_function(f"{note}.includes('of 48 of clips (48 clip(s)')")
+    steps = (("ds-fps", "4", "No usable"),  # too few frames left at 4 fps
+             ("ds-fps", "16", "of 48 of clips"),
+             ("ds-clip_count", "3", None),  # clips = start: one a video still
+             ("ds-clips", "uniform", "of 144 of clips (144 clip(s)"),
+             ("ds-clip_count", "2", "of 96 of clips (96 clip(s)"),
+             ("ds-frames", "81", "No usable"))
+    for elem_id, value, shows in steps:
+        page.fill(f"#{elem_id} input", value)
+        page.press(f"#{elem_id} input", "Enter" if elem_id == "ds-clips" else "Tab")
+        if shows is not None:
+            page.wait_for_function(f"{note}.includes({shows!r})")
+    assert "images or clips" in page.evaluate(note)

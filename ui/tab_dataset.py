@@ -257,6 +257,27 @@ def page_event(ctx: AppContext, form: Form, tab: DatasetTab, delta: int) -> dict
             "outputs": preview_outputs(tab), **ONE_PREVIEW_AT_A_TIME}
 
 
+# The editor's fields the preview shows: which dataset, its items and captions, an edit
+# family's controls, and how a video family's clips become samples.
+PREVIEW_KEYS = ("id", "images", "caption", "instance_prompt", "control", "control_2",
+                "control_3", "frames", "fps", "clips", "clip_count")
+
+
+def preview_triggers(form: Form) -> list[Any]:
+    """The edits of PREVIEW_KEYS that redraw the preview: a text once it is left or
+    entered (not at each key), a number as `edit_triggers_of`, a choice when made."""
+    out: list[Any] = []
+    for name in PREVIEW_KEYS:
+        component = form.editor[name]
+        if isinstance(component, gr.Dropdown):
+            out.append(component.input)
+        elif isinstance(component, gr.Textbox):
+            out += [component.blur, component.submit]
+        else:
+            out += edit_triggers_of(component)
+    return out
+
+
 def wire(ctx: AppContext, form: Form, tab: DatasetTab,
          after_edit: list[dict[str, Any]]) -> None:
     """Events of the tab; `after_edit`: the app's events (the check, the memory estimate)
@@ -288,12 +309,7 @@ def wire(ctx: AppContext, form: Form, tab: DatasetTab,
     gr.on(edit_triggers_of(rename),
           guarded("Rename dataset")(lambda d: on_rename(form, d)), ins, [form.selector],
           trigger_mode="always_last", api_visibility="private", show_progress="hidden")
-    for name in ("id", "images", "caption", "instance_prompt", "control", "control_2",
-                 "control_3"):
-        component = form.editor[name]
-        triggers = [component.blur, component.submit] if name != "caption" else [
-            component.input]
-        gr.on(triggers, trigger_mode="always_last", **preview)
+    gr.on(preview_triggers(form), trigger_mode="always_last", **preview)
     tab.refresh.click(**preview)
     tab.prev.click(**page_event(ctx, form, tab, -1))
     tab.next.click(**page_event(ctx, form, tab, 1))

@@ -146,6 +146,19 @@ def ended_text(state: str, log: Path) -> str:
     return f"cache build {state}{kept} (log: {log})"
 
 
+def stop_message(ctx: AppContext) -> str:
+    """*Stop build*: stops the live build and says how it ended; with none live (none
+    started, or the last one over) it says there is nothing to stop, and touches nothing."""
+    job = ctx.cache_job
+    ended = job.poll() if job is not None else None
+    if job is None or ended is not None:
+        last = f" (the last one ended {ended}; log: {job.log_path})" if job else ""
+        return render.message_html(f"no cache build is running{last}; nothing to stop",
+                                   "info")
+    state = actions.stop_cache(ctx)
+    return render.message_html(ended_text(state, job.log_path), "info")
+
+
 def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: Pace, page: gr.Tab) -> None:
     """Events of the tab; opening it (`page`) refreshes the status table."""
     ins = form.inputs()
@@ -167,8 +180,7 @@ def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: Pace, page: gr.Tab) 
 
     @guarded("Stop cache build", inline=tab.message)
     def stop() -> str:
-        state = actions.stop_cache(ctx)
-        return render.message_html(ended_text(state, ctx.cache_job.log_path), "info")
+        return stop_message(ctx)
 
     def tick(seen: Any) -> Any:
         try:

@@ -1,5 +1,7 @@
 """The page in a browser, issue 54 item 4's walkthrough findings: a preset loaded over
-a form clears the earlier form's refusals beside the controls.
+a form clears the earlier form's refusals beside the controls; help is no Tab stop; the
+clip preview follows the clip settings; an optimizer's and a schedule's own options show
+only where they apply.
 
 One app and one browser for the module; each test opens its own page.
 """
@@ -104,3 +106,31 @@ def test_the_clip_preview_follows_frames_fps_clips_and_clip_count(page) -> None:
         if shows is not None:
             page.wait_for_function(f"{note}.includes({shows!r})")
     assert "images or clips" in page.evaluate(note)
+
+
+def visible(page, elem_id: str) -> bool:
+    return page.locator(f"#{elem_id}").is_visible()
+
+
+def test_optimizer_and_schedule_options_show_only_where_they_apply(page) -> None:
+    """Prodigy's own options show for prodigy only, LR restarts for
+    cosine_with_restarts only; epsilon goes for lion, which reads none."""
+    page.get_by_role("tab", name="Training").click()
+    page.click("#advanced button, #advanced > .label-wrap")
+    page.wait_for_selector("#f-train-optimizer input")
+    assert visible(page, "f-train-optimizer_eps")
+    for hidden in ("f-train-prodigy_d_coef", "f-train-prodigy_safeguard_warmup",
+                   "f-train-lr_cycles", "f-train-lr_power"):
+        assert not visible(page, hidden), hidden
+    for elem_id, value in (("f-train-optimizer", "prodigy"),
+                           ("f-train-lr_scheduler", "cosine_with_restarts")):
+        page.locator(f"#{elem_id} input").fill(value)
+        page.keyboard.press("Enter")
+    page.wait_for_selector("#f-train-prodigy_d_coef", state="visible")
+    page.wait_for_selector("#f-train-lr_cycles", state="visible")
+    assert visible(page, "f-train-prodigy_safeguard_warmup")
+    assert not visible(page, "f-train-lr_power")
+    page.locator("#f-train-optimizer input").fill("lion")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#f-train-optimizer_eps", state="hidden")
+    page.wait_for_selector("#f-train-prodigy_d_coef", state="hidden")

@@ -146,6 +146,7 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pa
     # sent some 25 checks and as many memory estimates).
     gr.on(form.edit_triggers(), trigger_mode="always_last", **live)
     form.wire_family_keys()
+    form.wire_setting_keys()
     # After a launch the chooser goes to the newest run: the one just launched.
     runs_refresh = {"fn": lambda: tab_runs.runs_view(ctx, runs), "inputs": None,
                     "outputs": runs.listed(), "api_visibility": "private",

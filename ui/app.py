@@ -49,6 +49,9 @@ CSS = """
 /* Thumbnails stay thumbnails, however few images there are. */
 #preview .thumbnail-item, #validation-gallery .thumbnail-item {
   max-width: 180px; max-height: 180px; }
+/* The memory line's fix is a button under it, as wide as its label, not a bar. */
+#memory-fix { width: fit-content; max-width: 100%; align-self: flex-start;
+  white-space: normal; height: auto; }
 /* Long names stay inside their button (wrapped, never cut) and table cells. */
 #runs-download { max-width: 100%; white-space: normal; overflow-wrap: anywhere;
   height: auto; }

@@ -134,3 +134,21 @@ def test_optimizer_and_schedule_options_show_only_where_they_apply(page) -> None
     page.keyboard.press("Enter")
     page.wait_for_selector("#f-train-optimizer_eps", state="hidden")
     page.wait_for_selector("#f-train-prodigy_d_coef", state="hidden")
+
+
+def test_extend_says_at_once_that_it_is_starting(page) -> None:
+    """Between the click on Extend and the server's answer (seconds, for a run), a line
+    beside the buttons says what is under way; the answer then replaces it. The
+    server's events are held here until the line has been seen."""
+    held: list = []
+    page.get_by_role("tab", name="Training").click()
+    page.route("**/queue/join**", lambda route: held.append(route))
+    try:
+        page.click("#extend")
+        page.wait_for_function(f"{text_of('train-message')}.includes('extending: "
+                               "checking the run')")
+    finally:
+        for route in held:
+            route.continue_()
+        page.unroute("**/queue/join**")  # (one held after the loop goes on with it)
+    page.wait_for_function(f"!{text_of('train-message')}.includes('extending:')")

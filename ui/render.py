@@ -152,6 +152,11 @@ def cache_rows(status) -> list[list[object]]:
              d.text.stale, d.text.missing, d.vae_dir] for d in status.datasets]
 
 
+def cache_headers(video: bool) -> list[str]:
+    """The cache table's columns; a video family's second counts samples, not images."""
+    return [CACHE_HEADERS[0], "samples" if video else "images", *CACHE_HEADERS[2:]]
+
+
 CACHE_HEADERS = ["dataset", "images", "VAE cached", "VAE stale", "VAE missing",
                  "text cached", "text stale", "text missing", "VAE folder"]
 RUN_HEADERS = ["run folder", "state", "step", "started", "outputs", "note"]

@@ -155,7 +155,9 @@ def test_the_cache_table_says_what_its_text_columns_count(ctx):
     write_shapes(ctx.workspace / "data/a", 4, captions=["same caption"])
     tab = SimpleNamespace(table="table", note="note")
     out = tab_cache.status_view(ctx, tab, cfg)
-    assert out["table"][0][1] == 4 and out["table"][0][7] == 1  # 4 images, 1 caption
+    rows = out["table"].value["data"]
+    assert rows[0][1] == 4 and rows[0][7] == 1  # 4 images, 1 caption
+    assert out["table"].headers[1] == "images"  # an image family's (a video's: samples)
     assert "distinct captions" in out["note"]
 
 

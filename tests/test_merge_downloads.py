@@ -59,10 +59,14 @@ def test_a_stale_merged_folder_is_replaced_only_when_the_person_ticks_replace(
 def test_merged_folder_downloads_as_one_zip_inside_the_workspace(tmp_path: Path):
     """The Runs tab's "whole merged model" download: every file of merged/ in one .zip
     under merged/ (made in the workspace's .downloads/, not in the run folder), made
-    again once merged/ is replaced, gone with the run; a run outside the workspace and a
+    again once merged/ is replaced, deleted with the run; a run outside the workspace and a
     run without merged/ are refused."""
     import os
+    import time
     import zipfile
+
+    from core.runs.registry import RunRecord, register_run
+    from core.runs.status import write_status
 
     workspace = tmp_path / "ws"
     run = workspace / "runs" / "r1"
@@ -84,5 +88,11 @@ def test_merged_folder_downloads_as_one_zip_inside_the_workspace(tmp_path: Path)
         assert z.read("merged/unet/weights.safetensors") == b"v" * 10
     with pytest.raises(ops.OpError, match="outside the workspace"):
         ops.merged_archive(run, tmp_path / "elsewhere")
+    # Deleting the run (confirmed) takes its archive with it: nothing left of it.
+    (run / "config.toml").write_text("version = 1\n")
+    write_status(run, state="done", step=1, max_steps=1)
+    register_run(workspace, RunRecord(str(run.resolve()), started_at=time.time()))
+    ops.delete_run(run, workspace, confirm=True)
+    assert not archive.exists() and not (workspace / ".downloads/runs/r1").exists()
     with pytest.raises(ops.OpError, match="merge the run first"):
         ops.merged_archive(workspace / "runs" / "none", workspace)

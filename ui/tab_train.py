@@ -287,6 +287,8 @@ def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: Pace,
     for event in events:
         for then in on_launched:
             event.then(**then)
+        # A failure (its toast says why) must not leave "launching..." standing.
+        event.failure(None, None, [tab.message], js="() => ''", api_visibility="private")
     tab.stop.click(stop, [tab.following], [tab.message], api_visibility="private",
                    concurrency_limit=None)
     timer.add(lambda f: run_views.tick(ctx, tab, f, tab.message), [tab.following],

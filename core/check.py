@@ -15,7 +15,15 @@ from typing import Any
 from core.config import Config, resolved, validate_config
 from core.data.conflicts import check_directory_conflicts
 from core.memory_estimate import MemoryEstimate
-from core.problems import Problem, error, errors, errors_first, warning, warnings
+from core.problems import (
+    Problem,
+    error,
+    errors,
+    errors_first,
+    samples_said,
+    warning,
+    warnings,
+)
 
 
 @dataclass
@@ -47,13 +55,13 @@ class DatasetSummary:
     @property
     def counted(self) -> str:
         """What the dataset holds, as the summaries say it: "5 image(s)"; a video
-        family's "0 image(s), 3 clip sample(s)"."""
+        family's "3 clip sample(s)" (with its images first, when it has some)."""
         if not self.frames:
             return f"{self.images} image(s)"
         clips = sum(1 for f in self.frames if f > 1)
         sound = "" if self.audio is None else \
             f"; {self.audio[0]} clip(s) with audio, {self.audio[1]} without"
-        return f"{self.images - clips} image(s), {clips} clip sample(s){sound}"
+        return samples_said(self.images - clips, clips, "clip sample(s)") + sound
 
 
 def _audio_count(cfg: Any, ds: Any, items: list[Any]) -> tuple[int, int] | None:

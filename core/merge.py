@@ -15,8 +15,10 @@ merged/ draw differently from base + LoRA), tokenizers and processors as the bas
 them (every file, e.g. a processor's video config), and components the family leaves
 out (a safety checker), so merged/ loads and draws as the base with the LoRA does.
 
-Never overwrites: an existing merged/ is refused, naming it. The folder is written under
-a temp name and renamed, so merged/ is complete or absent.
+Never overwrites unasked: an existing merged/ is refused, naming it, unless the caller
+passes `replace` (the Runs tab, after the person ticked its confirmation: a run extended
+since its merge). The folder is written under a temp name and renamed (a replaced one
+only once the new one is complete), so merged/ is complete or absent.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from core.config import Config, load_config, resolved
-from core.files import atomic_path
+from core.files import atomic_path, replace_folder
 from core.problems import ConfigError, Problem, error
 from core.runs.folder import LORA_WEIGHTS_NAME, RunFolder
 
@@ -57,9 +59,9 @@ def _refuse(where: str, message: str) -> MergeRefused:
     return MergeRefused(error(where, message))
 
 
-def merge_problem(run_dir: Path) -> Problem | None:
+def merge_problem(run_dir: Path, replace: bool = False) -> Problem | None:
     """Why `run_dir` cannot be merged (no run, a live run, no final diffusers LoRA, a
-    full fine-tune, merged/ already there), or None. Reads only."""
+    full fine-tune, merged/ already there unless `replace`), or None. Reads only."""
     from core.models.adapters import LYCORIS_ONLY_NOTE
     from core.runs.status import read_status
 
@@ -73,7 +75,7 @@ def merge_problem(run_dir: Path) -> Problem | None:
         return error(where, f"the run in {where} is {status.state}; merge it once it has "
                             "ended")
     for made in (folder.merged, folder.merged_checkpoint):
-        if made.exists():
+        if made.exists() and not replace:
             return error(str(made), f"{made} exists already; nothing was overwritten: "
                                     "delete or rename it to merge again")
     if folder.model.is_dir() and not folder.lora.is_dir():
@@ -98,23 +100,27 @@ def run_config(run_dir: Path, workspace: Path) -> Config:
         raise _refuse(str(path), f"{path} does not load: {first}") from None
 
 
-def merge_run(run_dir: Path, workspace: Path, lora_scale: float | None = None) -> Merged:
+def merge_run(run_dir: Path, workspace: Path, lora_scale: float | None = None,
+              replace: bool = False) -> Merged:
     """Fuse the run's final LoRA into its base and write merged/; `lora_scale` (None:
-    the run's merge.lora_scale) weights the LoRA. Raises MergeRefused."""
+    the run's merge.lora_scale) weights the LoRA; `replace` (asked by the person) puts
+    the new merged/ (and merged.safetensors) in place of an existing one. Raises
+    MergeRefused."""
     run_dir = Path(run_dir)
-    problem = merge_problem(run_dir)
+    problem = merge_problem(run_dir, replace)
     if problem is not None:
         raise MergeRefused(problem)
     cfg = run_config(run_dir, workspace)
     scale = cfg.merge.lora_scale if lora_scale is None else lora_scale
     folder = RunFolder(run_dir)
     pipe = fused_pipeline(cfg, workspace, folder.lora, scale)
-    with atomic_path(folder.merged, temp=f".tmp-{folder.merged.name}") as tmp:
+    swap = replace_folder if replace else None
+    with atomic_path(folder.merged, temp=f".tmp-{folder.merged.name}", swap=swap) as tmp:
         pipe.save_pretrained(str(tmp), safe_serialization=True)
         base = base_folder(cfg, workspace)
         if base is not None:
             keep_base_components(base, tmp, pipe)
-        if folder.merged.exists():  # made while this merge ran: keep the other one
+        if folder.merged.exists() and not replace:  # made meanwhile: keep the other one
             raise _refuse(str(folder.merged), f"{folder.merged} appeared while merging; "
                           "nothing was overwritten")
     checkpoint = write_checkpoint(cfg, folder)

@@ -99,3 +99,10 @@ class ConfigError(Exception):
     def __init__(self, problems: list[Problem]):
         self.problems = problems
         super().__init__("\n".join(str(p) for p in problems))
+
+
+def samples_said(images: int, clips: int, clip_noun: str = "clip(s)") -> str:
+    """A count of images and clips as a line says it: a clip dataset's clips alone (no
+    "0 image(s)"), an image dataset's images alone, a mixed one both."""
+    parts = [f"{images} image(s)"] if images or not clips else []
+    return ", ".join(parts + ([f"{clips} {clip_noun}"] if clips else []))

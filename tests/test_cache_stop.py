@@ -127,3 +127,34 @@ def test_a_ctrl_c_as_a_headless_cache_build_starts_stops_the_build(
     assert code == EXIT_STOPPED, capsys.readouterr().out[-2000:]
     assert read_status(job.folder.root).state == "stopped"
     assert "stopping:" in capsys.readouterr().out
+
+
+def test_stop_build_after_a_finished_build_says_there_is_nothing_to_stop() -> None:
+    """Issue 54 item 4: *Stop build* after a build ended said "cache build done", as if
+    it had done something; it says nothing runs (and how the last one ended), and stops
+    nothing; a live build is stopped and said so."""
+    from types import SimpleNamespace
+
+    from ui.tab_cache import stop_message
+
+    class Job:
+        def __init__(self, state: str | None) -> None:
+            self.state, self.stops, self.log_path = state, 0, Path("ws/.cache-jobs/1/cache.log")
+
+        def poll(self) -> str | None:
+            return self.state
+
+        def stop(self) -> str:
+            self.stops += 1
+            return "stopped"
+
+    assert "no cache build is running; nothing to stop" in stop_message(
+        SimpleNamespace(cache_job=None))
+    done = Job("done")
+    text = stop_message(SimpleNamespace(cache_job=done))
+    assert "no cache build is running (the last one ended done; log: " in text, text
+    assert "nothing to stop" in text and done.stops == 0
+    live = Job(None)
+    assert "cache build stopped: the entries written so far are kept" in stop_message(
+        SimpleNamespace(cache_job=live))
+    assert live.stops == 1

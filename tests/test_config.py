@@ -89,6 +89,21 @@ def test_unknown_dataset_key_names_its_index():
     assert any("datasets.1.image" in m and "'images'" in m for m in messages(info.value.problems))
 
 
+def test_an_unknown_key_names_its_line():
+    """Issue 54 item 4: a typo in a long file is found by its line (a dataset's in the
+    right [[datasets]] table, a table's header, past a multi-line string holding `=`)."""
+    text = ('version = 1\n[model]\nfamily = "sd15"\n\n[validation]\nprompts = """\n'
+            'max_stepz = 1\n"""\n[train]\n# max_stepz = 2\nmax_stepz = 3\n'
+            '[[datasets]]\nid = "a"\n[[datasets]]\nimage = "x"\n[trian]\n')
+    with pytest.raises(ConfigError) as info:
+        loads_config(text)
+    lines = messages(info.value.problems)
+    assert "error: train.max_stepz: unknown key on line 11 (did you mean 'max_steps'?)" \
+        in lines, lines
+    assert any(m.startswith("error: datasets.1.image: unknown key on line 15 ") for m in lines)
+    assert any(m.startswith("error: trian: unknown key on line 16 ") for m in lines)
+
+
 def test_wrong_types_are_named():
     with pytest.raises(ConfigError) as info:
         loads_config('version = 1\n[train]\nmax_steps = "lots"\nseed = 1.5\n')

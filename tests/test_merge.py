@@ -291,8 +291,24 @@ def test_runs_tab_merge_button_merges_then_refuses_beside_the_button(
             page.click("#runs-merge")
             page.wait_for_function(f"{message}.includes('exists already')")
             text = page.inner_text("#runs-merge-message")
-            assert "exists already; nothing was overwritten" in text, text
+            assert "exists already (merged before the run was extended?); nothing was "\
+                   "overwritten: tick" in text, text
             assert page.locator(".toast-body").count() == 0
+            # Issue 54 item 4: Extend then Merge: the box beside the button replaces it.
+            stale = run / "merged" / "stale.txt"
+            stale.write_text("from before the extension")
+            page.check("#runs-merge-replace input")
+            page.click("#runs-merge")
+            page.wait_for_function(f"{message}.includes('merged (base + LoRA')")
+            assert not stale.exists()
+            assert not page.is_checked("#runs-merge-replace input")  # asked again next time
+            # ... and the merged model leaves the machine whole, as one .zip.
+            page.click("#runs-file input")
+            page.get_by_role("option", name="runs/run/merged/ (the whole merged model, "
+                                            "one .zip)").click()
+            page.wait_for_function("document.querySelector('#runs-download')"
+                                   ".innerText.includes('run-merged.zip')")
+            assert (workspace / ".downloads/runs/run/run-merged.zip").is_file()
         finally:
             page.screenshot(path=str(tmp_path / "merge.png"), full_page=True)
             browser.close()

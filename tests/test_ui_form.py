@@ -155,7 +155,9 @@ def test_the_cache_table_says_what_its_text_columns_count(ctx):
     write_shapes(ctx.workspace / "data/a", 4, captions=["same caption"])
     tab = SimpleNamespace(table="table", note="note")
     out = tab_cache.status_view(ctx, tab, cfg)
-    assert out["table"][0][1] == 4 and out["table"][0][7] == 1  # 4 images, 1 caption
+    rows = out["table"].value["data"]
+    assert rows[0][1] == 4 and rows[0][7] == 1  # 4 images, 1 caption
+    assert out["table"].headers[1] == "images"  # an image family's (a video's: samples)
     assert "distinct captions" in out["note"]
 
 
@@ -265,3 +267,21 @@ def test_add_copies_the_first_datasets_settings_and_remove_can_be_undone(page):
     back = tab_dataset.on_undo_remove(form, after, tab.removed, tab.undo_remove)
     assert back[form.datasets].items == [first, added] and back[form.datasets].selected == 0
     assert back[tab.undo_remove]["visible"] is False and back[tab.removed] is None
+
+
+def test_each_optimizer_option_shows_for_the_optimizers_that_read_it():
+    """SETTING_RULES follow the catalogue: every option key has a rule, shown for each
+    optimizer whose keys name it and for no other; the schedules' own keys likewise."""
+    from core.config.optimizers import OPTIMIZERS, OPTION_DEFAULTS
+    from ui.form import SETTING_RULES
+
+    for key in OPTION_DEFAULTS:
+        setting, applies = SETTING_RULES[f"train.{key}"]
+        assert setting == "train.optimizer"
+        assert {n for n in OPTIMIZERS if applies(n)} == \
+            {n for n, spec in OPTIMIZERS.items() if key in spec.keys}, key
+    assert [s for s in OPTIMIZERS if SETTING_RULES["train.prodigy_d_coef"][1](s)] == \
+        ["prodigy"]
+    cycles, power = SETTING_RULES["train.lr_cycles"][1], SETTING_RULES["train.lr_power"][1]
+    assert cycles("cosine_with_restarts") and not cycles("cosine")
+    assert power("polynomial") and not power("linear")

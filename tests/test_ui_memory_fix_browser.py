@@ -51,6 +51,10 @@ def test_the_memory_line_offers_the_swap_that_fits_and_one_click_sets_it(tmp_pat
             memory = page.inner_text("#train-memory-estimate")
             assert "more than the planned GPU has (24.0 GiB" in memory
             assert f"{label.removeprefix('Apply: ')} fits 24 GiB" in memory
+            # Issue 54 item 4: a button as wide as its label, not a bar across the page.
+            width = "document.querySelector('#{}').getBoundingClientRect().width"
+            line = page.evaluate(width.format("train-memory-estimate"))
+            assert page.evaluate(width.format("memory-fix")) < 0.8 * line
             page.screenshot(path=str(shots / "offered.png"), full_page=True)
             page.click("#memory-fix")
             page.wait_for_function("document.querySelector('#train-memory-estimate')"

@@ -81,7 +81,7 @@ def test_preview_shows_two_clips_by_their_first_frame_beside_an_image(tmp_path: 
     assert near(colour_at(blue, (0.85, 0.5)), (40, 40, 220), tol=80)
     assert near(colour_at(blue, (0.15, 0.5)), (255, 255, 255))
     note = out[dataset_tab.preview_note]
-    assert note.startswith("Samples 1-3 of 3 of `clips`") and "2 clip(s), 1 image(s)" in note
+    assert note.startswith("Samples 1-3 of 3 of `clips`") and "1 image(s), 2 clip(s)" in note
     assert ["left.mp4", "a red square moving right"] in out[dataset_tab.captions]
 
 
@@ -284,6 +284,36 @@ def test_the_histogram_counts_clips_by_size_and_frames(tmp_path: Path) -> None:
     bucket, images = plot["columns"].index("bucket"), plot["columns"].index("images")
     assert sorted((row[bucket], row[images]) for row in plot["data"]) == [
         ("64x64, 1 frame (1)", 1), ("64x64, 5 frames (2)", 2)]
+
+
+def test_a_clip_dataset_is_counted_in_clips_not_images(tmp_path: Path, ctx,
+                                                        dataset_tab) -> None:
+    """Issue 54 item 4: a dataset of clips only is counted as clips, with no
+    "0 image(s)": the check's summary, the preview's note, the histogram's title and the
+    Cache tab's table and note."""
+    import gradio as gr
+
+    from core.data.video import write_synthetic_clip
+    from core.ops import check
+    from ui import tab_cache, tab_dataset
+    from ui.form import Form
+
+    folder = tmp_path / "clips"
+    folder.mkdir()
+    for name in ("a", "b"):
+        write_synthetic_clip(folder / f"{name}.mp4", frames=9)
+    cfg = video_config(str(folder), frames=5, fps=0.0)
+    report = check(cfg, tmp_path, estimate=False)
+    assert report.datasets[0].counted == "2 clip sample(s)"
+    note = tab_dataset.preview_view(ctx, dataset_tab, cfg, 0)[dataset_tab.preview_note]
+    assert "(2 clip(s); textfile)" in note and "image" not in note, note
+    plot = tab_dataset.histogram_rows(report, video=True)
+    assert plot.label == "Aspect buckets (samples: clips and images per bucket)"
+    with gr.Blocks():
+        cache_tab = tab_cache.build(Form())
+    out = tab_cache.status_view(ctx, cache_tab, cfg)
+    assert out[cache_tab.table].headers[1] == "samples"
+    assert "count samples (clip samples and images), one latent each" in out[cache_tab.note]
 
 
 def test_a_clip_preview_gif_is_written_whole_and_a_finished_one_is_kept(tmp_path: Path):

@@ -24,7 +24,7 @@ DOC = ROOT / "docs" / "config.md"
 HEADER = """# Config keys (contract)
 
 A run is one TOML file with `version = 1`. Keys below are fixed (more may be added);
-an unknown key is an error that names it. Relative paths resolve against the workspace.
+an unknown key is an error that names it and its line. Relative paths resolve against the workspace.
 Generated from the field metadata in `core/config/schema.py` by `tools/config_reference.py`;
 do not edit by hand.
 """

@@ -155,6 +155,12 @@ def run_downloads(ctx: AppContext, run_dir: str | Path) -> list[Path]:
         return ops.run_downloads(Path(run_dir), ctx.workspace)
 
 
+def merged_archive(ctx: AppContext, run_dir: str | Path) -> Path:
+    """The run's merged/ as one .zip inside the workspace (made on demand)."""
+    with refusals():
+        return ops.merged_archive(Path(run_dir), ctx.workspace)
+
+
 def delete_run(ctx: AppContext, run_dir: str | Path, confirm: bool) -> Path:
     """Delete a run that is not live, only when `confirm`; our handle on it goes too."""
     with refusals():

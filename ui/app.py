@@ -49,6 +49,9 @@ CSS = """
 /* Thumbnails stay thumbnails, however few images there are. */
 #preview .thumbnail-item, #validation-gallery .thumbnail-item {
   max-width: 180px; max-height: 180px; }
+/* The memory line's fix is a button under it, as wide as its label, not a bar. */
+#memory-fix { width: fit-content; max-width: 100%; align-self: flex-start;
+  white-space: normal; height: auto; }
 /* Long names stay inside their button (wrapped, never cut) and table cells. */
 #runs-download { max-width: 100%; white-space: normal; overflow-wrap: anywhere;
   height: auto; }
@@ -98,6 +101,11 @@ def build_app(ctx: AppContext) -> gr.Blocks:
                 config = tab_config.build_tab()
         refresh = _wire(demo, ctx, form, bar, timer, tabs, (runs_tab, train_tab),
                         dataset, cache, train, runs, config)
+        # A preset, a file or Undo replaces the form: refusals beside the controls that
+        # were about the earlier form go (tab_config.stale_cleared).
+        tab_config.wire(ctx, form, bar, config, after_fill=refresh,
+                        stale=[dataset.caption_message, dataset.upload.message,
+                               cache.message, caption.message, bulk.message])
         tab_caption.wire(ctx, form, caption, timer, after=refresh)
         tab_caption_bulk.wire(ctx, form, bulk, after=refresh)
         tab_upload.wire(ctx, form, dataset.upload, after=refresh)
@@ -141,6 +149,7 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pa
     # sent some 25 checks and as many memory estimates).
     gr.on(form.edit_triggers(), trigger_mode="always_last", **live)
     form.wire_family_keys()
+    form.wire_setting_keys()
     # After a launch the chooser goes to the newest run: the one just launched.
     runs_refresh = {"fn": lambda: tab_runs.runs_view(ctx, runs), "inputs": None,
                     "outputs": runs.listed(), "api_visibility": "private",
@@ -155,12 +164,12 @@ def _wire(demo: gr.Blocks, ctx: AppContext, form: Form, bar: Any, timer: pace.Pa
     tab_runs.wire(ctx, runs, train, tabs, form, after_fill=tuple(refresh))
     runs_tab.select(**{**runs_refresh, "inputs": [runs.choice],  # the chosen run stays
                        "fn": lambda chosen: tab_runs.runs_view(ctx, runs, chosen)})
-    tab_config.wire(ctx, form, bar, config, after_fill=refresh)
     tab_config.wire_opening(demo, ctx, form, bar, after_fill=refresh)
     demo.load(guarded("Open the page")(lambda f: tab_runs.on_load(ctx, runs, train, f)),
               [train.following], [*runs.listed(), *train.components()],
               api_visibility="private", **tab_runs.IN_ORDER)
     demo.load(None, js=render.CAPTION_TOOLTIPS)
+    demo.load(None, js=render.HELP_NOT_TABBED)
     demo.load(None, js=idle.POLL_JS)  # the idle page's cheap look (ui/idle.py)
     train_tab.select(**memory_estimate)  # the caches may have been built since
     return refresh

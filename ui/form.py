@@ -13,6 +13,7 @@ from typing import Any
 import gradio as gr
 
 from core.config import Config
+from core.config.optimizers import OPTIMIZERS, OPTION_DEFAULTS
 from core.ops import (
     has_swappable_blocks,
     has_token_routing,
@@ -77,6 +78,32 @@ FAMILY_TAGS: dict[str, Callable[[str, str], bool]] = {
     "routing": lambda family, method: has_token_routing(family),
 }
 _DEFAULTS = Config()  # the form's first view, before any fill (an sd15 LoRA run)
+
+
+def _read_by(optimizer: Any, key: str) -> bool:
+    spec = OPTIMIZERS.get(str(optimizer))
+    return spec is None or key in spec.keys  # an unknown name: the check names it
+
+
+# Keys that apply under some values of another setting only: an optimizer's own options
+# (the catalogue's keys, core/config/optimizers.py) and a schedule's. Each shows while
+# its setting holds such a value, or while it holds other than its default
+# (`Form.wire_setting_keys`, as `Form.visibility` does for the family's keys).
+SETTING_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "train.lr_cycles": ("train.lr_scheduler", lambda v: v == "cosine_with_restarts"),
+    "train.lr_power": ("train.lr_scheduler", lambda v: v == "polynomial"),
+    **{f"train.{key}": ("train.optimizer", lambda v, key=key: _read_by(v, key))
+       for key in OPTION_DEFAULTS},
+}
+
+
+def _hidden_by_setting(spec: FieldSpec) -> dict[str, Any]:
+    """A key of SETTING_RULES starts as the defaults' run has its setting."""
+    rule = SETTING_RULES.get(spec.key)
+    if rule is None:
+        return {}
+    section, name = rule[0].split(".")
+    return {} if rule[1](getattr(getattr(_DEFAULTS, section), name)) else {"visible": False}
 
 
 # A family's own key (core/config/family_options.py) carries the tag OWNED + its name.
@@ -149,7 +176,8 @@ class Form:
             if advanced is not None and spec.advanced != advanced:
                 continue
             if spec.key not in self.fields:
-                self.fields[spec.key] = make_component(spec, **_hidden_if_tagged(spec))
+                self.fields[spec.key] = make_component(
+                    spec, **_hidden_if_tagged(spec), **_hidden_by_setting(spec))
 
     def section_rows(self, name: str, advanced: bool, per_row: int = 5) -> None:
         """The section's basic or advanced fields, `per_row` to a row."""
@@ -207,6 +235,26 @@ class Form:
             trigger.change(update, [*triggers, *[c for c, _ in keys]],
                            [*[c for c, _ in keys], *rows],
                            api_visibility="private", show_progress="hidden")
+
+    def wire_setting_keys(self) -> None:
+        """Show each key of SETTING_RULES while its setting's value uses it (or while it
+        holds other than its default), on every change of that setting."""
+        settings = {setting for setting, _ in SETTING_RULES.values()}
+        for setting in settings:
+            keys = [k for k, (s, _) in SETTING_RULES.items()
+                    if s == setting and k in self.fields]
+            if setting not in self.fields or not keys:
+                continue
+
+            def update(value: Any, *values: Any, keys: list[str] = keys) -> list[Any]:
+                return [gr.update(visible=SETTING_RULES[k][1](value)
+                                  or _differs(v, self._defaults()[id(self.fields[k])]))
+                        for k, v in zip(keys, values, strict=True)]
+
+            self.fields[setting].change(
+                update, [self.fields[setting], *[self.fields[k] for k in keys]],
+                [self.fields[k] for k in keys], api_visibility="private",
+                show_progress="hidden")
 
     def visibility(self, family: str, method: str, values: list[Any]) -> list[Any]:
         """Updates for `family_keys()` (whose `values` are given) and then the family

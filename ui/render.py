@@ -152,6 +152,11 @@ def cache_rows(status) -> list[list[object]]:
              d.text.stale, d.text.missing, d.vae_dir] for d in status.datasets]
 
 
+def cache_headers(video: bool) -> list[str]:
+    """The cache table's columns; a video family's second counts samples, not images."""
+    return [CACHE_HEADERS[0], "samples" if video else "images", *CACHE_HEADERS[2:]]
+
+
 CACHE_HEADERS = ["dataset", "images", "VAE cached", "VAE stale", "VAE missing",
                  "text cached", "text stale", "text missing", "VAE folder"]
 RUN_HEADERS = ["run folder", "state", "step", "started", "outputs", "note"]
@@ -225,6 +230,16 @@ CAPTION_TOOLTIPS = ("() => { document.addEventListener('mouseover', (e) => { "
                     "const label = e.target.closest?.('.caption-label'); "
                     "if (label && label.title !== label.innerText) "
                     "label.title = label.innerText; }); }")
+
+
+# Help under a label is read, not typed in: it scrolls (ui/app.py's .info-text), and
+# Chromium makes a scrolling box a Tab stop, so Tab stopped on each help between two
+# fields. Swept when Tab is pressed (before the browser moves the focus), so the idle
+# page runs nothing and help redrawn since is caught too.
+HELP_NOT_TABBED = ("() => { document.addEventListener('keydown', (e) => { "
+                   "if (e.key !== 'Tab') return; "
+                   "document.querySelectorAll('.info-text:not([tabindex])')"
+                   ".forEach((h) => h.setAttribute('tabindex', '-1')); }, true); }")
 
 
 GRID_COLUMNS = 8  # validation rounds the Training tab's grid shows

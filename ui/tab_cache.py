@@ -11,6 +11,7 @@ from typing import Any
 import gradio as gr
 
 from core.config import Config, load_config, resolved
+from core.ops import is_video_family
 from ui import actions, render
 from ui.actions import ActionError
 from ui.context import AppContext
@@ -69,13 +70,17 @@ def build(form: Form) -> CacheTab:
 def status_view(ctx: AppContext, tab: CacheTab, cfg: Any) -> dict[Any, Any]:
     """The status table and the note under it, for `cfg`'s datasets."""
     status = actions.cache_status(ctx, cfg)
-    note = (f"Text cache: `{status.text_dir}`. The VAE columns count images (one latent "
-            "each); the text columns count distinct captions (one embedding per distinct "
-            "caption, shared by every image with that caption), so they are fewer than "
-            "the images when captions repeat.")
+    video = is_video_family(cfg.model.family)
+    counted = "samples (clip samples and images)" if video else "images"
+    note = (f"Text cache: `{status.text_dir}`. The VAE columns count {counted}, one latent "
+            "each; the text columns count distinct captions (one embedding per distinct "
+            "caption, shared by every sample with that caption), so they are fewer than "
+            f"the {counted.split(' ')[0]} when captions repeat.")
     if status.note:
         note += f" Note: {status.note}."
-    return {tab.table: render.cache_rows(status), tab.note: note}
+    return {tab.table: gr.Dataframe(value=render.cache_rows(status),
+                                    headers=render.cache_headers(video)),
+            tab.note: note}
 
 
 def cache_folders(ctx: AppContext, cfg: Config) -> list[Path]:
@@ -146,6 +151,19 @@ def ended_text(state: str, log: Path) -> str:
     return f"cache build {state}{kept} (log: {log})"
 
 
+def stop_message(ctx: AppContext) -> str:
+    """*Stop build*: stops the live build and says how it ended; with none live (none
+    started, or the last one over) it says there is nothing to stop, and touches nothing."""
+    job = ctx.cache_job
+    ended = job.poll() if job is not None else None
+    if job is None or ended is not None:
+        last = f" (the last one ended {ended}; log: {job.log_path})" if job else ""
+        return render.message_html(f"no cache build is running{last}; nothing to stop",
+                                   "info")
+    state = actions.stop_cache(ctx)
+    return render.message_html(ended_text(state, job.log_path), "info")
+
+
 def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: Pace, page: gr.Tab) -> None:
     """Events of the tab; opening it (`page`) refreshes the status table."""
     ins = form.inputs()
@@ -167,8 +185,7 @@ def wire(ctx: AppContext, form: Form, tab: CacheTab, timer: Pace, page: gr.Tab) 
 
     @guarded("Stop cache build", inline=tab.message)
     def stop() -> str:
-        state = actions.stop_cache(ctx)
-        return render.message_html(ended_text(state, ctx.cache_job.log_path), "info")
+        return stop_message(ctx)
 
     def tick(seen: Any) -> Any:
         try:

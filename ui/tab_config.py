@@ -116,15 +116,31 @@ CLICK_DOWNLOAD = ("() => { const a = document.querySelector('#config-file a[down
                   " if (a) a.click(); }")
 
 
+# A message beside a control that refused or warned (ui/render.py's levels): about the
+# form it was given, so it goes when a preset, a file or Undo replaces that form.
+STALE_LEVELS = ("dt-msg-error", "dt-msg-warning")
+
+
+def stale_cleared(messages: list[Any], data: dict[Any, Any]) -> dict[Any, Any]:
+    """Each of `messages` that holds a refusal or a warning emptied; the others (a build
+    started, a caption saved) kept as they are."""
+    return {m: "" if any(level in (data.get(m) or "") for level in STALE_LEVELS)
+            else gr.skip() for m in messages}
+
+
 def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
-         after_fill: list[Any]) -> None:
-    fill_outs = [*form.outputs(), bar.message, bar.undo, bar.before, bar.source]
+         after_fill: list[Any], stale: list[Any] = ()) -> None:
+    """The bar's and the tab's events; `stale`: the messages beside other tabs' controls
+    that a new form clears (`stale_cleared`)."""
+    stale = [*stale, tab.message, tab.apply_message]
+    fill_outs = [*form.outputs(), bar.message, bar.undo, bar.before, bar.source, *stale]
 
     def filled(cfg: Any, notes: list[str], data: dict[Any, Any],
                source: str | None = None) -> dict[Any, Any]:
         """The form replaced by `cfg`, what it held kept for Undo; the dropdown names
-        `source` (the preset or saved config loaded), nothing for an imported file."""
-        out = form.fill(cfg)
+        `source` (the preset or saved config loaded), nothing for an imported file; the
+        earlier form's refusals and warnings go."""
+        out = {**stale_cleared(stale, data), **form.fill(cfg)}
         out[bar.source] = gr.Dropdown(value=source)
         undo = " (Undo the load puts the form back as it was)"
         out[bar.message] = render.message_html("; ".join(notes) + undo, "ok")
@@ -164,8 +180,10 @@ def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
                 tab.rendered: written_texts(data[tab.toml] or "")}
 
     @guarded("Undo the load", inline=bar.message)
-    def undo(before: Any) -> dict[Any, Any]:
-        out = form.fill(before) if before is not None else {}
+    def undo(data: dict[Any, Any]) -> dict[Any, Any]:
+        before = data[bar.before]
+        out = {**stale_cleared(stale, data), **(form.fill(before) if before is not None
+                                                 else {})}
         text = "the form is back as it was before the load"
         # The form is what it held before, no longer the preset the dropdown named.
         return {**out, bar.message: render.message_html(text, "ok"), bar.before: None,
@@ -194,13 +212,14 @@ def wire(ctx: AppContext, form: Form, bar: PresetBar, tab: ConfigTab,
         return {tab.download: str(path),
                 tab.message: render.message_html(f"exported {path}", "ok")}
 
-    ins = form.inputs()
+    ins = form.inputs() | set(stale)
     for event in (bar.load.click(load, ins | {bar.source}, fill_outs, api_visibility="private"),
                   tab.upload.upload(imported, ins | {tab.upload}, fill_outs,
                                     api_visibility="private"),
-                  bar.undo.click(undo, [bar.before], fill_outs, api_visibility="private"),
+                  bar.undo.click(undo, {bar.before, *stale}, fill_outs,
+                                 api_visibility="private"),
                   tab.apply.click(applied, ins | {tab.toml},
-                                  [*fill_outs, tab.apply_message, tab.rendered],
+                                  [*fill_outs, tab.rendered],
                                   api_visibility="private")):
         for then in after_fill:
             event.then(**then)

@@ -18,6 +18,7 @@ import gradio as gr
 
 from core.config import Config, DatasetConfig, resolved
 from core.ops import CheckReport, is_video_family
+from core.problems import samples_said
 from ui import actions, render, tab_upload
 from ui.context import AppContext
 from ui.dataset_list import on_add, on_move, on_remove, on_rename, on_select, on_undo_remove
@@ -113,8 +114,9 @@ def build(form: Form) -> DatasetTab:
         preview_note = gr.Markdown("", elem_id="preview-note")
         refresh = gr.Button("Refresh preview", size="sm", scale=0)
     with gr.Row():
-        prev = gr.Button("Previous images", size="sm", scale=0, elem_id="preview-prev")
-        next_ = gr.Button("Next images", size="sm", scale=0, elem_id="preview-next")
+        # "page", not "images": a video dataset's pages show clips
+        prev = gr.Button("Previous page", size="sm", scale=0, elem_id="preview-prev")
+        next_ = gr.Button("Next page", size="sm", scale=0, elem_id="preview-next")
     with gr.Row():
         # contain: an edit pair (control | target) is twice as wide as high, and a
         # cropped thumbnail would hide half of it (and the edges of any other image).
@@ -141,7 +143,9 @@ def build(form: Form) -> DatasetTab:
 # ---------------------------------------------------------------- check and preview
 
 
-def histogram_rows(report) -> Any:
+def histogram_rows(report, video: bool = False) -> Any:
+    """The bucket histogram's bars (None without any); a video family's count clip
+    samples and images, and say so."""
     import pandas as pd
 
     from core.ops import bucket_histogram
@@ -162,7 +166,10 @@ def histogram_rows(report) -> Any:
     # The plot keeps the colour domain of the data it first drew: bars of a renamed
     # dataset would fall outside it and not be drawn. Naming the legend's entries makes
     # it rebuild the chart when the ids change.
-    return gr.BarPlot(value=frame, colors_in_legend=list(dict.fromkeys(frame["dataset"])))
+    what = "samples: clips and images" if video else "images"
+    return gr.BarPlot(value=frame, colors_in_legend=list(dict.fromkeys(frame["dataset"])),
+                      label=f"Aspect buckets ({what} per bucket)",
+                      y_title="samples" if video else "images")
 
 
 def check_view(ctx: AppContext, tab: DatasetTab, cfg: Config,
@@ -176,7 +183,7 @@ def check_view(ctx: AppContext, tab: DatasetTab, cfg: Config,
         summary.append(f"{report.steps_per_epoch} steps per epoch")
     ok = "Ready to cache and train. " + "; ".join(summary)
     return {tab.check_html: render.problems_html(report.problems, ok),
-            tab.histogram: histogram_rows(report)}, report
+            tab.histogram: histogram_rows(report, is_video_family(cfg.model.family))}, report
 
 
 def preview_view(ctx: AppContext, tab: DatasetTab, cfg: Config, index: int,
@@ -216,12 +223,12 @@ def preview_view(ctx: AppContext, tab: DatasetTab, cfg: Config, index: int,
 
 def _preview_note(ds: DatasetConfig, first: int, shown: int, total: int, clips: int) -> str:
     if clips:
-        note = (f"Samples {first + 1}-{first + shown} of {total} of `{ds.id}` ({clips} "
-                f"clip(s), {total - clips} image(s); {ds.caption}).")
+        note = (f"Samples {first + 1}-{first + shown} of {total} of `{ds.id}` "
+                f"({samples_said(total - clips, clips)}; {ds.caption}).")
     else:
         note = f"Images {first + 1}-{first + shown} of {total} of `{ds.id}` ({ds.caption})."
     if total > PREVIEW_LIMIT:
-        note += " Previous/Next images page through them."
+        note += " Previous/Next page show the others."
     if ds.caption != "textfile":
         note += (" Captions come from the " + ds.caption + " strategy; edits here are saved "
                  "to .txt files, which only the textfile strategy reads.")
@@ -257,6 +264,27 @@ def page_event(ctx: AppContext, form: Form, tab: DatasetTab, delta: int) -> dict
             "outputs": preview_outputs(tab), **ONE_PREVIEW_AT_A_TIME}
 
 
+# The editor's fields the preview shows: which dataset, its items and captions, an edit
+# family's controls, and how a video family's clips become samples.
+PREVIEW_KEYS = ("id", "images", "caption", "instance_prompt", "control", "control_2",
+                "control_3", "frames", "fps", "clips", "clip_count")
+
+
+def preview_triggers(form: Form) -> list[Any]:
+    """The edits of PREVIEW_KEYS that redraw the preview: a text once it is left or
+    entered (not at each key), a number as `edit_triggers_of`, a choice when made."""
+    out: list[Any] = []
+    for name in PREVIEW_KEYS:
+        component = form.editor[name]
+        if isinstance(component, gr.Dropdown):
+            out.append(component.input)
+        elif isinstance(component, gr.Textbox):
+            out += [component.blur, component.submit]
+        else:
+            out += edit_triggers_of(component)
+    return out
+
+
 def wire(ctx: AppContext, form: Form, tab: DatasetTab,
          after_edit: list[dict[str, Any]]) -> None:
     """Events of the tab; `after_edit`: the app's events (the check, the memory estimate)
@@ -288,12 +316,7 @@ def wire(ctx: AppContext, form: Form, tab: DatasetTab,
     gr.on(edit_triggers_of(rename),
           guarded("Rename dataset")(lambda d: on_rename(form, d)), ins, [form.selector],
           trigger_mode="always_last", api_visibility="private", show_progress="hidden")
-    for name in ("id", "images", "caption", "instance_prompt", "control", "control_2",
-                 "control_3"):
-        component = form.editor[name]
-        triggers = [component.blur, component.submit] if name != "caption" else [
-            component.input]
-        gr.on(triggers, trigger_mode="always_last", **preview)
+    gr.on(preview_triggers(form), trigger_mode="always_last", **preview)
     tab.refresh.click(**preview)
     tab.prev.click(**page_event(ctx, form, tab, -1))
     tab.next.click(**page_event(ctx, form, tab, 1))

@@ -4,7 +4,8 @@ Listing a run whose processes are gone while its status said "running" shows as 
 (core.runs.registry).
 
 Below the chooser, for the chosen run: its place in the run queue (move it up or down,
-cancel it), its files to download (config.toml, the LoRA files by step), and deleting
+cancel it), its files to download (config.toml, the LoRA files by step, a merged model
+whole as one .zip), and deleting
 it, behind a checkbox that names the folder.
 
 A refusal (no run chosen, the box not ticked) shows beside the button that was
@@ -152,16 +153,27 @@ def chosen_view(ctx: AppContext, tab: RunsTab, run_dir: str | None) -> dict[Any,
 def file_choices(ctx: AppContext, run_dir: str | None) -> tuple[gr.Dropdown, str]:
     """The files of the chosen run to download (none chosen yet), and a note where they
     cannot be served."""
-    files, note = [], ""
+    choices, note = [], ""
     if known_run(ctx, run_dir) and run_dir:
         try:
-            files = actions.run_downloads(ctx, run_dir)
+            choices = [(ctx.relative(p), str(p)) for p in actions.run_downloads(ctx, run_dir)]
         except ActionError as exc:
             # A headless run whose output.dir is outside the workspace: listed and
             # followed, but its files are not served; said beside the list instead of
             # failing the whole tab.
             note = f"{exc}; copy its files from that folder"
-    return gr.Dropdown(choices=[(ctx.relative(p), str(p)) for p in files], value=None), note
+        merged = merged_folder(run_dir)
+        if not note and merged.is_dir():  # the whole merged model, first: what leaves
+            choices.insert(0, (MERGED_CHOICE.format(folder=ctx.relative(merged)), str(merged)))
+    return gr.Dropdown(choices=choices, value=None), note
+
+
+# The merged model whole: its folder, served as one archive made when it is chosen.
+MERGED_CHOICE = "{folder}/ (the whole merged model, one .zip)"
+
+
+def merged_folder(run_dir: str) -> Path:
+    return RunFolder(Path(run_dir).resolve()).merged
 
 
 def download_view(ctx: AppContext, run_dir: str | None, path: str | None) -> Any:
@@ -169,7 +181,9 @@ def download_view(ctx: AppContext, run_dir: str | None, path: str | None) -> Any
     its files (inside the workspace) is refused."""
     if not path:
         return gr.DownloadButton("Download", value=None, interactive=False)
-    if not known_run(ctx, run_dir) or path not in {
+    if known_run(ctx, run_dir) and run_dir and path == str(merged_folder(run_dir)):
+        path = str(actions.merged_archive(ctx, run_dir))  # made now, inside the workspace
+    elif not known_run(ctx, run_dir) or path not in {
             str(p) for p in actions.run_downloads(ctx, run_dir or "")}:
         raise ActionError(f"{path} is not a file of the chosen run; choose it again")
     # An update, not a component: a component built here would copy the file into

@@ -180,6 +180,20 @@ def form_message(problems: list[Problem], current: str | None) -> Any:
     return gr.skip()
 
 
+STARTING = {"launch": "launching: checking the config and preparing the run folder…",
+            "resume": "resuming: reading the run's checkpoint and starting the trainer…",
+            "extend": "extending: checking the run and starting the trainer on to Max "
+                      "steps…"}
+
+
+def starting_js(mode: str) -> str:
+    """Browser-side, at the click: the line beside the buttons while the server starts
+    the run (its own reply replaces it)."""
+    import json
+
+    return f"() => {json.dumps(render.message_html(STARTING[mode], 'info'))}"
+
+
 def model_check_view(ctx: AppContext, cfg: Config) -> str:
     """model.path's problems (a missing folder, a family mismatch, an uncached hub id),
     or what it was found to be."""
@@ -261,14 +275,20 @@ def wire(ctx: AppContext, form: Form, tab: TrainTab, timer: Pace,
         trigger_mode="always_last", show_progress="hidden", api_visibility="private")
     outs = [tab.message, *tab.components()]
     ins = form.inputs() | {tab.following}
-    events = [button.click(guarded(name)(lambda d, m=mode: start(d, m)), ins, outs,
-                           api_visibility="private")
+    # Each button says at once, in the browser, what it started: preparing a run folder
+    # and starting accelerate take seconds, which showed nothing at all.
+    events = [button.click(None, None, [tab.message], js=starting_js(mode),
+                           api_visibility="private").then(
+                  guarded(name)(lambda d, m=mode: start(d, m)), ins, outs,
+                  api_visibility="private")
               for button, name, mode in ((tab.launch, "Launch", "launch"),
                                          (tab.resume, "Resume", "resume"),
                                          (tab.extend, "Extend", "extend"))]
     for event in events:
         for then in on_launched:
             event.then(**then)
+        # A failure (its toast says why) must not leave "launching..." standing.
+        event.failure(None, None, [tab.message], js="() => ''", api_visibility="private")
     tab.stop.click(stop, [tab.following], [tab.message], api_visibility="private",
                    concurrency_limit=None)
     timer.add(lambda f: run_views.tick(ctx, tab, f, tab.message), [tab.following],

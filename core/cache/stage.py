@@ -23,7 +23,7 @@ from core.cache.build import (
 from core.cache.plan import CachePlan, plan_caches
 from core.cache.store import remove_stale_temp_files
 from core.config import Config
-from core.problems import Problem
+from core.problems import Problem, samples_said
 from core.startup import ProcessGroup
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class CacheReport:
     def lines(self) -> list[str]:
         clips = sum(1 for job in self.plan.vae_jobs if job.frames)
         images = len(self.plan.vae_jobs) - clips
-        samples = f"{images} image(s)" + (f", {clips} clip(s)" if clips else "")
+        samples = samples_said(images, clips, "clip(s)")
         captions = len(self.plan.text_jobs)
         masks = len(self.plan.mask_jobs)
         extra = [f"mask cache: {masks} mask(s), {self.stale_masks} to build, this process "

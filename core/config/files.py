@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 from dataclasses import fields
 from pathlib import Path
@@ -73,7 +74,52 @@ def loads_config(text: str, source: str = "<config>") -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([error(source, f"not valid TOML: {exc}")]) from None
-    return config_from_dict(data)
+    try:
+        return config_from_dict(data)
+    except ConfigError as exc:
+        raise ConfigError(with_lines(exc.problems, text)) from None
+
+
+UNKNOWN = "unknown key"
+
+
+def with_lines(problems: list[Problem], text: str) -> list[Problem]:
+    """Each unknown key's message names its line in `text` ("unknown key on line 7
+    (did you mean ...)"), so a long file's typo is found at once."""
+    lines = key_lines(text)
+    return [dataclasses.replace(p, message=f"{UNKNOWN} on line {lines[p.where]}"
+                                           f"{p.message[len(UNKNOWN):]}")
+            if p.message.startswith(UNKNOWN) and p.where in lines else p
+            for p in problems]
+
+
+_KEY = re.compile(r"""^([A-Za-z0-9_-]+|"[^"]*"|'[^']*')\s*=""")
+_TABLE = re.compile(r"^(\[\[?)\s*([^\]]+?)\s*\]")
+
+
+def key_lines(text: str) -> dict[str, int]:
+    """Where each key of a config's TOML is first written, by its dotted name (a
+    dataset's as `datasets.N.key`; a table by its name), 1-based; lines inside a
+    multi-line string are skipped."""
+    found: dict[str, int] = {}
+    table, in_string = "", False
+    counts: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if in_string or not stripped or stripped.startswith("#"):
+            in_string ^= (line.count('"""') + line.count("'''")) % 2 == 1
+            continue
+        in_string = (line.count('"""') + line.count("'''")) % 2 == 1
+        if (table_match := _TABLE.match(stripped)) is not None:
+            table = table_match[2]
+            if table_match[1] == "[[":
+                counts[table] = counts.get(table, -1) + 1
+                table = f"{table}.{counts[table]}"
+            found.setdefault(table, number)
+        elif (key_match := _KEY.match(stripped)) is not None:
+            name = key_match[1].strip("\"'")
+            found.setdefault(f"{table}.{name}" if table else name, number)
+    return found
 
 
 def load_config(path: str | Path) -> Config:

@@ -65,7 +65,7 @@ from core.ops.datasets import (
     latest_demo_run,
     prepare_demo,
 )
-from core.ops.downloads import run_downloads, saved_loras, tensorboard_command
+from core.ops.downloads import merged_archive, run_downloads, saved_loras, tensorboard_command
 from core.ops.edits import edit_pair_thumbnail, validation_controls
 from core.ops.errors import OpError
 from core.ops.following import (
@@ -129,7 +129,8 @@ __all__ = [
     "last_lines", "launch",
     "list_presets", "list_runs", "load_run_config", "merge", "merge_run", "move_queued",
     "latest_demo_run", "output_dir", "prepare_demo", "queue_entries", "queued_runs", "read_status",
-    "reconcile_runs", "require_ok", "require_workspace", "resume", "run_downloads",
+    "merged_archive", "reconcile_runs", "require_ok", "require_workspace", "resume",
+    "run_downloads",
     "read_caption", "run_info", "run_status", "run_status_or_none", "save_caption",
     "saved_config", "saved_loras",
     "start_cache", "start_caption", "start_next_queued", "stop", "tensorboard_command",

@@ -9,15 +9,17 @@ from core.ops.checks import output_dir
 from core.ops.errors import OpError
 
 
-def merge_run(run_dir: Path, workspace: Path, lora_scale: float | None = None) -> Path:
+def merge_run(run_dir: Path, workspace: Path, lora_scale: float | None = None,
+              replace: bool = False) -> Path:
     """Fuse the run's final LoRA into its base: `<run_dir>/merged/`, a diffusers folder
     (core/merge.py); `lora_scale` None uses the run's merge.lora_scale. Refuses (exit 2)
-    a folder without a run or a final LoRA, a live run, and an existing merged/."""
+    a folder without a run or a final LoRA, a live run, and an existing merged/ (which
+    `replace`, the person's confirmation, replaces instead)."""
     from core.merge import MergeRefused
     from core.merge import merge_run as merge
 
     try:
-        return merge(Path(run_dir), workspace, lora_scale).folder
+        return merge(Path(run_dir), workspace, lora_scale, replace).folder
     except MergeRefused as exc:
         raise OpError(exc.problem.message, [exc.problem]) from None
 

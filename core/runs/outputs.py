@@ -69,3 +69,17 @@ def inside(root: str | Path, path: str | Path) -> Path:
     if not resolved.is_file():
         raise ValueError(f"{path} is not a file")
     return resolved
+
+
+# Where the merged folders' archives are made, inside the workspace (so they may be
+# served) and out of the run folders (a run's files stay what the run wrote).
+ARCHIVES = ".downloads"
+
+
+def merged_archive_path(workspace: str | Path, run_dir: str | Path) -> Path:
+    """`<workspace>/.downloads/<run, relative>/<run name>-merged.zip`: the run's merged/
+    as one download (ops.merged_archive makes it); ValueError for a run outside."""
+    root, run = Path(workspace).resolve(), Path(run_dir).resolve()
+    if not run.is_relative_to(root) or run == root:
+        raise ValueError(f"{run} is outside the workspace ({root}); it is not served")
+    return root / ARCHIVES / run.relative_to(root) / f"{run.name}-merged.zip"

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 from core.runs.folder import RunFolder
+from core.runs.outputs import merged_archive_path
 from core.runs.registry import list_runs, record_path
 from core.runs.status import LIVE_STATES
 
@@ -52,4 +53,6 @@ def delete_run(workspace: str | Path, run_dir: str | Path, *, confirm: bool) -> 
                             "(checkpoints, LoRAs, images, logs) goes")
     shutil.rmtree(path)
     record_path(workspace, path).unlink(missing_ok=True)
+    # Its merged/ as a download (.downloads/...) goes with it: made from the run's files.
+    shutil.rmtree(merged_archive_path(workspace, path).parent, ignore_errors=True)
     return path

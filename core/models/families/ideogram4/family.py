@@ -272,9 +272,9 @@ class Companion:
     def _load(self, like: Any) -> Any:
         from diffusers import Ideogram4Transformer2DModel
 
-        from core.models.full_size import RANDOM_PREFIX
+        from core.models.source import model_source
 
-        if self.source.startswith(RANDOM_PREFIX):
+        if model_source(self.source).kind == "random":
             model = Ideogram4Transformer2DModel.from_config(like.config).to(like.dtype)
         else:
             kind = loading.classify_source(self.source)

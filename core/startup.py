@@ -53,11 +53,14 @@ def process_group(state: Any) -> ProcessGroup:
 
 
 def load_model(cfg: Config, workspace: Path, state: Any, dtype: Any = None,
-               device: Any = None) -> tuple[ModelFamily, Components]:
+               device: Any = None, stream_denoiser: bool = False
+               ) -> tuple[ModelFamily, Components]:
     """The family and its components, loaded in `dtype` onto `device` (the process's
     device when None); a tiny model is built once, by the main process, while the
     others wait. `random:<family>` is built straight onto `device` by every process (no
-    files: the same seed gives every process the same weights). A single file reads its
+    files: the same seed gives every process the same weights); with `stream_denoiser`
+    its denoiser waits on the meta device to be filled where it is placed
+    (core/models/stream_load.py; config/streaming.py says when). A single file reads its
     architecture from model.config; model.prediction_type then sets the target."""
     from core.models.registry import get_family
     from core.models.source import model_source
@@ -73,7 +76,8 @@ def load_model(cfg: Config, workspace: Path, state: Any, dtype: Any = None,
         # Refused as `--stage check` refuses it: another family's or an unknown model.
         for problem in check_random_source(cfg.model.path, cfg.model.family):
             raise ModelLoadError(problem.where, problem.message)
-        components = build_random(model_source(cfg.model.path).name, dtype, device)
+        components = build_random(model_source(cfg.model.path).name, dtype, device,
+                                  stream_denoiser=stream_denoiser)
     else:
         with state.main_process_first():
             path = resolve_model_path(cfg.model.path, workspace)

@@ -67,6 +67,9 @@ class Components:
     # Flow families: the run's train.timestep_sampling, shift and loss weighting
     # (objectives.FlowTraining); None keeps the family's own defaults.
     flow: Any = None
+    # A denoiser waiting on the meta device to be filled where it runs, layer by layer
+    # (core/models/stream_load.py StreamedDenoiser); None once placed or when loaded whole.
+    denoiser_stream: Any = None
 
 
 @dataclass

@@ -83,6 +83,30 @@ def load_model(cfg: Config, workspace: Path, state: Any, dtype: Any = None,
             path = resolve_model_path(cfg.model.path, workspace)
             # model.config may be tiny:<name> too (a tiny folder describing a tiny file).
             config = resolve_model_path(cfg.model.config, workspace) or None
-        components = family.load(path, dtype=dtype, device=device, config=config)
+        components = _load_source(family, path, dtype, device, config, stream_denoiser)
     family.set_prediction_type(components, cfg.model.prediction_type)
     return family, components
+
+
+def _load_source(family: ModelFamily, path: str, dtype: Any, device: Any, config: str | None,
+                 stream: bool) -> Components:
+    """`family.load`, given the folder's transformer on the meta device when it streams
+    (core/models/stream_files.py); a folder that cannot stream loads whole, as before,
+    and the log says why."""
+    from core.config.streaming import loads_given_denoiser
+    from core.models.source import model_source
+
+    if not (stream and model_source(path).kind == "folder"
+            and loads_given_denoiser(family.name)):
+        return family.load(path, dtype=dtype, device=device, config=config)
+    from core.models.stream_files import folder_denoiser
+
+    got = folder_denoiser(path, "transformer", dtype)
+    if isinstance(got, str):
+        print(f"denoiser: {path} does not stream ({got}); it loads whole", flush=True)
+        return family.load(path, dtype=dtype, device=device, config=config)
+    module, streamed = got
+    components = family.load(path, dtype=dtype, device=device, config=config,  # type: ignore[call-arg]
+                             denoiser=module)
+    components.denoiser_stream = streamed
+    return components

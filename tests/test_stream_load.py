@@ -152,3 +152,63 @@ def test_a_streamed_load_peaks_far_below_the_whole_model(tmp_path: Path) -> None
     assert grown["streamed"] < 0.6 * model_bytes
     assert grown["streamed"] < 0.5 * grown["whole"]
     assert torch.equal(torch.load(tmp_path / "whole.pt"), torch.load(tmp_path / "streamed.pt"))
+
+
+def _same_weights(a: object, b: object) -> bool:
+    """Equal parameters, quantized ones compared by their int8 data and scales."""
+    import torch
+
+    mine, theirs = dict(a.named_parameters()), dict(b.named_parameters())
+    if mine.keys() != theirs.keys():
+        return False
+    for name, x in mine.items():
+        y = theirs[name]
+        pairs = ([(x.qdata, y.qdata), (x.scale, y.scale)] if hasattr(x, "qdata")
+                 else [(x, y)])
+        if type(x) is not type(y) or not all(torch.equal(p, q) for p, q in pairs):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("scheme", ["none", "int8"])
+def test_a_diffusers_folder_streams_to_the_weights_a_whole_load_places(
+        tmp_path: Path, scheme: str) -> None:
+    """tiny:flux's folder: its transformer read a tensor at a time from
+    transformer/diffusion_pytorch_model.safetensors, two blocks swapped, gives the
+    weights the whole load and place_with_swap give."""
+    import contextlib
+
+    import torch
+
+    from core.config import apply_overrides, load_config
+    from core.config.streaming import stream_fallback
+    from core.models.tiny import resolve_model_path
+    from core.presets import preset_path
+    from core.startup import load_model
+    from core.train.swapping import loading_line, place_for_training
+
+    folder = resolve_model_path("tiny:flux", tmp_path)
+    cfg = apply_overrides(load_config(preset_path("flux-lora")), [
+        f"model.path={folder}", f"model.quantize={scheme}", "model.blocks_to_swap=1",
+        "train.gradient_checkpointing=true"])
+    assert stream_fallback(cfg) is None
+    state = SimpleNamespace(device="cpu", main_process_first=contextlib.nullcontext)
+    family, whole = load_model(cfg, tmp_path, state, dtype=torch.bfloat16)
+    _, streamed = load_model(cfg, tmp_path, state, dtype=torch.bfloat16,
+                             stream_denoiser=True)
+    assert next(streamed.denoiser.parameters()).device.type == "meta"
+    assert streamed.denoiser.dtype == torch.bfloat16
+    assert loading_line(streamed, None).startswith(f"denoiser: streamed from {folder}")
+    for c in (whole, streamed):
+        place_for_training(family, c, cfg, "cpu")
+    assert _same_weights(streamed.denoiser, whole.denoiser)
+
+
+def test_a_family_with_its_own_loader_loads_a_folder_whole(tmp_path: Path) -> None:
+    from core.config import apply_overrides, load_config
+    from core.config.streaming import stream_fallback
+    from core.presets import preset_path
+
+    cfg = apply_overrides(load_config(preset_path("wan-lora")), [
+        f"model.path={tmp_path}"])
+    assert stream_fallback(cfg) == "the wan loader reads its denoiser itself"

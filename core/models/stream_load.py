@@ -44,12 +44,12 @@ def random_denoiser(family: str, name: str, dtype: Any, seed: int = 0
     that draws the values build_module would give it."""
     import torch
 
-    from core.models.full_size.fill import fill_tensor, move_buffers
+    from core.models.full_size.fill import fill_tensor, move_buffers, parameter_dtype
     from core.models.full_size.meta import instantiate
 
     module = instantiate(family, name, device="cpu")
     move_buffers(module, dtype, "cpu")  # as materialize does: they are small
-    meta_parameters(module, dtype)
+    meta_parameters(module, lambda full: parameter_dtype(module, full, dtype))
     prefix = f"{family}/{name}"
 
     def fill(full: str, owner: Any, meta: Any) -> Any:
@@ -60,13 +60,11 @@ def random_denoiser(family: str, name: str, dtype: Any, seed: int = 0
     return module.eval(), StreamedDenoiser(f"random:{family}", fill)
 
 
-def meta_parameters(module: Any, dtype: Any) -> None:
-    """Every parameter replaced by a meta one in the dtype it will be loaded in (float32
-    for the modules the library keeps so), so `module.dtype` reads right before it is
-    filled (the caches and prompt encodings read it)."""
+def meta_parameters(module: Any, dtype_of: Callable[[str], Any]) -> None:
+    """Every parameter replaced by a meta one in the dtype it will be loaded in
+    (`dtype_of` its name: float32 for the modules the library keeps so), so
+    `module.dtype` reads right before it is filled (the caches and prompts read it)."""
     import torch
-
-    from core.models.full_size.fill import parameter_dtype
 
     done: dict[int, Any] = {}
     for mod_name, mod in module.named_modules(remove_duplicate=False):
@@ -75,8 +73,7 @@ def meta_parameters(module: Any, dtype: Any) -> None:
                 continue
             if id(param) not in done:
                 full = f"{mod_name}.{pname}" if mod_name else pname
-                empty = torch.empty(tuple(param.shape), device="meta",
-                                    dtype=parameter_dtype(module, full, dtype))
+                empty = torch.empty(tuple(param.shape), device="meta", dtype=dtype_of(full))
                 done[id(param)] = torch.nn.Parameter(empty, requires_grad=False)
             mod._parameters[pname] = done[id(param)]
 

@@ -3,12 +3,12 @@ only the pinned copies of swapped blocks.
 
 - Loading: the text encoders and VAE are read into host memory in the dtype they run in
   before anything goes to the GPU (core/train/setup.py load_and_place). A streamed
-  denoiser (config/streaming.py: random: models, LoRA) then comes to the GPU a layer at a
-  time, so host memory holds only its swapped blocks and one layer in flight; otherwise
-  it is read whole too, so a 20 B base quantized to int8 on the GPU passes through RAM in
-  bf16: on an H200 machine the trainer held 55.3 GiB of RAM after loading
-  random:qwen_image that way (53.7 GiB of weights in bf16 and the process), 27 GiB while
-  training (docs/memory.md).
+  denoiser (config/streaming.py: LoRA on random: models and diffusers folders) comes to
+  the GPU a layer at a time, so host memory holds only its swapped blocks and one layer
+  in flight; otherwise it is read whole too, so a 20 B base quantized to int8 on the
+  GPU passes through RAM in bf16: on an H200 machine the trainer held 55.3 GiB of RAM
+  after loading random:qwen_image that way (53.7 GiB of weights in bf16 and the
+  process), 27 GiB while training (docs/memory.md).
 - Training: the text encoders and the VAE wait on the CPU, the swapped blocks (and an
   idle expert) are pinned there.
 

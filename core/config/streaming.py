@@ -17,10 +17,10 @@ def stream_fallback(cfg: Config) -> str | None:
     """Why the denoiser is loaded whole into host memory before it is placed (the path
     every source had before streaming), or None when it streams layer by layer."""
     kind = model_source(cfg.model.path).kind
-    if kind not in ("random", "folder"):
+    if kind not in ("random", "folder", "tiny"):  # tiny:<name> is a diffusers folder
         return (f"model.path is a {kind} source; the streamed load covers random: models "
                 "and diffusers folders")
-    if kind == "folder" and not loads_given_denoiser(cfg.model.family):
+    if kind != "random" and not loads_given_denoiser(cfg.model.family):
         return f"the {cfg.model.family} loader reads its denoiser itself"
     if cfg.train.method != "lora":
         return "a full fine-tune trains every weight in float32 from the CPU"

@@ -160,7 +160,7 @@ def assemble(cfg: Config, sizes: ModelSizes, gpu: tuple[int, str] | None,
                (lambda c, s: assemble(c, s, gpu, pixels, plan_swap=False)) if plan_swap
                else None)
     held = host_encoders(sizes, wbytes, encoders[1])
-    estimate.host_loading = loading_parts(cfg, sizes, wbytes, held)
+    estimate.host_loading = loading_parts(cfg, sizes, wbytes, held, estimate.host)
     estimate.host_training = training_host_parts(cfg, held, estimate.host)
     return estimate
 

@@ -1,10 +1,13 @@
 """Host memory per machine in the memory estimate: the peak over the run's phases, not
 only the pinned copies of swapped blocks.
 
-- Loading: every part is read into host memory in the dtype it runs in before anything
-  goes to the GPU (core/train/setup.py load_and_place), so a 20 B base quantized to int8
-  on the GPU still passes through RAM in bf16: on an H200 machine the trainer held
-  55.3 GiB of RAM after loading random:qwen_image (53.7 GiB of weights in bf16 and the
+- Loading: the text encoders and VAE are read into host memory in the dtype they run in
+  before anything goes to the GPU (core/train/setup.py load_and_place). A streamed
+  denoiser (config/streaming.py: LoRA on random: models and diffusers folders) comes to
+  the GPU a layer at a time, so host memory holds only its swapped blocks and one layer
+  in flight; otherwise it is read whole too, so a 20 B base quantized to int8 on the
+  GPU passes through RAM in bf16: on an H200 machine the trainer held 55.3 GiB of RAM
+  after loading random:qwen_image that way (53.7 GiB of weights in bf16 and the
   process), 27 GiB while training (docs/memory.md).
 - Training: the text encoders and the VAE wait on the CPU, the swapped blocks (and an
   idle expert) are pinned there.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from core.config.streaming import stream_fallback
 from core.memory_report import GIB, MemoryPart
 from core.models.quantize import frozen_bytes
 from core.problems import Problem, warning
@@ -37,16 +41,22 @@ def host_encoders(sizes: ModelSizes, wbytes: int, vae: MemoryPart) -> list[Memor
     return [MemoryPart("text encoders", text), vae]
 
 
-def loading_parts(cfg: Config, sizes: ModelSizes, wbytes: int,
-                  encoders: list[MemoryPart]) -> list[MemoryPart]:
-    """Host memory once every part is loaded, per machine: the denoiser (and a second
-    expert) at the weights' dtype, quantized only on its way to the GPU, the text
-    encoders and VAE (host_encoders), and the process."""
+def loading_parts(cfg: Config, sizes: ModelSizes, wbytes: int, encoders: list[MemoryPart],
+                  pinned: list[MemoryPart]) -> list[MemoryPart]:
+    """Host memory once every part is loaded, per machine: the text encoders and VAE
+    (host_encoders), the process, and the denoiser: loaded whole (and a second expert)
+    at the weights' dtype, quantized only on its way to the GPU; or, streamed, its
+    swapped blocks (`pinned`, already per machine) and one layer in flight, counted as
+    its largest block (a layer and its quantization's temporaries fit in it)."""
+    process = MemoryPart("process", PROCESS_HOST_BYTES, exact=False)
+    if stream_fallback(cfg) is None:
+        block = max((frozen_bytes(b, "none", wbytes) for b in sizes.denoiser.blocks),
+                    default=frozen_bytes(sizes.denoiser, "none", wbytes))
+        own = [*encoders, MemoryPart("a layer in flight", block, exact=False), process]
+        return [*_per_machine(cfg, own), *pinned]
     denoisers = [sizes.denoiser] + ([sizes.second_expert] if sizes.second_expert else [])
     weights = sum(frozen_bytes(d, "none", wbytes) for d in denoisers)
-    parts = [MemoryPart("denoiser as loaded", weights), *encoders,
-             MemoryPart("process", PROCESS_HOST_BYTES, exact=False)]
-    return _per_machine(cfg, parts)
+    return _per_machine(cfg, [MemoryPart("denoiser as loaded", weights), *encoders, process])
 
 
 def training_host_parts(cfg: Config, encoders: list[MemoryPart],
@@ -77,7 +87,9 @@ def host_memory_problems(cfg: Config, estimate: MemoryEstimate | None,
     if limit is None or peak <= limit:
         return []
     whose = "launch.host_memory_gib" if planned else "this machine's RAM"
-    lower = (LOADING_HINT if estimate.host_peak_phase == "loading" else
+    streamed = stream_fallback(cfg) is None
+    lower = ((STREAMED_HINT if streamed else LOADING_HINT)
+             if estimate.host_peak_phase == "loading" else
              "swap fewer blocks (model.blocks_to_swap) or run fewer processes")
     return [warning("memory", f"host memory: the run needs about {peak / GIB:.1f} GiB of "
                               f"RAM at its peak ({estimate.host_peak_phase}) and {whose} "
@@ -85,5 +97,7 @@ def host_memory_problems(cfg: Config, estimate: MemoryEstimate | None,
                               f"trainer as out of memory; {lower}")]
 
 
+STREAMED_HINT = ("the text encoders and VAE are read whole into RAM (the denoiser streams "
+                 "a layer at a time): a machine with more RAM, or swap space, carries them")
 LOADING_HINT = ("every part is read into RAM in the training dtype before the GPU gets it "
                 "(a quantized base too): a machine with more RAM, or swap space, carries it")

@@ -150,7 +150,8 @@ def test_load_model_builds_random_models_on_the_given_device(monkeypatch):
     from core.startup import load_model
 
     calls = []
-    monkeypatch.setattr(build, "build_random", lambda *a: calls.append(a) or "built")
+    monkeypatch.setattr(build, "build_random",
+                        lambda *a, stream_denoiser=False: calls.append(a) or "built")
     state = SimpleNamespace(device="cuda:3", main_process_first=None)  # never used
     cfg = _preset("sd15-lora")
     cfg.model.path = "random:sd15"

@@ -78,9 +78,11 @@ def load_for_caching(config: Path, workspace: Path
         return None
     state = PartialState(cpu=cfg.launch.cpu)
     # In the dtype training uses, on the CPU; only the encoders and the VAE, which build
-    # the caches, go to the GPU (the denoiser is not needed here).
+    # the caches, go to the GPU (the denoiser is not needed here: a random: one is left
+    # on the meta device, never filled, so it costs no host memory).
     family, components = load_model(cfg, workspace.absolute(), state, device="cpu",
-                                    dtype=resolve_dtype(cfg.train.mixed_precision))
+                                    dtype=resolve_dtype(cfg.train.mixed_precision),
+                                    stream_denoiser=True)
     with out_of_memory_becomes(CachingOutOfMemory, cfg, "caches"):
         move_encoders(components, state.device, cfg.model.stream_text_encoders)
     return cfg, family, components, process_group(state)

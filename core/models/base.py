@@ -64,10 +64,9 @@ class Components:
     guidance: float | None = None  # flux: guidance value given to a distilled model
     pipeline_class: str | None = None  # flux2: Flux2KleinPipeline or Flux2Pipeline (dev)
     is_distilled: bool = False  # flux2: a step-distilled klein (model_index.json)
-    # Flow families: the run's train.timestep_sampling, shift and loss weighting
-    # (objectives.FlowTraining); None keeps the family's own defaults.
-    flow: Any = None
+    flow: Any = None  # flow families: objectives.FlowTraining of the run (None: defaults)
     companion: Any = None  # ideogram4: the frozen unconditional transformer validation loads
+    denoiser_stream: Any = None  # a meta-device denoiser filled where it runs (stream_load.py)
 
 
 @dataclass

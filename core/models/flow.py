@@ -117,11 +117,13 @@ class FlowFamily(FamilyDefaults):
         return getattr(diffusers, self.pipeline_class_name)
 
     def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",
-             config: str | None = None) -> Components:
+             config: str | None = None, denoiser: Any = None) -> Components:
         """Load from a diffusers folder, a hub id or a single-file .safetensors.
 
         `config` (single files only): a diffusers folder or hub id holding the configs
         and any component the file lacks (Flux files usually hold only the transformer).
+        `denoiser` (a folder only): its transformer already built, on the meta device by
+        the streamed load (core/models/stream_files.py), taken in place of reading it.
         Errors are `loading.ModelLoadError` whose message names the path.
         """
         dtype = loading.resolve_dtype(dtype)
@@ -131,10 +133,14 @@ class FlowFamily(FamilyDefaults):
         elif kind == "file":
             pipe = loading.load_single_file(self._pipeline_class(), path, self.name, dtype,
                                             config)
+        elif denoiser is not None:
+            pipe = self._from_pretrained(path, kind, dtype, transformer=denoiser)
         else:
             pipe = self._from_pretrained(path, kind, dtype)
         c = self._components_from_pipeline(pipe, path, loading.fingerprint(path, kind))
-        freeze((c.vae, c.denoiser, *c.text_encoders), device)
+        # A streamed denoiser has no storage to move yet (it is frozen, in eval mode).
+        freeze((c.vae, *([] if denoiser is not None else [c.denoiser]), *c.text_encoders),
+               device)
         return c
 
     def load_transformer_file(self, path: str, dtype: Any, config: str) -> Any:
@@ -175,9 +181,12 @@ class FlowFamily(FamilyDefaults):
         for a T5 the folder leaves out; Qwen-Image-Edit: its processor)."""
         return {}
 
-    def _from_pretrained(self, path: str, kind: loading.SourceKind, dtype: Any) -> Any:
+    def _from_pretrained(self, path: str, kind: loading.SourceKind, dtype: Any,
+                         **given: Any) -> Any:
+        """The pipeline from `path`; `given`: components built already (a streamed
+        transformer)."""
         try:
-            kwargs = self._pretrained_components(path, kind)
+            kwargs = {**self._pretrained_components(path, kind), **given}
             if dtype is not None:
                 kwargs["dtype"] = dtype
             return self._pretrained_class(path, kind).from_pretrained(

@@ -13,6 +13,7 @@ from core.cache.dataset import CachedDataset, cached_datasets
 from core.cache.plan import MaskJob, TextJob, VaeJob
 from core.cache.stage import build_caches
 from core.config import Config
+from core.config.streaming import stream_fallback
 from core.data.sampler import MultiDatasetSampler
 from core.models.loading import resolve_dtype
 from core.models.modules import (
@@ -21,13 +22,13 @@ from core.models.modules import (
     move_encoders,
     release_device_memory,
 )
-from core.models.quantize import quantize_frozen, quantized_layers
+from core.models.quantize import quantized_layers
 from core.startup import load_model, process_group
 from core.train.compiling import CompileWatch, attention_line, compile_blocks
 from core.train.errors import TrainingError
 from core.train.memory import MemoryTracker
 from core.train.routing import start_routing
-from core.train.swapping import place_with_swap, start_swapping
+from core.train.swapping import loading_line, place_for_training, start_swapping
 from core.train.texts import TrainTexts, make_train_texts
 from core.train.validation import ValidationTexts, encode_validation_prompts
 
@@ -266,19 +267,24 @@ def load_and_place(cfg: Config, workspace: Path, accelerator: Any, reporter: Any
                    memory: MemoryTracker) -> tuple[ModelFamily, Components,
                                                     list[CachedDataset], MultiDatasetSampler,
                                                     ValidationTexts | None, TrainTexts]:
-    """Load every part in the dtype it runs in, on the CPU; build the caches and encode
-    the validation prompts with the text encoders and VAE on the GPU; send those back to
-    the CPU; then bring the denoiser (quantized on the way when asked) to the GPU. Only
-    the denoiser and what trains it stay on the GPU while training."""
+    """Load every part in the dtype it runs in, on the CPU (a streamed denoiser waits on
+    the meta device: config/streaming.py); build the caches and encode the validation
+    prompts with the text encoders and VAE on the GPU; send those back to the CPU; then
+    bring the denoiser (quantized on the way when asked) to the GPU, a layer at a time
+    from its source when it streams. Only the denoiser and what trains it stay on the
+    GPU while training."""
     import torch
 
     weight_dtype = resolve_dtype(accelerator.mixed_precision)
     full = cfg.train.method == "full"  # trainable weights stay fp32, as in diffusers' examples
-    family, c = load_model(cfg, workspace, accelerator,
-                           dtype=torch.float32 if full else weight_dtype, device="cpu")
+    fallback = stream_fallback(cfg)
+    family, c = load_model(cfg, workspace, accelerator, device="cpu",
+                           dtype=torch.float32 if full else weight_dtype,
+                           stream_denoiser=fallback is None)
+    reporter.say(loading_line(c, fallback))
     if full:
         cast_encoders(c, weight_dtype)
-    elif c.denoiser.dtype != weight_dtype:  # a loader that kept the stored dtype
+    elif c.denoiser_stream is None and c.denoiser.dtype != weight_dtype:  # kept stored dtype
         c.denoiser.to(dtype=weight_dtype)
     reporter.memory(memory.snapshot("loaded"))
     reporter.phase_done("model")
@@ -294,8 +300,7 @@ def load_and_place(cfg: Config, workspace: Path, accelerator: Any, reporter: Any
         move_encoders(c, "cpu")
     release_device_memory(accelerator.device)
     memory_trace("encoders back on the CPU")
-    if not place_with_swap(family, c.denoiser, cfg, accelerator.device):
-        quantize_frozen(c.denoiser, cfg.model.quantize, accelerator.device)
+    place_for_training(family, c, cfg, accelerator.device)
     memory_trace("denoiser placed")
     if cfg.model.quantize != "none":
         _report_quantized(cfg.model.quantize, c.denoiser, reporter)

@@ -1,5 +1,7 @@
-"""model.blocks_to_swap in the trainer: placing the denoiser with its swapped blocks on the
-host, and the swappers once the adapter is on (core/models/block_swap.py does the work)."""
+"""Placing the denoiser in the trainer: streamed from its source a layer at a time
+(core/models/stream_load.py) or moved from host memory whole, with model.blocks_to_swap's
+swapped blocks on the host either way; and the swappers once the adapter is on
+(core/models/block_swap.py does the work)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from core.config import Config
 from core.train.errors import TrainingError
 
 if TYPE_CHECKING:
-    from core.models.base import ModelFamily
+    from core.models.base import Components, ModelFamily
 
 
 def swapped_stacks(family: ModelFamily, denoiser: Any, cfg: Config) -> list[list[Any]]:
@@ -41,6 +43,37 @@ def place_with_swap(family: ModelFamily, denoiser: Any, cfg: Config, device: Any
         place_denoiser(denoiser, stacks, cfg.model.blocks_to_swap, cfg.model.quantize, device,
                        waiting)
     return bool(stacks or waiting)
+
+
+def loading_line(c: Components, fallback: str | None) -> str:
+    """The log's word on how the denoiser reaches its device."""
+    if c.denoiser_stream is not None:
+        return (f"denoiser: streamed from {c.denoiser_stream.source} to its device a layer "
+                "at a time (host memory holds one layer and the swapped blocks)")
+    why = fallback or "its loader gave it whole"
+    return f"denoiser: loaded whole into host memory before it is placed ({why})"
+
+
+def place_for_training(family: ModelFamily, c: Components, cfg: Config, device: Any) -> None:
+    """The denoiser onto `device`, quantized as asked, its swapped blocks (and a parked
+    expert) on the host: filled there from its source when it streams, else moved from
+    the CPU where it was loaded whole."""
+    from core.models.quantize import quantize_frozen
+
+    if c.denoiser_stream is None:
+        if not place_with_swap(family, c.denoiser, cfg, device):
+            quantize_frozen(c.denoiser, cfg.model.quantize, device)
+        return
+    from core.models.stream_load import place_streamed
+
+    if parked(family, c.denoiser, cfg):  # random: builds one expert; a clear error all the same
+        raise TrainingError("model.offload_inactive_expert: a streamed denoiser has no "
+                            "second expert to park")
+    count = cfg.model.blocks_to_swap
+    swapped = [block for blocks in swapped_stacks(family, c.denoiser, cfg)
+               for block in blocks[:count]]
+    place_streamed(c.denoiser, c.denoiser_stream, swapped, cfg.model.quantize, device)
+    c.denoiser_stream = None
 
 
 def start_swapping(family: ModelFamily, denoiser: Any, cfg: Config, device: Any,

@@ -86,28 +86,38 @@ def _scheduler(family: str) -> Any:
 
 
 def build_random(family: str, dtype: Any = None, device: Any = "cpu",
-                 seed: int = 0) -> Components:
+                 seed: int = 0, stream_denoiser: bool = False) -> Components:
     """random:<family> as Components: every module on `device` in `dtype` (None: float32;
     also "no"/"fp16"/"bf16"), eval mode, requires_grad False (the base.py contract).
-    The same seed gives the same weights on every device."""
+    The same seed gives the same weights on every device. With `stream_denoiser` the
+    denoiser stays on the meta device and `denoiser_stream` fills it where it is placed
+    (core/models/stream_load.py), the same weights a layer at a time."""
     import torch
 
     from core.models.loading import resolve_dtype
     from core.models.modules import freeze
     from core.models.registry import get_family
+    from core.models.stream_load import random_denoiser
 
     require_family(family)
     dtype = resolve_dtype(dtype) or torch.float32
     device = torch.device(device)
-    modules = {name: build_module(family, name, dtype, device, seed)
-               for name in model_components(family)}
+    names = model_components(family)
+    denoiser = "unet" if "unet" in names else "transformer"
+    modules, stream = {}, None
+    for name in names:
+        if stream_denoiser and name == denoiser:
+            modules[name], stream = random_denoiser(family, name, dtype, seed)
+        else:
+            modules[name] = build_module(family, name, dtype, device, seed)
     encoders = sorted(n for n in modules if n.startswith("text_encoder"))
     c = Components(
         family=family_of(family), source=RANDOM_PREFIX + family,
         fingerprint=random_fingerprint(family, seed), vae=modules["vae"],
-        denoiser=modules["unet"] if "unet" in modules else modules["transformer"],
-        text_encoders=[modules[n] for n in encoders], tokenizers=_tokenizers(family),
-        noise_scheduler=_scheduler(family))
+        denoiser=modules[denoiser], text_encoders=[modules[n] for n in encoders],
+        tokenizers=_tokenizers(family), noise_scheduler=_scheduler(family),
+        denoiser_stream=stream)
     get_family(family_of(family)).random_settings(c)  # what the family's `load` sets
-    freeze((c.vae, c.denoiser, *c.text_encoders), device)
+    # A streamed denoiser has no storage to move yet (it is frozen and in eval mode).
+    freeze((c.vae, *([] if stream else [c.denoiser]), *c.text_encoders), device)
     return c

@@ -101,7 +101,7 @@ def _new_parameters(module: Any, dtype: Any, device: Any) -> list[tuple[str, Any
     return out
 
 
-def _move_buffers(module: Any, dtype: Any, device: Any) -> None:
+def move_buffers(module: Any, dtype: Any, device: Any) -> None:
     """Real buffers to `device`; floating ones in `dtype`, as `module.to(dtype)` does."""
     for mod in module.modules():
         for bname, buf in list(mod._buffers.items()):
@@ -123,7 +123,7 @@ def _run_jobs(jobs: list[_Job], workers: int) -> None:
         values = buf[: job.end - job.start].uniform_(-job.bound, job.bound, generator=gen)
         job.flat[job.start:job.end].copy_(values)
 
-    if workers <= 1:
+    if workers <= 1 or len(jobs) <= 1:  # no pool for a tensor of one chunk
         for job in jobs:
             run(job)
         return
@@ -147,18 +147,45 @@ def materialize(module: Any, dtype: Any, device: Any, seed: int, prefix: str,
 
     device = torch.device(device)
     params = _new_parameters(module, dtype, device)
-    _move_buffers(module, dtype, device)
+    move_buffers(module, dtype, device)
     jobs: list[_Job] = []
     with torch.no_grad():
         for full, mod, param in params:
-            kind, value = init_rule(mod, full.rsplit(".", 1)[-1], tuple(param.shape))
-            if kind == "const":
-                param.fill_(value)
-                continue
-            flat = param.view(-1)
-            for index, start in enumerate(range(0, flat.numel(), CHUNK)):
-                end = min(start + CHUNK, flat.numel())
-                jobs.append(_Job(flat, start, end, value,
-                                 chunk_seed(seed, prefix, full, index)))
+            jobs += _fill_jobs(param, mod, full, seed, prefix)
         _run_jobs(jobs, default_workers() if workers is None else workers)
     return module
+
+
+def _fill_jobs(tensor: Any, owner: Any, full: str, seed: int, prefix: str) -> list[_Job]:
+    """The chunks that fill `tensor` (parameter `full` of the component, owned by
+    `owner`); a constant is filled at once and needs none."""
+    kind, value = init_rule(owner, full.rsplit(".", 1)[-1], tuple(tensor.shape))
+    if kind == "const":
+        tensor.fill_(value)
+        return []
+    flat = tensor.view(-1)
+    return [_Job(flat, start, min(start + CHUNK, flat.numel()), value,
+                 chunk_seed(seed, prefix, full, index))
+            for index, start in enumerate(range(0, flat.numel(), CHUNK))]
+
+
+def fill_tensor(tensor: Any, owner: Any, full: str, seed: int, prefix: str,
+                workers: int | None = None) -> Any:
+    """One parameter filled as `materialize` fills it (the same values for the same
+    seed, component `prefix` and name `full` in the component): the streamed load
+    (core/models/stream_load.py) fills a layer at a time with it."""
+    import torch
+
+    with torch.no_grad():
+        _run_jobs(_fill_jobs(tensor, owner, full, seed, prefix),
+                  default_workers() if workers is None else workers)
+    return tensor
+
+
+def parameter_dtype(root: Any, full: str, dtype: Any) -> Any:
+    """The dtype parameter `full` of component `root` gets at `dtype`: float32 for the
+    modules transformers/diffusers keep so, as `materialize` does."""
+    import torch
+
+    keep32 = _fp32_patterns(root, dtype)
+    return torch.float32 if any(p.search(full) for p in keep32) else dtype

@@ -128,7 +128,7 @@ class QwenImageFamily(FlowFamily):
     # ------------------------------------------------------------ loading
 
     def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",
-             config: str | None = None) -> Components:
+             config: str | None = None, denoiser: Any = None) -> Components:
         """A diffusers folder or hub id; a single file is refused (see the docstring)."""
         if loading.checked_source(path, self.name) == "file":
             raise loading.ModelLoadError(
@@ -136,7 +136,8 @@ class QwenImageFamily(FlowFamily):
                 "load Qwen-Image from one file: set model.path to a diffusers folder (the one "
                 "holding model_index.json, e.g. a download of Qwen/Qwen-Image) or the hub id "
                 "Qwen/Qwen-Image")
-        return super().load(path, dtype=dtype, device=device, config=config)
+        return super().load(path, dtype=dtype, device=device, config=config,
+                            denoiser=denoiser)
 
     # ------------------------------------------------------------ text
 

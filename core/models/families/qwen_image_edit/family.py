@@ -120,7 +120,7 @@ class QwenImageEditFamily(QwenImageFamily):
     # ------------------------------------------------------------ loading
 
     def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",
-             config: str | None = None) -> Components:
+             config: str | None = None, denoiser: Any = None) -> Components:
         """A diffusers folder or hub id of either edit pipeline; a single file is refused
         before QwenImageFamily.load, which would call it a qwen_image checkpoint."""
         if loading.classify_source(path) == "file":
@@ -132,7 +132,8 @@ class QwenImageEditFamily(QwenImageFamily):
                 "cannot load Qwen-Image-Edit from one file: set model.path to a diffusers "
                 "folder (the one holding model_index.json, e.g. a download of "
                 "Qwen/Qwen-Image-Edit-2509) or a hub id such as Qwen/Qwen-Image-Edit")
-        return super().load(path, dtype=dtype, device=device, config=config)
+        return super().load(path, dtype=dtype, device=device, config=config,
+                            denoiser=denoiser)
 
     def _pretrained_class(self, path: str, kind: loading.SourceKind) -> Any:
         """DiffusionPipeline: it picks the pipeline model_index.json names (Edit or Plus)."""

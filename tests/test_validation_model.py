@@ -47,8 +47,8 @@ def trained(tiny_workspace: Path, tmp_path_factory: pytest.TempPathFactory):
 def _draw(family, comps, folder: Path, **keys: object) -> list[np.ndarray]:
     from PIL import Image
 
-    cfg = ValidationConfig(prompts=["a red circle"], steps=2,
-                           resolution=64, seed=0, **keys)
+    cfg = ValidationConfig(**{"prompts": ["a red circle"], "steps": 2, "resolution": 64,
+                              "seed": 0, **keys})
     texts = encode_validation_prompts(family, comps, cfg)
     paths = generate_validation_images(family, comps, cfg, folder, 1, "cpu", texts)
     return [np.asarray(Image.open(p), dtype=np.int16) for p in paths]
@@ -99,6 +99,23 @@ def test_a_distilled_checkpoint_samples_with_its_own_steps_and_guidance():
     plain = sampling_settings(ValidationConfig(), "z_image", comps("Tongyi-MAI/Z-Image"))
     assert (plain.steps, plain.guidance_scale) == (20, 5.0)
     assert sampling_settings(ValidationConfig(), "sd15", comps("a/turbo", True)).steps == 20
+
+
+def test_a_distilled_validation_model_draws_with_its_own_settings(trained, tmp_path: Path,
+                                                                  monkeypatch):
+    """Through validation: a 'turbo' checkpoint of a family with a DISTILLED entry draws
+    with its steps and guidance where validation.steps and guidance_scale are defaults."""
+    from core.train import validation_model
+
+    family, comps, other = trained
+    monkeypatch.setitem(validation_model.DISTILLED, "sd15", (3, 1.0))
+    turbo = tmp_path / "tiny-sd15-turbo"
+    turbo.symlink_to(other, target_is_directory=True)
+    defaults = ValidationConfig()
+    drawn = _draw(family, comps, tmp_path / "a", model=str(turbo), steps=defaults.steps)
+    by_hand = _draw(family, comps, tmp_path / "b", model=str(other), steps=3,
+                    guidance_scale=1.0)
+    assert all(np.array_equal(a, b) for a, b in zip(drawn, by_hand, strict=True))
 
 
 def _check(tmp_path: Path, tiny_workspace: Path, model: str, **train: object) -> list:

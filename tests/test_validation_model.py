@@ -180,3 +180,39 @@ def test_the_estimates_validation_phase_adds_the_validation_model() -> None:
     assert "validation.model" not in own
     assert other["validation.model"] == other["frozen weights"] + other["trainable"]
     assert sum(other.values()) == sum(own.values()) + other["validation.model"]
+
+
+def test_wan22s_two_experts_each_get_their_trained_adapter(tiny_workspace: Path) -> None:
+    """validation.model of a two-expert Wan 2.2: each expert gets its namesake's LoRA."""
+    import torch
+    from peft.utils import get_peft_model_state_dict
+
+    from core.config import Config
+    from core.models.adapters import adapter_config
+    from core.models.registry import get_family
+    from core.models.tiny import resolve_model_path
+    from core.train.validation_model import validation_model
+
+    wan = get_family("wan")
+    folder = resolve_model_path("tiny:wan22", tiny_workspace)
+    comps = wan.load(folder)
+    run = Config()
+    run.model.family, run.model.path = "wan", folder
+    wan.configure_run(comps, run)
+    comps.denoiser.requires_grad_(False)
+    comps.denoiser.add_adapter(adapter_config("lora", 4, 4, wan.lora_target_modules(
+        "attention")))
+    with torch.no_grad():
+        for name, param in comps.denoiser.named_parameters():
+            if "lora_" in name:
+                param.normal_()
+    cfg = ValidationConfig(model=folder)
+    with validation_model(wan, comps, cfg, "cpu") as (drawn, _):
+        assert drawn.denoiser is not comps.denoiser
+        trained, others = comps.denoiser.experts(), drawn.denoiser.experts()
+        assert len(trained) == 2
+        for name, expert in trained.items():
+            want = get_peft_model_state_dict(expert)
+            got = get_peft_model_state_dict(others[name])
+            assert want.keys() == got.keys() and want
+            assert all(torch.equal(want[k], got[k]) for k in want)

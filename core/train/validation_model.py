@@ -90,7 +90,18 @@ def _base_dtype(denoiser: Any) -> Any:
 
 def with_run_lora(denoiser: Any, trained: Any) -> Any:
     """`denoiser` frozen, holding the adapter of `trained` (its config and weights, as the
-    run saves them), the adapter in fp32 as in training."""
+    run saves them), the adapter in fp32 as in training; Wan 2.2's two experts
+    (`trained_experts`, by name): each trained expert's adapter onto its namesake."""
+    if callable(getattr(trained, "trained_experts", None)):
+        denoiser.requires_grad_(False)
+        others = denoiser.experts()
+        for name, expert in trained.trained_experts().items():
+            _adapter_onto(others[name], expert)
+        return denoiser.eval()
+    return _adapter_onto(denoiser, trained)
+
+
+def _adapter_onto(denoiser: Any, trained: Any) -> Any:
     import torch
     from peft.utils import set_peft_model_state_dict
 

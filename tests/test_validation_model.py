@@ -133,6 +133,8 @@ def _check(tmp_path: Path, tiny_workspace: Path, model: str, **train: object) ->
 
 def test_the_check_reads_validation_model_like_model_path(tmp_path: Path,
                                                           tiny_workspace: Path, trained):
+    from conftest import small_config
+
     assert _check(tmp_path, tiny_workspace, "") == []
     assert _check(tmp_path, tiny_workspace, "tiny:sd15") == []
     assert _check(tmp_path, tiny_workspace, str(trained[2])) == []
@@ -144,6 +146,13 @@ def test_the_check_reads_validation_model_like_model_path(tmp_path: Path,
     assert "validation.model" in missing[0].message
     full = _check(tmp_path, tiny_workspace, "tiny:sd15", method="full")
     assert full and "train.method" in full[0].message
+    from core.check import run_check
+
+    cfg = small_config(tmp_path)
+    cfg.validation.model, cfg.launch.distributed = "tiny:sd15", "fsdp"
+    sharded = [p for p in run_check(cfg, tiny_workspace, estimate=False).problems
+               if p.where == "validation.model"]
+    assert sharded and "fsdp" in sharded[0].message
 
 
 def test_a_run_validates_on_a_tiny_validation_model(tmp_path: Path, tiny_workspace: Path):

@@ -41,7 +41,8 @@ KEY = "validation.model"
 
 def model_problems(cfg: Any, workspace: str | Path) -> list[Problem]:
     """validation.model (resolved) checked as model.path is (offline, same family, a
-    missing folder named), each problem under validation.model; and a LoRA run only."""
+    missing folder named), each problem under validation.model; and a LoRA run only,
+    without FSDP."""
     from core.models.loading import check_model_source
 
     path = cfg.validation.model
@@ -50,6 +51,10 @@ def model_problems(cfg: Any, workspace: str | Path) -> list[Problem]:
     if cfg.train.method != "lora":
         return [error(KEY, f"draws {path} with the run's LoRA: it needs train.method = "
                            f"lora (this run is {cfg.train.method}); leave it empty")]
+    if cfg.launch.distributed == "fsdp":  # the adapter is sharded: not one state dict
+        return [error(KEY, f"draws {path} with the run's LoRA, which launch.distributed = "
+                           "\"fsdp\" shards across the processes: leave it empty, or use "
+                           "\"ddp\"")]
     found = check_model_source(path, cfg.model.family, KEY, workspace)
     return [dataclasses.replace(p, message=p.message.replace("model.path", KEY))
             for p in found]

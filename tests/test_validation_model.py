@@ -225,3 +225,28 @@ def test_wan22s_two_experts_each_get_their_trained_adapter(tiny_workspace: Path)
             got = get_peft_model_state_dict(others[name])
             assert want.keys() == got.keys() and want
             assert all(torch.equal(want[k], got[k]) for k in want)
+
+
+def test_the_check_warns_of_settings_that_hide_a_distilled_checkpoints_own(
+        tmp_path: Path, tiny_workspace: Path, trained, monkeypatch) -> None:
+    from conftest import small_config
+
+    from core.check import run_check
+    from core.train import validation_model
+
+    monkeypatch.setitem(validation_model.DISTILLED, "sd15", (3, 1.0))
+    turbo = tmp_path / "tiny-sd15-turbo"
+    turbo.symlink_to(trained[2], target_is_directory=True)
+
+    def warned(**keys: object) -> set[str]:
+        cfg = small_config(tmp_path)
+        cfg.validation.model = str(turbo)
+        for key, value in keys.items():
+            setattr(cfg.validation, key, value)
+        return {p.where for p in run_check(cfg, tiny_workspace, estimate=False).problems
+                if p.level == "warning" and p.where.startswith("validation.")}
+
+    assert warned(steps=20, guidance_scale=5.0) == set()  # the defaults: its own settings
+    assert warned(steps=3, guidance_scale=1.0) == set()
+    assert warned(steps=28, guidance_scale=4.0) == {"validation.steps",
+                                                    "validation.guidance_scale"}

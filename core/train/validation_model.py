@@ -57,7 +57,41 @@ def model_problems(cfg: Any, workspace: str | Path) -> list[Problem]:
                            "\"ddp\"")]
     found = check_model_source(path, cfg.model.family, KEY, workspace)
     return [dataclasses.replace(p, message=p.message.replace("model.path", KEY))
-            for p in found]
+            for p in found] or _settings_warnings(cfg)
+
+
+def _settings_warnings(cfg: Any) -> list[Problem]:
+    """A distilled validation.model drawn with steps or guidance set away from both the
+    defaults and its own (a preset's 28 steps at guidance 4 on a Turbo): a warning."""
+    from core.problems import warning
+
+    v, default = cfg.validation, ValidationConfig()
+    own = DISTILLED.get(cfg.model.family) if _named_distilled(v.model) else None
+    if own is None:
+        return []
+    out = []
+    for key, value, base, wanted in (("steps", v.steps, default.steps, own[0]),
+                                     ("guidance_scale", v.guidance_scale,
+                                      default.guidance_scale, own[1])):
+        if value not in (base, wanted):
+            out.append(warning(f"validation.{key}", f"is {value:g} for {v.model}, a "
+                               f"distilled checkpoint that samples at {wanted:g}: leave it "
+                               f"at its default ({base:g}) to draw with the checkpoint's"))
+    return out
+
+
+def _named_distilled(path: str) -> bool:
+    """Whether a validation.model folder's model_index.json says is_distilled, or its
+    name says turbo (read without loading it)."""
+    import json
+
+    index = Path(path).expanduser() / "model_index.json"
+    try:
+        if json.loads(index.read_text(encoding="utf-8")).get("is_distilled") is True:
+            return True
+    except (OSError, ValueError, AttributeError):
+        pass
+    return "turbo" in Path(path).name.lower()
 
 
 def resolve(cfg: Any, workspace: Path) -> None:

@@ -13,6 +13,11 @@ Steps and guidance: when validation.steps and validation.guidance_scale are left
 their defaults, a distilled checkpoint (its model_index.json's is_distilled, or "turbo"
 in its name) of a family in `DISTILLED` samples with that family's distilled settings,
 as its model card gives them; a prompt's --s / --l still win.
+
+Not carried over to the other checkpoint: model.quantize (it loads in the base dtype,
+unquantized), model.prediction_type (its own scheduler's), model.blocks_to_swap (it goes
+to the GPU whole beside the trained denoiser; the estimate counts it so). Refused at
+check: a full fine-tune (no LoRA to put on it) and FSDP (the LoRA is sharded).
 """
 
 from __future__ import annotations

@@ -297,6 +297,7 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
     from core.memory_host import host_memory_problems
     from core.memory_swap import machine_ram_bytes, swap_problems
     from core.models.loading import check_model_config, check_model_source
+    from core.train.validation_model import model_problems as validation_model_problems
 
     problems = validate_config(cfg)
     full = resolved(cfg, workspace)
@@ -309,6 +310,7 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
             problems += check_model_config(full.model.path, full.model.config,
                                            cfg.model.family, cfg.model.prediction_type)
         problems += _quantize_problems(cfg, full)
+        problems += validation_model_problems(full, workspace)
     problems += check_directory_conflicts(full)
     problems += logging_problems(cfg)
     problems += optimizer_problems(cfg)

@@ -190,7 +190,8 @@ def validation_parts(cfg: Config, sizes: ModelSizes, training: list[MemoryPart],
     """A validation round between steps: the weights and optimizer states stay, the
     gradients are gone (set to None after each step) but for DDP's buckets with more
     than one process, the VAE comes to decode, and the sampling and decode at
-    the largest validation size take their own share."""
+    the largest validation size take their own share; validation.model's denoiser with
+    the run's LoRA comes beside the trained one, whole (block swap does not reach it)."""
     from core.models import memory_activations as act
 
     processes = cfg.launch.num_processes * cfg.launch.num_machines
@@ -203,7 +204,12 @@ def validation_parts(cfg: Config, sizes: ModelSizes, training: list[MemoryPart],
     config = sizes.vae.config if sizes.vae else {}
     decode = act.validation_bytes(config, height, width, frames,
                                   weight_bytes(cfg.train.mixed_precision))
-    return [*kept, vae, MemoryPart("sampling and decode", decode, exact=False)]
+    out = [*kept, vae, MemoryPart("sampling and decode", decode, exact=False)]
+    if cfg.validation.model:  # its denoiser (sized as the trained one's) and the LoRA
+        lora = sum(p.bytes for p in training if p.name == "trainable")
+        out.append(MemoryPart("validation.model", lora + _weights(
+            [sizes.denoiser], weight_bytes(cfg.train.mixed_precision)), exact=False))
+    return out
 
 
 def weight_bytes(mixed_precision: str) -> int:

@@ -49,10 +49,9 @@ def resolved(cfg: Config, workspace: str | Path) -> Config:
             if f.metadata.get("kind") == "path" and value:
                 setattr(obj, f.name, [_resolve_paths(v, workspace) for v in value]
                         if isinstance(value, list) else str(resolve_path(value, workspace)))
-    for f in fields(out.model):
-        if f.metadata.get("kind") == "model_path":
-            setattr(out.model, f.name, _resolve_model_path(getattr(out.model, f.name),
-                                                           workspace))
+    for part, f in [(p, f) for p in (out.model, out.validation) for f in fields(p)]:
+        if f.metadata.get("kind") == "model_path":  # model.path, .config, validation.model
+            setattr(part, f.name, _resolve_model_path(getattr(part, f.name), workspace))
     from core.models.comfy_file import implied_quantize
 
     # A file of fp8 weights trains as model.quantize = "fp8" (core/models/comfy_file.py):

@@ -302,6 +302,13 @@ class ValidationConfig:
                               help="What classifier-free guidance steers away from (empty: "
                                    "the empty prompt); a prompt's --n replaces it. Families "
                                    "drawn without one (guidance-distilled FLUX.1) warn.")
+    model: str = _f("", label="Validation model", kind="model_path", advanced=True,
+                    help="Another checkpoint of the same family to draw validation from, "
+                         "with the run's current LoRA on it (train on a base, preview on "
+                         "its Turbo); empty: the trained base. Loaded for each validation "
+                         "round and freed (the estimate's validation phase counts it); "
+                         "a distilled one samples with its own steps and guidance while "
+                         "validation.steps and guidance_scale are left at their defaults.")
     every: int = _f(100, label="Validate every (steps)", min=1, max=10_000_000)
     before_training: bool = _f(False, label="Validate before training",
                                help="Also draw the prompts at step 0 with the untrained "

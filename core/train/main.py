@@ -121,6 +121,7 @@ def run(args: argparse.Namespace, own_process: bool = False) -> int:
     from core.libraries import leave_out_unused_libraries, loaded_outside_collections
     from core.notices import quiet_library_notices
     from core.startup import load_resolved_config
+    from core.train import validation_model
     from core.train.startup_clock import StartupClock
 
     clock = StartupClock(own_process)
@@ -129,6 +130,7 @@ def run(args: argparse.Namespace, own_process: bool = False) -> int:
     cfg = load_resolved_config(Path(args.config), workspace)
     if cfg is None:
         return EXIT_INVALID
+    validation_model.resolve(cfg, workspace)  # a tiny: validation.model, built once
     run_dir = Path(cfg.output.dir)
     stop = StopSignal(run_dir).install()
     if own_process:

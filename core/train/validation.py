@@ -121,8 +121,19 @@ def generate_validation_images(family: ModelFamily, components: Components,
     say), written atomically so a watcher never shows half a PNG. `first_image`: the
     model is image-to-video, and validation.control_images gives each prompt its first
     frame."""
+    from core.train.validation_model import validation_model
+
     if texts is None or not cfg.prompts:
         return []
+    # validation.model: another checkpoint's denoiser with the run's LoRA, loaded now.
+    with validation_model(family, components, cfg, device) as (drawn, settings):
+        return _draw_all(family, drawn, settings, run_dir, step, device, texts, first_image)
+
+
+def _draw_all(family: ModelFamily, components: Components, cfg: ValidationConfig,
+              run_dir: Path, step: int, device: Any, texts: ValidationTexts,
+              first_image: bool) -> list[Path]:
+    """generate_validation_images with the components and settings drawn with."""
     without_text = dataclasses.replace(
         components, text_encoders=[None] * len(components.text_encoders))
     pipe = family.validation_pipeline(without_text)

@@ -36,8 +36,9 @@ def _run(tmp: Path, workspace: Path, monkeypatch, steps: int, family: str = "sd1
         datasets.append(batch_plan.dataset_id)
         return micro_step(setup, cfg, batch_plan)
 
-    monkeypatch.setattr(loop, "micro_step", recording_step)
-    assert train_in_process(tmp / "config.toml", workspace) == 0
+    with monkeypatch.context() as patch:  # undone after, so a second run records anew
+        patch.setattr(loop, "micro_step", recording_step)
+        assert train_in_process(tmp / "config.toml", workspace) == 0
     events = (Path(cfg.output.dir) / "events.jsonl").read_text().splitlines()
     losses = [e["loss"] for e in map(json.loads, events) if e["type"] == "step"]
     assert len(losses) == len(datasets) == steps
@@ -68,6 +69,9 @@ def test_preserve_through_swapped_blocks(tmp_path: Path, tiny_workspace: Path, m
     swapped = _run(tmp_path / "a", tiny_workspace, monkeypatch, 3, "flux", blocks_to_swap=1)
     plain = _run(tmp_path / "b", tiny_workspace, monkeypatch, 3, "flux", blocks_to_swap=0)
     assert swapped == plain
+    events = (tmp_path / "a/runs/run/events.jsonl").read_text().splitlines()
+    [swap] = [e for e in map(json.loads, events) if e["type"] == "block_swap"]
+    assert 1 in swap["swapped"], swap  # a block did swap
     assert swapped[0][:2] == [0.0, 0.0] and swapped[0][2] > 0, swapped
 
 

@@ -15,14 +15,18 @@ from core.config import Config, DatasetConfig, save_config, validate_config
 
 
 def _run(tmp: Path, workspace: Path, monkeypatch, steps: int, family: str = "sd15",
+         weight: float = 1.0, unweighted: list[float] | None = None,
          **model: object) -> tuple[list[float], list[str]]:
-    """`steps` steps of two datasets of 4 images (batch 2), d1 preserved and drawn first
-    (its sampling weight): each step's loss and the dataset its batch came from (the
-    trainer's own batch plans, recorded on their way into micro_step)."""
+    """`steps` steps of two datasets of 4 images (batch 2), d1 preserved (at `weight`)
+    and drawn first (its sampling weight): each step's loss and the dataset its batch came
+    from (the trainer's own batch plans, recorded on their way into micro_step); the
+    family's losses before the trainer weighs them go into `unweighted`."""
+    from core.models.registry import get_family
     from core.train import loop
 
     cfg = small_config(tmp, datasets=2, images=4, family=family)
     cfg.datasets[1].preserve, cfg.datasets[1].probability = "base", 1e6
+    cfg.datasets[1].preserve_weight = weight
     for key, value in model.items():
         setattr(cfg.model, key, value)
     cfg.train.gradient_checkpointing = bool(model)
@@ -30,14 +34,22 @@ def _run(tmp: Path, workspace: Path, monkeypatch, steps: int, family: str = "sd1
     cfg.train.log_every, cfg.validation.prompts, cfg.launch.cpu = 1, [], True
     save_config(cfg, tmp / "config.toml")
     datasets: list[str] = []
-    micro_step = loop.micro_step
+    micro_step, fam = loop.micro_step, get_family(family)
+    loss = fam.loss
 
     def recording_step(setup, cfg, batch_plan):
         datasets.append(batch_plan.dataset_id)
         return micro_step(setup, cfg, batch_plan)
 
+    def recording_loss(*args, **kwargs):
+        value = loss(*args, **kwargs)
+        if unweighted is not None:
+            unweighted.append(value.item())
+        return value
+
     with monkeypatch.context() as patch:  # undone after, so a second run records anew
         patch.setattr(loop, "micro_step", recording_step)
+        patch.setattr(fam, "loss", recording_loss)
         assert train_in_process(tmp / "config.toml", workspace) == 0
     events = (Path(cfg.output.dir) / "events.jsonl").read_text().splitlines()
     losses = [e["loss"] for e in map(json.loads, events) if e["type"] == "step"]
@@ -52,14 +64,20 @@ def test_a_fresh_lora_matches_the_base_exactly_then_stays_close_on_the_preserved
     batch trains it; the ordinary dataset's loss is not 0. In the second epoch, after the
     ordinary batches moved the LoRA, the preserved batches' loss (how far the LoRA moved
     the prediction from the base's) is above 0 but far below the ordinary ones'. The
-    start-up names the preserved dataset and its extra forward."""
-    losses, datasets = _run(tmp_path, tiny_workspace, monkeypatch, 8)
+    start-up names the preserved dataset and its extra forward; preserve_weight scales
+    that dataset's loss."""
+    unweighted: list[float] = []
+    losses, datasets = _run(tmp_path, tiny_workspace, monkeypatch, 8, weight=2.0,
+                            unweighted=unweighted)
     assert datasets == ["d1", "d1", "d0", "d0"] * 2, datasets
     assert losses[:2] == [0.0, 0.0] and all(loss > 0 for loss in losses[2:]), losses
     preserved, ordinary = losses[4:6], losses[2:4] + losses[6:]
     assert max(preserved) < 0.01 * min(ordinary), (preserved, ordinary)
+    expected = [u * (2.0 if d == "d1" else 1.0)
+                for u, d in zip(unweighted[:8], datasets, strict=True)]
+    assert losses == pytest.approx(expected, rel=1e-6), (losses, unweighted)
     out = capsys.readouterr().out
-    assert "output preservation: 'd1' (weight 1): the target is the base model's " \
+    assert "output preservation: 'd1' (weight 2): the target is the base model's " \
            "prediction" in out and "one extra no-grad forward" in out, out
 
 

@@ -156,6 +156,17 @@ def test_the_check_refuses_what_preservation_cannot_do_naming_the_key():
         assert "greater than 0" in message, message
 
 
+def test_the_check_notes_the_preserved_datasets(tmp_path: Path):
+    from core.check import run_check
+
+    cfg = small_config(tmp_path, datasets=2, images=2)
+    cfg.datasets[1].preserve = "base"
+    lines = run_check(cfg, tmp_path, estimate=False).lines()
+    assert "note: output preservation: 'd1' (weight 1): the target is the base model's " \
+           "prediction (the LoRA switched off), one extra no-grad forward per sample of " \
+           "these datasets" in lines, lines
+
+
 def test_the_memory_estimate_counts_the_preserved_output(tiny_workspace: Path):
     from core.config import resolved
     from core.memory_estimate import estimate_memory

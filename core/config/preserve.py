@@ -8,6 +8,21 @@ from core.config.schema import Config
 from core.problems import Problem, error, warning
 
 
+def preserved_weights(cfg: Config) -> dict[str, float]:
+    """{dataset id: datasets.N.preserve_weight} of the datasets whose target is the base's."""
+    return {ds.id: ds.preserve_weight for ds in cfg.datasets if ds.preserve == "base"}
+
+
+def preserve_line(cfg: Config) -> str | None:
+    """The start-up line naming the preserved datasets and what they cost, or None."""
+    weights = preserved_weights(cfg)
+    if not weights:
+        return None
+    named = ", ".join(f"'{name}' (weight {weight:g})" for name, weight in weights.items())
+    return (f"output preservation: {named}: the target is the base model's prediction "
+            "(the LoRA switched off), one extra no-grad forward per sample of these datasets")
+
+
 def preserve_problems(cfg: Config) -> list[Problem]:
     out: list[Problem] = []
     for i, ds in enumerate(cfg.datasets):

@@ -144,10 +144,10 @@ def run(args: argparse.Namespace, own_process: bool = False) -> int:
     from accelerate.utils import set_seed
 
     from core.config.memory_advice import out_of_memory_text
+    from core.config.preserve import preserve_line
     from core.models.modules import is_out_of_memory
     from core.train.agreement import RanksDisagree, check_same_start, ranks_of
     from core.train.loop import Loop
-    from core.train.preserve import preserve_line
     from core.train.resume import restore
     from core.train.setup import TrainingError, build_setup
     from core.train.trackers import Tracking, make_trackers

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from core.config import Config
+from core.config.preserve import preserved_weights
 from core.data.collate import collate
 from core.train.batches import to_device
-from core.train.preserve import base_prediction, preserved_weights
+from core.train.preserve import base_prediction
 from core.train.routing import routed_step
 
 if TYPE_CHECKING:

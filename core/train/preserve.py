@@ -7,7 +7,10 @@ prior prediction: a LoRA then leaves prompts without its trigger as the base mad
 The switch is peft's own per layer (the flag BaseTunerLayer.disable_adapters reads), so
 it covers every adapter kind (lora, dora, lokr, loha) and every wrapper around the
 denoiser (accelerate's, Wan's two experts); the forward is the model's ordinary one, so
-swapped blocks (model.blocks_to_swap) stream in for it as for the trained forward."""
+swapped blocks (model.blocks_to_swap) stream in for it as for the trained forward. Token
+routing (train.token_routing) draws routes only in forwards with gradients, so the base
+forward runs every token through every block and leaves the trained forward's draw as it
+would be without it."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from core.config import Config, resolved, validate_config
+from core.config.preserve import preserve_line
 from core.data.conflicts import check_directory_conflicts
 from core.memory_estimate import MemoryEstimate
 from core.problems import (
@@ -355,4 +356,4 @@ def text_notes(cfg: Config) -> list[str]:
     if cfg.train.caption_dropout > 0:
         out.append(f"train.caption_dropout: {cfg.train.caption_dropout:g} of the samples "
                    "train on the empty caption (cached once)")
-    return out
+    return out + [line for line in [preserve_line(cfg)] if line]

@@ -24,7 +24,7 @@ from core.config.optimizers import OPTIMIZERS
 from core.config.prompts import largest_size
 from core.memory_host import host_encoders, loading_parts, training_host_parts
 from core.memory_report import CUDA_CONTEXT, GIB, MemoryEstimate, MemoryPart
-from core.memory_step import FP32, shape_text, step_frames, step_pixels, step_shape
+from core.memory_step import FP32, preserve_bytes, shape_text, step_frames, step_pixels, step_shape
 from core.memory_swap import host_parts, swapped_bytes
 from core.models.gpu_probe import cuda_available, detect_gpu
 from core.models.quantize import frozen_bytes
@@ -132,6 +132,8 @@ def assemble(cfg: Config, sizes: ModelSizes, gpu: tuple[int, str] | None,
     shape = step_shape(cfg, sizes, pixels)
     training = training_parts(cfg, sizes.denoiser, wbytes, sizes.second_expert)
     training.append(MemoryPart("activations", activation_bytes(sizes, shape), exact=False))
+    if preserve_bytes(cfg, shape):  # one extra no-grad forward: its output is all it keeps
+        training.append(MemoryPart("preserved base output", preserve_bytes(cfg, shape), False))
     copies = dequantized_copy_bytes(cfg, sizes.denoiser, wbytes)
     if copies:
         training.append(MemoryPart("dequantized weights", copies))

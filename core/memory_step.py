@@ -76,3 +76,18 @@ def shape_text(pixels: tuple[int, int], shape: StepShape, frames: int = 1) -> st
     control = f" + {controls} control image{'s' if controls > 1 else ''}" if controls else ""
     return (f"{pixels[0]}x{pixels[1]}{clip}{control}, batch {shape.batch}, gradient "
             f"checkpointing {on}")
+
+
+# The most latent channels a family's prediction has (FLUX.2's packed 128).
+PREDICTION_CHANNELS = 128
+
+
+def preserve_bytes(cfg: Config, shape: StepShape) -> int:
+    """What datasets.N.preserve adds to a step: its extra forward runs without a graph
+    (each block's activations are freed as the next runs, before the trained forward
+    starts), so what stays is the base's prediction, kept in fp32 as the target; 0 when
+    no dataset preserves."""
+    if not any(ds.preserve for ds in cfg.datasets):
+        return 0
+    return (shape.batch * shape.latent_frames * shape.latent_height * shape.latent_width
+            * PREDICTION_CHANNELS * FP32)

@@ -173,7 +173,7 @@ def dataset_values(ds: DatasetConfig | None) -> dict[str, Any]:
 
 # A dataset's own files and role, which a new dataset does not take from the first.
 OWN_KEYS = ("id", "images", "vae_cache", "masks", "control", "control_2", "control_3",
-            "regularization")
+            "regularization", "preserve", "preserve_weight")
 
 
 def new_dataset(existing: list[DatasetConfig]) -> DatasetConfig:

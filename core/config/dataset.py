@@ -13,6 +13,7 @@ from core.models.registry import families, frame_rules
 AUDIO_CHOICES = ("auto", "on", "off")  # datasets.N.audio (families with audio)
 
 CAPTION_STRATEGIES = ("textfile", "filename", "jsonl", "instance_prompt")
+PRESERVE_CHOICES = ("", "base")  # datasets.N.preserve: off, or the frozen base's output
 
 
 
@@ -103,3 +104,16 @@ class DatasetConfig:
                               help="Class images for prior preservation (DreamBooth): "
                                    "sampled alongside the other datasets, their loss "
                                    "weighted by train.prior_loss_weight.")
+    # Output preservation (issue 52 item 4): the target is the frozen base's prediction.
+    preserve: str = _f("", label="Preserve the base's output", choices=PRESERVE_CHOICES,
+                       advanced=True,
+                       help="base: this dataset's target is the frozen base model's own "
+                            "prediction on the same noisy input (the LoRA switched off for "
+                            "it), so the LoRA learns to leave these prompts (say, class "
+                            "images captioned without the trigger word) as the base made "
+                            "them: kohya's diff_output_preservation, ai-toolkit's DOP. One "
+                            "extra no-grad forward per such sample. LoRA runs only.")
+    preserve_weight: float = _f(1.0, label="Preservation weight", min=0.0, max=1000.0,
+                                min_exclusive=True, advanced=True,
+                                help="With preserve = base: the weight of this dataset's "
+                                     "loss (> 0).")

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from core.config import Config
+from core.config.preserve import preserved_weights
 from core.data.collate import collate
 from core.train.batches import to_device
+from core.train.preserve import base_prediction
 from core.train.routing import routed_step
 
 if TYPE_CHECKING:
@@ -51,10 +53,14 @@ def micro_step(setup: Setup, cfg: Config, batch_plan: Any) -> Any:
         sample = family.noise_and_target(comps, batch["latents"],
                                          noise_offset=cfg.train.noise_offset)
         sample.mask = batch.get("loss_mask")  # datasets.N.masks (None: unmasked)
+        weight = prior_weight(cfg, batch_plan)
+        preserve = preserved_weights(cfg).get(batch_plan.dataset_id)
+        if preserve is not None:  # datasets.N.preserve: the base's output is the target
+            sample.target, weight = base_prediction(setup, sample, batch), weight * preserve
         with acc.autocast():
             prediction = family.predict(comps, sample, batch)
         loss = family.loss(comps, prediction.float(), sample, cfg.train.min_snr_gamma)
-        loss = loss * prior_weight(cfg, batch_plan)
+        loss = loss * weight
         acc.backward(loss)
         if acc.sync_gradients and cfg.train.max_grad_norm > 0:
             acc.clip_grad_norm_(setup.params, cfg.train.max_grad_norm)

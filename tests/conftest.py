@@ -113,6 +113,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture(autouse=True)
+def forget_compiles() -> Iterator[None]:
+    """What a test compiled is forgotten after it, with dynamo's process-wide counters: a
+    later test in the same worker (tests/test_hot_loop.py) counts the graphs its own run
+    compiles. Nothing to do, and nothing imported, where torch._dynamo never loaded."""
+    yield
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:
+        from torch._dynamo.utils import counters
+
+        dynamo.reset()
+        counters.clear()
+
+
 @pytest.fixture(scope="session")
 def tiny_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A workspace shared by the session, so each tiny model is built once."""

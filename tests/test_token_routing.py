@@ -21,18 +21,6 @@ from tests.conftest import check_in_process, small_config, train_events
 WAN, FLUX = get_family("wan"), get_family("flux")
 
 
-@pytest.fixture(autouse=True)
-def forget_compiles() -> Any:
-    """The blocks these tests compile are forgotten after each, with dynamo's counters:
-    a later test in the same process (tests/test_hot_loop.py) counts the graphs its own
-    run compiles from them."""
-    yield
-    from torch._dynamo.utils import counters
-
-    torch._dynamo.reset()
-    counters.clear()
-
-
 def wan_model(layers: int = 4) -> Any:
     """A tiny Wan 2.1 transformer as tiny:wan's, with `layers` blocks (a middle to route
     around); inputs: 2 latent frames of 8x8 (32 tokens)."""

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from core.config import ValidationConfig
+from core.models.registry import get_family
 from core.train.validation import encode_validation_prompts, generate_validation_images
 
 
@@ -92,7 +93,7 @@ def test_a_distilled_checkpoint_samples_with_its_own_steps_and_guidance():
     assert (klein.steps, klein.guidance_scale) == (4, 1.0)
     krea = sampling_settings(ValidationConfig(), "krea2", comps("/models/Krea-2-Turbo"))
     assert (krea.steps, krea.guidance_scale) == (8, 0.0)
-    # Set by hand: kept; not distilled, or a family without a table entry: unchanged.
+    # Set by hand: kept; not distilled, or a family declaring none: unchanged.
     mine = sampling_settings(ValidationConfig(steps=12, guidance_scale=2.0), "z_image",
                              comps("x/Z-Image-Turbo"))
     assert (mine.steps, mine.guidance_scale) == (12, 2.0)
@@ -103,12 +104,11 @@ def test_a_distilled_checkpoint_samples_with_its_own_steps_and_guidance():
 
 def test_a_distilled_validation_model_draws_with_its_own_settings(trained, tmp_path: Path,
                                                                   monkeypatch):
-    """Through validation: a 'turbo' checkpoint of a family with a DISTILLED entry draws
-    with its steps and guidance where validation.steps and guidance_scale are defaults."""
-    from core.train import validation_model
+    """Through validation: a 'turbo' checkpoint of a family declaring distilled_validation
+    draws with its steps and guidance where validation.steps and guidance_scale are defaults."""
 
     family, comps, other = trained
-    monkeypatch.setitem(validation_model.DISTILLED, "sd15", (3, 1.0))
+    monkeypatch.setattr(get_family("sd15"), "distilled_validation", (3, 1.0))
     turbo = tmp_path / "tiny-sd15-turbo"
     turbo.symlink_to(other, target_is_directory=True)
     defaults = ValidationConfig()
@@ -232,9 +232,8 @@ def test_the_check_warns_of_settings_that_hide_a_distilled_checkpoints_own(
     from conftest import small_config
 
     from core.check import run_check
-    from core.train import validation_model
 
-    monkeypatch.setitem(validation_model.DISTILLED, "sd15", (3, 1.0))
+    monkeypatch.setattr(get_family("sd15"), "distilled_validation", (3, 1.0))
     turbo = tmp_path / "tiny-sd15-turbo"
     turbo.symlink_to(trained[2], target_is_directory=True)
 

@@ -142,6 +142,7 @@ NOT_IN_LATENTS = {
     "shuffle_tags": "captions at train time", "keep_tokens": "captions at train time",
     "masks": "mask entries carry their own file's stamps (mask_source)",
     "regularization": "weighs the loss only",
+    "preserve": "sets the loss's target only", "preserve_weight": "weighs the loss only",
 }
 
 

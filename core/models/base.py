@@ -127,14 +127,14 @@ class FamilyDefaults:
     # prefix of its diffusers pipelines ("" : none).
     single_file_markers: tuple[str, ...] = ()
     single_file_rank: int = 100
-    # The family whose single files have this family's layout too (FLUX.1 Kontext's are
-    # FLUX.1's): a file detected as that family is accepted rather than refused.
+    # The family whose single files have this layout too (Kontext's are FLUX.1's).
     single_file_layout_of: str = ""
     pipeline_prefix: str = ""
 
-    # Trained tiny models of this family (`tiny:<name>`): (name, module whose build()
-    # loads committed weights), such as sd15's demo base "sd15-shapes".
+    # Trained tiny models (`tiny:<name>`): (name, module whose build() loads its weights).
     trained_tiny: tuple[tuple[str, str], ...] = ()
+    # A distilled checkpoint's (steps, guidance) for validation.model; None: none known.
+    distilled_validation: tuple[int, float] | None = None
 
     # An edit family (FLUX.1 Kontext, Qwen-Image-Edit): how many control (reference)
     # images a sample may take (datasets.N.control, control_2, ...; 0: none, the
@@ -144,9 +144,8 @@ class FamilyDefaults:
     control_images: int = 0
     text_reads_controls: bool = False
 
-    # Why validation draws without a negative prompt (validation.negative_prompt, a
-    # prompt's --n), as the check's warning ends it ("FLUX.1 is guidance-distilled..."),
-    # or "" where the pipeline's classifier-free guidance uses it.
+    # Why validation draws without a negative prompt (validation.negative_prompt, --n), as
+    # the check's warning ends it ("FLUX.1 is guidance-distilled..."); "": it uses it.
     negative_prompt_note: str = ""
     # The setting that makes a model of this family image-to-video, where one checkpoint
     # does both and the folder cannot say (ltx2's 'model.ltx2_mode = "image_to_video"'):
@@ -292,6 +291,7 @@ class ModelFamily(Protocol):
     single_file_layout_of: str
     pipeline_prefix: str
     trained_tiny: tuple[tuple[str, str], ...]
+    distilled_validation: tuple[int, float] | None
     control_images: int
     text_reads_controls: bool
     negative_prompt_note: str

@@ -11,8 +11,8 @@ pipeline class) come with it, so the pipeline samples as that checkpoint does.
 
 Steps and guidance: when validation.steps and validation.guidance_scale are left at
 their defaults, a distilled checkpoint (its model_index.json's is_distilled, or "turbo"
-in its name) of a family in `DISTILLED` samples with that family's distilled settings,
-as its model card gives them; a prompt's --s / --l still win.
+in its name) of a family that declares `distilled_validation` (its folder's family.py,
+as the model card gives them) samples with those; a prompt's --s / --l still win.
 
 Not carried over to the other checkpoint: model.quantize (it loads in the base dtype,
 unquantized), model.prediction_type (its own scheduler's), model.blocks_to_swap (it goes
@@ -36,11 +36,6 @@ from core.problems import Problem, error
 if TYPE_CHECKING:
     from core.models.base import Components, ModelFamily
 
-# Family -> (steps, guidance_scale) of its distilled checkpoints, from their model cards:
-# Krea 2 Turbo 8 steps without guidance (Krea2Pipeline guides whenever the scale is > 0);
-# Z-Image-Turbo 9 without; FLUX.2 klein (step-distilled) 4 at 1.
-DISTILLED: dict[str, tuple[int, float]] = {"krea2": (8, 0.0), "z_image": (9, 0.0),
-                                           "flux2": (4, 1.0)}
 KEY = "validation.model"
 
 
@@ -71,7 +66,7 @@ def _settings_warnings(cfg: Any) -> list[Problem]:
     from core.problems import warning
 
     v, default = cfg.validation, ValidationConfig()
-    own = DISTILLED.get(cfg.model.family) if _named_distilled(v.model) else None
+    own = _distilled(cfg.model.family) if _named_distilled(v.model) else None
     if own is None:
         return []
     out = []
@@ -83,6 +78,13 @@ def _settings_warnings(cfg: Any) -> list[Problem]:
                                f"distilled checkpoint that samples at {wanted:g}: leave it "
                                f"at its default ({base:g}) to draw with the checkpoint's"))
     return out
+
+
+def _distilled(family: str) -> tuple[int, float] | None:
+    """The family's distilled checkpoints' (steps, guidance_scale), from its folder."""
+    from core.models.registry import family_or_defaults
+
+    return family_or_defaults(family).distilled_validation
 
 
 def _named_distilled(path: str) -> bool:
@@ -109,9 +111,10 @@ def resolve(cfg: Any, workspace: Path) -> None:
 
 def checkpoint_sampling(family: str, other: Components) -> tuple[int, float] | None:
     """(steps, guidance_scale) the checkpoint `other` samples with, when it is a distilled
-    one of a family in DISTILLED; None: validation.steps and guidance_scale as they are."""
+    one of a family that declares `distilled_validation`; None: validation.steps and
+    guidance_scale as they are."""
     distilled = other.is_distilled or "turbo" in Path(other.source).name.lower()
-    return DISTILLED.get(family) if distilled else None
+    return _distilled(family) if distilled else None
 
 
 def sampling_settings(cfg: ValidationConfig, family: str, other: Components) -> ValidationConfig:

@@ -73,6 +73,8 @@ LORA_EXTRA = ["attn.add_k_proj", "attn.add_q_proj", "attn.add_v_proj", "attn.to_
 class Flux2Family(FlowFamily):
     name = "flux2"
     geometry = Geometry(latent_channels=32)  # its own 32-channel VAE
+    # validation.model on a step-distilled klein: 4 steps at guidance 1 (its model card)
+    distilled_validation = (4, 1.0)
     block_lists = ("transformer_blocks", "single_transformer_blocks")
     # Original-format single files and diffusers folders (core/models/loading.py).
     # before flux: FLUX.2 has double_blocks too

@@ -122,6 +122,9 @@ def pad_text(embeds: Any, mask: Any, length: int) -> tuple[Any, Any]:
 
 class Krea2Family(QwenImageFamily):
     name = "krea2"
+    # validation.model on Krea 2 Turbo: 8 steps, no guidance (its model card; the
+    # pipeline guides whenever the scale is > 0)
+    distilled_validation = (8, 0.0)
     block_lists = ("transformer_blocks",)
     # Its blocks run text and image tokens as one sequence under one key mask: no
     # subset of the image tokens can be routed past a block (train.token_routing).

@@ -57,6 +57,8 @@ FEED_FORWARD = ["feed_forward.w1", "feed_forward.w2", "feed_forward.w3"]
 
 class ZImageFamily(FlowFamily):
     name = "z_image"
+    # validation.model on Z-Image-Turbo: 9 steps, no guidance (its model card)
+    distilled_validation = (9, 0.0)
     block_lists = ("layers",)  # the refiners before them stay on the GPU
     # Original-format single files and diffusers folders (core/models/loading.py).
     # main blocks modulate with adaLN_modulation.0 (Lumina2's, alike otherwise, with .1),

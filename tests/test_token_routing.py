@@ -195,6 +195,7 @@ def _grads(model: Any, fraction: float, prepare: Any = None,
     return [p.grad.clone() for p in trained]
 
 
+@pytest.mark.slow  # compiles (10 s): make test runs it, make test-fast leaves it out
 def test_checkpointed_block_swapped_and_compiled_blocks_route_alike() -> None:
     from core.models.block_swap import install as install_swap
 
@@ -216,7 +217,8 @@ def test_checkpointed_block_swapped_and_compiled_blocks_route_alike() -> None:
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("with_", ["plain", "full", "block_swap", "compile"])
+@pytest.mark.parametrize("with_", ["plain", "full", "block_swap", pytest.param(
+    "compile", marks=pytest.mark.slow)])
 def test_a_routed_wan_run_trains_and_logs_its_routed_tokens(
         tmp_path: Path, tiny_workspace: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch, with_: str) -> None:

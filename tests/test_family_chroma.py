@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
+from test_models_flow import add_lora
 
 from core.config import ValidationConfig
 from core.models import loading
@@ -124,16 +125,6 @@ def test_gradient_checkpointing_keeps_the_mask(folder: Path) -> None:
     c.denoiser.disable_gradient_checkpointing()
 
 
-def add_lora(c, rank: int = 4, alpha: int = 8) -> None:
-    from peft import LoraConfig
-
-    c.denoiser.add_adapter(LoraConfig(r=rank, lora_alpha=alpha, init_lora_weights="gaussian",
-                                      target_modules=CHROMA.lora_target_modules()))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in c.denoiser.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
 
 
 def generate(pipe, texts) -> torch.Tensor:
@@ -146,7 +137,7 @@ def test_lora_backpropagates_saves_and_reloads_in_chroma_pipeline(folder, tmp_pa
     from core.train.validation import encode_validation_prompts
 
     trained = CHROMA.load(str(folder))
-    add_lora(trained)  # alpha != rank: the scale must survive the file
+    add_lora(trained, CHROMA)  # alpha != rank: the scale must survive the file
     batch = collate(CHROMA.encode_prompts(trained, PROMPTS))
     sample = CHROMA.noise_and_target(trained, CHROMA.encode_images(trained, pixels(2)),
                                      generator=torch.Generator().manual_seed(0))
@@ -178,7 +169,7 @@ def test_comfyui_file_uses_the_flux_branch_names(folder, tmp_path) -> None:
     """ComfyUI's Chroma subclasses its Flux model, whose LoRA keys are
     "transformer.<diffusers module>" (comfy/lora.py, flux_to_diffusers)."""
     c = CHROMA.load(str(folder))
-    add_lora(c)
+    add_lora(c, CHROMA)
     paths = CHROMA.save_lora(c, tmp_path)
     with safe_open(str(paths["comfyui"]), "pt") as f:
         comfy = {k: f.get_tensor(k) for k in f.keys()}

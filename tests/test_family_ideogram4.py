@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import small_config, train_in_process
 from test_family_z_image import batch_of, pixels  # the same images and collate
+from test_models_flow import add_lora
 
 from core.config import save_config
 from core.models import loading
@@ -124,16 +125,6 @@ def test_validation_with_cached_text_draws_what_the_pipeline_draws(folder: Path)
                                atol=1e-4, rtol=1e-4)
 
 
-def add_lora(c, rank: int = 4, alpha: int = 8) -> None:
-    from peft import LoraConfig
-
-    c.denoiser.add_adapter(LoraConfig(r=rank, lora_alpha=alpha, init_lora_weights="gaussian",
-                                      target_modules=I4.lora_target_modules()))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in c.denoiser.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
 
 
 def draw(pipe) -> torch.Tensor:
@@ -148,7 +139,7 @@ def test_lora_on_every_block_reloads_with_load_lora_weights(folder: Path,
     from diffusers import Ideogram4Pipeline
 
     trained = I4.load(str(folder))
-    add_lora(trained)
+    add_lora(trained, I4)
     modules = {n.rsplit(".lora_", 1)[0] for n, _ in trained.denoiser.named_parameters()
                if "lora_" in n}
     assert len(modules) == 2 * 7  # 2 blocks x (q, k, v, out, w1, w2, w3)

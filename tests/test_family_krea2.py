@@ -15,8 +15,9 @@ import pytest
 import torch
 from conftest import small_config, train_in_process
 from safetensors import safe_open
+from test_family_qwen_image import batch_of, pixels  # the same images and collate
+from test_models_flow import add_lora
 
-from core.data.collate import collate
 from core.models.families.krea2.checks import model_problems
 from core.models.families.krea2.family import FAMILY as K
 from core.models.tiny import build_tiny_folder
@@ -31,25 +32,6 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def pixels(n: int, size: int = 64, seed: int = 0) -> torch.Tensor:
-    return torch.rand(n, 3, size, size, generator=torch.Generator().manual_seed(seed)) * 2 - 1
-
-
-def batch_of(texts: list[dict], latents: torch.Tensor) -> dict:
-    return collate([{**t, "latents": latents[i], "path": f"{i}.png", "caption": ""}
-                    for i, t in enumerate(texts)])
-
-
-def add_lora(c, rank: int = 4, alpha: int = 8) -> None:
-    from peft import LoraConfig
-
-    c.denoiser.add_adapter(LoraConfig(r=rank, lora_alpha=alpha, init_lora_weights="gaussian",
-                                      target_modules=K.lora_target_modules()))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in c.denoiser.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
 
 
 # ---------------------------------------------------------------- the reference loss
@@ -133,7 +115,7 @@ def test_lora_trains_and_reloads_with_load_lora_weights(folder: Path, tmp_path: 
     from diffusers import Krea2Pipeline
 
     trained = K.load(str(folder))
-    add_lora(trained)
+    add_lora(trained, K)
     texts = K.encode_prompts(trained, PROMPTS)
     latents = K.encode_images(trained, pixels(2))
     s = K.noise_and_target(trained, latents, generator=torch.Generator().manual_seed(0))

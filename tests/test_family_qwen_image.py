@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
+from test_models_flow import add_lora
 
 from core.data.collate import collate
 from core.models import loading
@@ -35,17 +36,6 @@ def batch_of(texts: list[dict], latents: torch.Tensor) -> dict:
                     for i, t in enumerate(texts)])
 
 
-def add_lora(c, rank: int = 4, alpha: int = 8) -> None:
-    """A LoRA on the family's targets with lora_B non-zero, so it changes the output."""
-    from peft import LoraConfig
-
-    c.denoiser.add_adapter(LoraConfig(r=rank, lora_alpha=alpha, init_lora_weights="gaussian",
-                                      target_modules=QWEN.lora_target_modules()))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in c.denoiser.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
 
 
 # ---------------------------------------------------------------- the reference loss
@@ -185,7 +175,7 @@ def test_encode_images_normalises_per_channel_without_the_frame_axis(folder: Pat
 
 def test_lora_backward_then_reloads_with_load_lora_weights(folder: Path, tmp_path: Path) -> None:
     trained = QWEN.load(str(folder))
-    add_lora(trained)
+    add_lora(trained, QWEN)
     texts = QWEN.encode_prompts(trained, PROMPTS)
     latents = QWEN.encode_images(trained, pixels(2))
     s = QWEN.noise_and_target(trained, latents, generator=torch.Generator().manual_seed(0))

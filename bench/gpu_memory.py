@@ -40,7 +40,7 @@ from typing import Any
 
 from common import REPO, workspace, write_images
 
-from core.runs.memory import GIB, memory_phases  # noqa: E402  (common put the repo on sys.path)
+from core.runs.memory import GIB, host_peak, memory_phases  # noqa: E402  (common put the repo on sys.path)
 
 PHASES = ("loaded", "cached", "first_step", "eval", "validation", "checkpoint", "peak")
 IMAGES = 8
@@ -187,11 +187,10 @@ def measured(events: list[dict[str, Any]]) -> dict[str, float | None]:
     return out
 
 
-def host_rss_peak(events: list[dict[str, Any]]) -> float | None:
-    """The trainer's peak resident host memory over its memory events, GiB."""
-    values = [e["host_rss_bytes"] for e in events
-              if e.get("type") == "memory" and isinstance(e.get("host_rss_bytes"), (int, float))]
-    return max(values) / GIB if values else None
+def host_gib(events: list[dict[str, Any]]) -> float | None:
+    """The trainer's peak resident host memory, GiB (core.runs.memory.host_peak)."""
+    peak = host_peak(memory_phases(events))
+    return None if peak is None else peak / GIB
 
 
 def run_case(case: Case, items: list[str], ws: Path, timeout: float) -> dict[str, Any]:
@@ -211,7 +210,7 @@ def run_case(case: Case, items: list[str], ws: Path, timeout: float) -> dict[str
     events = EventTail(RunFolder(run_dir).events).read()
     result = {"exit": code, "wall_s": round(time.monotonic() - start, 1),
               "measured_gib": measured(events), "s_per_step": seconds_per_step(events),
-              "host_rss_gib": host_rss_peak(events), "cap_gib": case.cap_gib}
+              "host_rss_gib": host_gib(events), "cap_gib": case.cap_gib}
     if code != 0 or result["measured_gib"]["peak"] is None:
         why = f"exit {code}" if code != 0 else "no memory events with device figures"
         result["error"] = why

@@ -15,7 +15,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from core.memory_host import host_limit
 from core.memory_report import GIB, FitPlan
+from core.memory_swap import machine_ram_bytes
 
 if TYPE_CHECKING:
     from core.config import Config
@@ -40,7 +42,7 @@ def fitting_plan(cfg: Config, sizes: ModelSizes, estimate: MemoryEstimate,
         return None
     target = card - FIT_MARGIN
     caching = bool(estimate.caching)  # built caches: no caching phase to fit
-    ram = _host_limit(cfg)
+    ram = host_limit(cfg, machine_ram_bytes())  # what the training may fill
     for trial in _trials(cfg):
         if (caching and not trial.model.stream_text_encoders
                 and assemble(trial, sizes).caching_bytes > target
@@ -76,14 +78,6 @@ def _streams(trial: Config, sizes: ModelSizes, assemble: Assemble, target: int) 
     streamed = dataclasses.replace(trial, model=dataclasses.replace(
         trial.model, stream_text_encoders=True))
     return assemble(streamed, sizes).caching_bytes <= target
-
-
-def _host_limit(cfg: Config) -> int | None:
-    """The RAM a fit may fill while training: launch.host_memory_gib's, or this machine's."""
-    from core.memory_swap import machine_ram_bytes
-
-    planned = cfg.launch.host_memory_gib
-    return int(planned * GIB) if planned else machine_ram_bytes()
 
 
 def _fewest_swapped(trial: Config, sizes: ModelSizes, assemble: Assemble,

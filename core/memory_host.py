@@ -53,10 +53,10 @@ def loading_parts(cfg: Config, sizes: ModelSizes, wbytes: int, encoders: list[Me
         block = max((frozen_bytes(b, "none", wbytes) for b in sizes.denoiser.blocks),
                     default=frozen_bytes(sizes.denoiser, "none", wbytes))
         own = [*encoders, MemoryPart("a layer in flight", block, exact=False), process]
-        return [*_per_machine(cfg, own), *pinned]
+        return [*per_machine(cfg, own), *pinned]
     denoisers = [sizes.denoiser] + ([sizes.second_expert] if sizes.second_expert else [])
     weights = sum(frozen_bytes(d, "none", wbytes) for d in denoisers)
-    return _per_machine(cfg, [MemoryPart("denoiser as loaded", weights), *encoders, process])
+    return per_machine(cfg, [MemoryPart("denoiser as loaded", weights), *encoders, process])
 
 
 def training_host_parts(cfg: Config, encoders: list[MemoryPart],
@@ -64,15 +64,23 @@ def training_host_parts(cfg: Config, encoders: list[MemoryPart],
     """Host memory while training, per machine: the encoders waiting on the CPU, the
     pinned swapped blocks (already per machine) and the process."""
     own = [*encoders, MemoryPart("process", PROCESS_HOST_BYTES, exact=False)]
-    return [*_per_machine(cfg, own), *pinned]
+    return [*per_machine(cfg, own), *pinned]
 
 
-def _per_machine(cfg: Config, parts: list[MemoryPart]) -> list[MemoryPart]:
+def per_machine(cfg: Config, parts: list[MemoryPart]) -> list[MemoryPart]:
+    """`parts` of one process as a machine holds them: each process its own copy."""
     processes = cfg.launch.num_processes
     if processes <= 1:
         return parts
     return [MemoryPart(f"{p.name} x {processes} processes", p.bytes * processes, p.exact)
             for p in parts]
+
+
+def host_limit(cfg: Config, ram: int | None) -> int | None:
+    """The RAM a machine of the run has: launch.host_memory_gib's when it plans another
+    machine, else `ram` (this machine's, or None where it cannot be read)."""
+    planned = cfg.launch.host_memory_gib
+    return int(planned * GIB) if planned else ram
 
 
 def host_memory_problems(cfg: Config, estimate: MemoryEstimate | None,
@@ -82,7 +90,7 @@ def host_memory_problems(cfg: Config, estimate: MemoryEstimate | None,
     if estimate is None or not estimate.host_loading:
         return []
     planned = cfg.launch.host_memory_gib
-    limit = int(planned * GIB) if planned else ram
+    limit = host_limit(cfg, ram)
     peak = estimate.host_peak_bytes
     if limit is None or peak <= limit:
         return []

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from core.memory_host import per_machine
 from core.memory_report import GIB, MemoryPart
 from core.models.quantize import frozen_bytes
 from core.problems import Problem, error, warning
@@ -54,9 +55,7 @@ def host_parts(cfg: Config, held: int, experts: int = 1) -> list[MemoryPart]:
         return []
     name = ("swapped blocks and the idle expert" if experts > 1 and parks_inactive_expert(cfg)
             else "swapped blocks")
-    processes = cfg.launch.num_processes
-    return [MemoryPart(f"{name} x {processes} processes" if processes > 1 else name,
-                       held * processes)]
+    return per_machine(cfg, [MemoryPart(name, held)])
 
 
 def machine_ram_bytes() -> int | None:

@@ -67,6 +67,12 @@ def _peak_during(phases: dict[str, dict[str, Any]], peak: int) -> str:
     return ""
 
 
+def host_peak(phases: dict[str, dict[str, Any]]) -> int | None:
+    """The most resident host memory any phase's event reports, bytes; None without."""
+    hosts = [v for e in phases.values() if (v := _number(e, "host_rss_bytes")) is not None]
+    return max(hosts) if hosts else None
+
+
 def format_memory(events: Iterable[dict[str, Any]]) -> str | None:
     """One line from the latest memory events; None when there are none. GPU figures
     when the events carry device bytes, otherwise the host's resident memory only."""
@@ -74,8 +80,7 @@ def format_memory(events: Iterable[dict[str, Any]]) -> str | None:
     if not phases:
         return None
     first = phases.get("first_step", {})
-    hosts = [v for e in phases.values() if (v := _number(e, "host_rss_bytes")) is not None]
-    host = max(hosts) if hosts else None
+    host = host_peak(phases)
     device = _device_peak(phases)
     if device is not None:
         first_dev = _number(first, "device_peak_bytes") or _number(first, "device_bytes")

@@ -1,0 +1,169 @@
+"""What only some families can do, as optional spec objects on the family.
+
+A family declares a capability once, as one of these objects (`family.audio`,
+`family.edit`, ...); a family without it leaves the attribute None (FamilyDefaults), and
+shared code asks `if family.audio:` and calls the spec's functions, never the family's
+name. The functions a spec holds are plain module-level functions of the family's
+folder, taking the loaded `Components` first where they need the model.
+
+`memory`, `random` and `single_file` have an empty default (every family is estimated,
+built offline and recognized from files); the others are None unless declared. Each
+capability is one row of core/models/tags.py's table too, which the form, the config
+files and the ops read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.models.components import Components
+
+
+@dataclass(frozen=True)
+class AudioSpec:
+    """A family that trains a sound track with its clips (LTX-2).
+
+    `sample_rate(c)`: the rate its audio encoder takes, which the cache reads a clip's
+    track at. `encode(c, waveform, frames, fps, generator)`: latents [B, L, D] of
+    `waveform` [B, channels, samples] at that rate, the track under `frames` frames at
+    `fps`; cached in the clip's entry as "audio_latents" and handed to `predict` as a
+    per-item list (None for a sample without audio)."""
+
+    sample_rate: Callable[[Components], int]
+    encode: Callable[..., Any]
+
+
+def image_kwargs(images: list[Any], resolution: int) -> dict[str, Any]:
+    """The pipeline keyword arguments of one validation prompt's control images (PIL RGB)
+    for a validation at `resolution`: `image`, one image or a list of them."""
+    return {"image": images[0] if len(images) == 1 else images}
+
+
+@dataclass(frozen=True)
+class EditSpec:
+    """An edit family (FLUX.1 Kontext, Qwen-Image-Edit): its samples take reference
+    (control) images beside the target.
+
+    `references`: how many a sample may take (datasets.N.control, control_2, ...).
+    `text_reads_references`: its text encoder reads them with the prompt (Qwen2.5-VL), so
+    text entries are keyed by caption and control images and encoded by
+    `encode_prompts_with_images(c, prompts, images)` (images[i]: prompt i's controls as
+    PIL RGB at their own size). `encode_controls(c, controls)`: the cached control
+    latents of one [B, 3, H, W] pixel batch per control; None: each encoded as a target
+    is (posterior mean), stacked as {"control_latents": [B, K, C, h, w]}.
+    `validation_kwargs(images, resolution)`: validation.control_images as pipeline
+    keywords."""
+
+    references: int
+    text_reads_references: bool = False
+    encode_prompts_with_images: Callable[..., list[dict[str, Any]]] | None = None
+    encode_controls: Callable[[Components, list[Any]], dict[str, Any]] | None = None
+    validation_kwargs: Callable[[list[Any], int], dict[str, Any]] = image_kwargs
+
+
+@dataclass(frozen=True)
+class FirstImageSpec:
+    """Image-to-video: a model of the family may sample from a first image, so
+    validation.control_images gives each validation prompt its first frame.
+
+    `takes_first_image(model)`: whether the config's model section (paths resolved) does
+    (wan's folders name their pipeline); `switch`: the family's own key where one
+    checkpoint does both and the folder cannot say (ltx2's 'model.ltx2_mode =
+    "image_to_video"'), which the check's warning on ignored control images names."""
+
+    takes_first_image: Callable[[Any], bool]
+    switch: str = ""
+    validation_kwargs: Callable[[list[Any], int], dict[str, Any]] = image_kwargs
+
+
+@dataclass(frozen=True)
+class ExpertSpec:
+    """A family whose models may hold several denoisers that take turns (Wan 2.2's high-
+    and low-noise experts).
+
+    `stacks(denoiser)`: one list of swappable blocks per expert (None where the loaded
+    model has one denoiser: the family's block_lists apply). `parked(denoiser)`: modules
+    that wait in host memory while another runs; `start_parking(denoiser, device,
+    held_elsewhere)`: their turn-taking, once the adapter is on. `trained(cfg, loaded)`:
+    how many of the `loaded` denoisers the run trains, for the memory estimate."""
+
+    stacks: Callable[[Any], list[list[Any]] | None]
+    parked: Callable[[Any], list[Any]]
+    start_parking: Callable[[Any, Any, set[int]], None]
+    trained: Callable[[Any, int], int]
+
+
+@dataclass(frozen=True)
+class SingleFileSpec:
+    """Original-format single files (core/models/loading.py).
+
+    `markers`: key fragments that mark the family's checkpoints; `rank`: the order
+    families are tried in (lower first: the most specific, whose keys include another
+    family's); `layout_of`: the family whose single files have this layout too
+    (Kontext's are FLUX.1's); `problems(config, prediction_type)`: --stage check
+    warnings about what diffusers' default configs for a usable file mean.
+    `checkpoint_text_encoders`: the merged model as one original-layout checkpoint
+    (merged.safetensors), each text encoder's (component folder, key prefix, "clip" |
+    "open_clip"); empty: no such layout, and merge writes merged/ alone."""
+
+    markers: tuple[str, ...] = ()
+    rank: int = 100
+    layout_of: str = ""
+    problems: Callable[[str, str], list[Any]] | None = None
+    checkpoint_text_encoders: tuple[tuple[str, str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class RandomSpec:
+    """`random:<family>`: the full-size model built offline with random weights
+    (core/models/full_size/build.py), so the check estimates real sizes.
+
+    `scheduler`: the scheduler class training uses (None: the one model_index.json
+    names); `bang_padded_tokenizers`: CLIP tokenizers that pad with "!" as OpenCLIP's do;
+    `tokenizer(folder)`: the family's own tiny tokenizer (a Qwen2 one and its template),
+    written to `folder` and loaded, for components whose class the shared builders do not
+    make; `text_encoder_kind`: "llm" for a decoder language model as text encoder (its
+    activations are estimated as such), "" otherwise; `settings(c)`: the per-family
+    Components settings `load` would set (a random model is built without a pipeline)."""
+
+    scheduler: str | None = None
+    bang_padded_tokenizers: tuple[str, ...] = ()
+    tokenizer: Callable[[Path], Any] | None = None
+    text_encoder_kind: str = ""
+    settings: Callable[[Components], None] | None = None
+
+
+@dataclass(frozen=True)
+class MemorySpec:
+    """What the memory estimate needs to know beyond the configs.
+
+    `extra_text_tokens`: tokens attended beside the padded max_sequence_length (SD3's
+    CLIP tokens); `latent_packing`: the latent patch the family packs before the
+    transformer (Flux-style 2x2: 2); `activation_layout(config)`: a transformer config
+    the MMDiT activation formula cannot read as is -> (MMDiT-shaped config, patch size);
+    `extra_stream_bytes(config, shape)`: activations of a second token stream beside the
+    image tokens (LTX-2's audio)."""
+
+    extra_text_tokens: int = 0
+    latent_packing: int = 1
+    activation_layout: Callable[[dict[str, Any]], tuple[dict[str, Any], int]] | None = None
+    extra_stream_bytes: Callable[[dict[str, Any], Any], int] | None = None
+
+
+@dataclass(frozen=True)
+class ValidationSpec:
+    """How validation samples with the family's pipeline.
+
+    `list_prompt_embeds`: the pipeline takes a list of per-prompt embeds (Z-Image);
+    `mask_kwarg`: the keyword the text mask goes in (Chroma), or None;
+    `negative_prompt_note`: why it draws without a negative prompt, as the check's
+    warning ends it ("" : it uses one); `distilled`: a distilled checkpoint's (steps,
+    guidance) for validation.model, None where none is known."""
+
+    list_prompt_embeds: bool = False
+    mask_kwarg: str | None = None
+    negative_prompt_note: str = ""
+    distilled: tuple[int, float] | None = None

@@ -1,0 +1,218 @@
+"""The defaults of a family's optional members (`FamilyDefaults`), which
+StableDiffusionFamily and FlowFamily inherit; the protocol is core/models/base.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from core.models.capabilities import (
+    AudioSpec,
+    EditSpec,
+    ExpertSpec,
+    FirstImageSpec,
+    MemorySpec,
+    RandomSpec,
+    SingleFileSpec,
+    ValidationSpec,
+)
+from core.models.components import Components
+from core.models.geometry import STILLS, Geometry
+from core.models.routing import RoutingSpec
+
+
+class FamilyDefaults:
+    """The defaults of the optional family members shared code reads (core/config,
+    core/train, full_size, memory, loading): StableDiffusionFamily and FlowFamily inherit
+    them, and a family sets only those that differ. Shared code reads these members and
+    never a family's name, so a new family folder needs no change outside it."""
+
+    name: str = ""
+    # Capabilities (core/models/capabilities.py): None where the family has none; the
+    # always-present ones have empty defaults.
+    audio: AudioSpec | None = None
+    edit: EditSpec | None = None
+    first_image: FirstImageSpec | None = None
+    experts: ExpertSpec | None = None
+    single_file: SingleFileSpec = SingleFileSpec()
+    random: RandomSpec = RandomSpec()
+    memory: MemorySpec = MemorySpec()
+    validation: ValidationSpec = ValidationSpec()
+    # What the VAE and denoiser do to a sample's shape (core/models/geometry.py): stills
+    # by default; a video family (Wan) declares its frame rule and compression.
+    geometry: Geometry = STILLS
+
+    @property
+    def video(self) -> bool:
+        """A video family: its datasets may hold clips (datasets.N.frames), its latents
+        keep a frame axis, and validation samples validation.frames frames."""
+        return self.geometry.video
+    # flux/flux2: guidance value a guidance-distilled model gets in training (None: the
+    # family has no guidance-distilled models, and train.guidance is refused at check).
+    train_guidance: float | None = None
+    # Text tokens the prompt is padded to (T5/Qwen); None where the tokenizer decides.
+    max_sequence_length: int | None = None
+    # Validation hands the pipeline a list of per-prompt embeds (Z-Image), not a tensor.
+    list_prompt_embeds: bool = False
+    # The pipeline keyword validation passes the text mask as (Chroma), or None.
+    pipeline_mask_kwarg: str | None = None
+    # Text-encoder modules train.text_encoder_lora adapts; None: not supported.
+    text_encoder_lora_targets: list[str] | None = None
+    # Whether diffusers' load_lora_weights of this pipeline loads LoKr (core/models/adapters.py).
+    diffusers_lokr: bool = False
+    # Memory estimate (core/memory_estimate.py): text tokens attended beside the padded
+    # max_sequence_length (SD3's CLIP tokens), and the latent patch the family packs
+    # itself before the transformer (Flux-style 2x2 packing: 2; its configs say 1).
+    extra_text_tokens: int = 0
+    latent_packing: int = 1
+    # A transformer config the MMDiT activation formula cannot read as is: a staticmethod
+    # config -> (MMDiT-shaped config, patch size) (Z-Image), or None.
+    activation_layout: Any = None
+    # random:<family> (core/models/full_size/build.py): the scheduler class training
+    # uses (None: the one model_index.json names) and the CLIP tokenizers that pad with
+    # "!" as OpenCLIP's do in the real model (the others pad with end-of-text).
+    train_scheduler: str | None = None
+    bang_padded_tokenizers: tuple[str, ...] = ()
+
+    # Original-format single files (core/models/loading.py): key fragments that mark this
+    # family's checkpoints, and the order families are tried in (lower first: the most
+    # specific, whose keys include another family's). model_index.json `_class_name`
+    # prefix of its diffusers pipelines ("" : none).
+    single_file_markers: tuple[str, ...] = ()
+    single_file_rank: int = 100
+    # The family whose single files have this layout too (Kontext's are FLUX.1's).
+    single_file_layout_of: str = ""
+    pipeline_prefix: str = ""
+
+    # Trained tiny models (`tiny:<name>`): (name, module whose build() loads its weights).
+    trained_tiny: tuple[tuple[str, str], ...] = ()
+    # A distilled checkpoint's (steps, guidance) for validation.model; None: none known.
+    distilled_validation: tuple[int, float] | None = None
+
+    # An edit family (FLUX.1 Kontext, Qwen-Image-Edit): how many control (reference)
+    # images a sample may take (datasets.N.control, control_2, ...; 0: none, the
+    # control keys are refused), and whether its text encoder reads them with the prompt
+    # (Qwen-Image-Edit's Qwen2.5-VL), so text entries are keyed by caption and control
+    # images and encoded by `encode_prompts_with_images`.
+    control_images: int = 0
+    text_reads_controls: bool = False
+
+    # Why validation draws without a negative prompt (validation.negative_prompt, --n), as
+    # the check's warning ends it ("FLUX.1 is guidance-distilled..."); "": it uses it.
+    negative_prompt_note: str = ""
+    # The setting that makes a model of this family image-to-video, where one checkpoint
+    # does both and the folder cannot say (ltx2's 'model.ltx2_mode = "image_to_video"'):
+    # the check's warning on an ignored validation.control_images names it.
+    first_image_switch: str = ""
+
+    # The merged model as one original-layout (A1111/ComfyUI) checkpoint file
+    # (core/models/ldm_checkpoint.py, merged.safetensors): each text encoder's (component
+    # folder, key prefix, "clip" | "open_clip"); empty: no such layout (a transformer
+    # family's ComfyUI files split the model), and merge writes merged/ alone.
+    checkpoint_text_encoders: tuple[tuple[str, str, str], ...] = ()
+
+    # The denoiser's repeated blocks, its nn.ModuleLists' names in forward order (Flux: double,
+    # then single): what model.blocks_to_swap streams from host memory (block_swap.py) and the
+    # estimate sizes; none: a UNet (the check refuses it). `routing`: see core/models/routing.py.
+    block_lists: tuple[str, ...] = ()
+    routing: RoutingSpec | None = None
+
+    def denoiser_stacks(self, denoiser: Any) -> list[list[Any]]:
+        """The loaded denoiser's block stacks, one list of blocks (forward order) per
+        transformer: `block_lists` of the unwrapped denoiser; a two-expert model one per
+        expert. Empty when the family declares none."""
+        from core.models.modules import unwrap
+
+        model = unwrap(denoiser)
+        stack = [block for name in self.block_lists for block in getattr(model, name)]
+        return [stack] if stack else []
+
+    def parked_modules(self, denoiser: Any) -> list[Any]:
+        """Modules of the denoiser that can wait in host memory while another runs
+        (model.offload_inactive_expert: Wan 2.2's low-noise expert); none by default."""
+        return []
+
+    def start_parking(self, denoiser: Any, device: Any, held_elsewhere: set[int]) -> None:
+        """Put the parked modules' turn-taking in place (block_swap.ModuleParking), once
+        the adapter is on; `held_elsewhere`: tensors the block swappers keep."""
+
+    def single_file_problems(self, config: str, prediction_type: str) -> list[Any]:
+        """--stage check of a usable single-file model.path of this family: warnings
+        about what diffusers' default configs for it mean (Problems)."""
+        return []
+
+    def random_qwen_tokenizer(self, folder: Path) -> Any:
+        """random:<family>: the tiny Qwen tokenizer (and template) of a family whose real
+        model has a Qwen2 tokenizer, written to `folder` and loaded."""
+        raise NotImplementedError(f"{self.name}: no tiny Qwen tokenizer for random:")
+
+    def random_settings(self, c: Components) -> None:
+        """random:<family>: the per-family Components settings `load` would set (a random
+        model is built without a pipeline)."""
+
+    def config_problems(self, cfg: Any) -> list[Any]:
+        """This family's own checks of a Config at --stage check (Problems)."""
+        return []
+
+    def encode_controls(self, c: Components, controls: list[Any]) -> dict[str, Any]:
+        """An edit family's cached control latents: `controls` holds one [B, 3, H, W]
+        pixel batch in [-1, 1] per control image (control, control_2, ...), each resized
+        and cropped to its target's bucket. By default {"control_latents": [B, K, C, h, w]},
+        each control encoded as `encode_images` encodes a target (posterior mean); the
+        dataset hands them to `predict` as per-item [K, C, h, w] tensors."""
+        import torch
+
+        encode = self.encode_images  # type: ignore[attr-defined]
+        return {"control_latents": torch.stack([encode(c, x) for x in controls], dim=1)}
+
+    def encode_prompts_with_images(self, c: Components, prompts: list[str],
+                                   images: list[list[Any]]) -> list[dict[str, Any]]:
+        """`encode_prompts` for a family whose text encoder reads the control images
+        (`text_reads_controls`): `images[i]` holds prompt i's control images as PIL RGB
+        images at their own size (orientation applied)."""
+        raise NotImplementedError(f"{self.name}: its text encoder reads no images")
+
+    def extra_stream_bytes(self, config: dict[str, Any], shape: Any) -> int:
+        """The memory estimate's activations of a second token stream the denoiser runs
+        beside the image tokens (LTX-2's audio), for the transformer `config` and the
+        step `shape` (memory_activations.StepShape); 0 for a family with none."""
+        return 0
+
+    def takes_first_image(self, model: Any) -> bool:
+        """Image-to-video: whether the config's model section `model` (paths resolved)
+        samples from a first image, so validation.control_images gives each validation
+        prompt its first frame (one image per prompt, passed as `validation_image_kwargs`
+        gives it). The model decides (one family may load both kinds: wan's folders
+        name their pipeline), or a family's own key where one checkpoint does both
+        (ltx2: `first_image_switch`)."""
+        return False
+
+    def validation_image_kwargs(self, images: list[Any], resolution: int) -> dict[str, Any]:
+        """The pipeline keyword arguments of one validation prompt's control images
+        (validation.control_images; PIL RGB) for a validation at `resolution` (the side
+        of its square): `image`, one image or a list of them."""
+        return {"image": images[0] if len(images) == 1 else images}
+
+    def audio_sample_rate(self, c: Components) -> int:
+        """A family with audio (geometry.audio): the rate its audio encoder takes, which
+        the cache reads a clip's track at."""
+        raise NotImplementedError(f"{self.name}: trains no audio")
+
+    def encode_audio(self, c: Components, waveform: Any, frames: int, fps: float,
+                     generator: Any = None) -> Any:
+        """A family with audio: latents [B, L, D] of `waveform` [B, channels, samples] at
+        `audio_sample_rate`, the track under `frames` frames sampled at `fps`; cached in
+        the clip's entry as "audio_latents" and handed to `predict` as a per-item list
+        (None for a sample without audio)."""
+        raise NotImplementedError(f"{self.name}: trains no audio")
+
+    def configure_run(self, c: Components, cfg: Any) -> None:
+        """The run's settings a family reads from the Config onto its loaded model, before
+        the trainer adds what it trains (Wan 2.2: model.experts, which expert trains):
+        `load` gets no Config. Raises ValueError, naming the key, for a setting the loaded
+        model cannot take."""
+
+    def trained_denoisers(self, cfg: Any, loaded: int) -> int:
+        """How many of the `loaded` denoisers (Wan 2.2: two experts) the run trains, for
+        the memory estimate: all by default."""
+        return loaded

@@ -125,14 +125,12 @@ class RandomSpec:
     names); `bang_padded_tokenizers`: CLIP tokenizers that pad with "!" as OpenCLIP's do;
     `tokenizer(folder)`: the family's own tiny tokenizer (a Qwen2 one and its template),
     written to `folder` and loaded, for components whose class the shared builders do not
-    make; `text_encoder_kind`: "llm" for a decoder language model as text encoder (its
-    activations are estimated as such), "" otherwise; `settings(c)`: the per-family
+    make; `settings(c)`: the per-family
     Components settings `load` would set (a random model is built without a pipeline)."""
 
     scheduler: str | None = None
     bang_padded_tokenizers: tuple[str, ...] = ()
     tokenizer: Callable[[Path], Any] | None = None
-    text_encoder_kind: str = ""
     settings: Callable[[Components], None] | None = None
 
 
@@ -145,12 +143,14 @@ class MemorySpec:
     transformer (Flux-style 2x2: 2); `activation_layout(config)`: a transformer config
     the MMDiT activation formula cannot read as is -> (MMDiT-shaped config, patch size);
     `extra_stream_bytes(config, shape)`: activations of a second token stream beside the
-    image tokens (LTX-2's audio)."""
+    image tokens (LTX-2's audio); `text_encoder_kind`: "llm" where a text encoder is a
+    decoder language model (its activations are estimated as such), "" otherwise."""
 
     extra_text_tokens: int = 0
     latent_packing: int = 1
     activation_layout: Callable[[dict[str, Any]], tuple[dict[str, Any], int]] | None = None
     extra_stream_bytes: Callable[[dict[str, Any], Any], int] | None = None
+    text_encoder_kind: str = ""
 
 
 @dataclass(frozen=True)

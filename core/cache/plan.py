@@ -3,7 +3,8 @@
 Some captions are never cached: a dataset with `shuffle_tags` trains on a new order of its
 tags every sample, and `train.text_encoder_lora` trains the encoders the cache would have
 used; both encode at train time (`text_at_train_time`). With `train.caption_dropout` the
-empty caption is cached once, for the samples that drop theirs.
+empty caption is cached once, for the samples that drop theirs (and for
+`train.guidance_target_scale`'s unconditional prediction).
 
 Pure planning (no torch): index the datasets, decide each image's bucket and crop, and name
 the entry file with the fields it must record. Every process computes the same plan, so
@@ -228,9 +229,11 @@ def text_at_train_time(cfg: Config, ds: DatasetConfig) -> bool:
 
 
 def cached_empty_caption(cfg: Config) -> bool:
-    """Whether the empty caption is cached for caption dropout: when some dataset reads
-    its text from the cache (a train-time dataset encodes "" itself)."""
-    return cfg.train.caption_dropout > 0 and not all(
+    """Whether the empty caption is cached, for caption dropout or for the unconditional
+    prediction of train.guidance_target_scale: when some dataset reads its text from the
+    cache (a train-time dataset encodes "" itself)."""
+    wanted = cfg.train.caption_dropout > 0 or cfg.train.guidance_target_scale > 0
+    return wanted and not all(
         text_at_train_time(cfg, ds) for ds in cfg.datasets)
 
 

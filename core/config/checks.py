@@ -13,6 +13,7 @@ from core.config.compiling import compile_problems
 from core.config.control_checks import control_problems
 from core.config.distributed import distributed_problems
 from core.config.family_options import foreign_key_problems
+from core.config.guidance_target import guidance_target_problems
 from core.config.optimizers import OPTIMIZERS, OPTION_DEFAULTS
 from core.config.preserve import preserve_problems
 from core.config.prompts import negative_prompt_problems, prompt_problems
@@ -173,6 +174,7 @@ def _check_cross(cfg: Config) -> list[Problem]:
     out += _check_frames(cfg)
     out += distributed_problems(cfg) + block_swap_problems(cfg)
     out += compile_problems(cfg) + routing_problems(cfg) + preserve_problems(cfg)
+    out += guidance_target_problems(cfg)
     if cfg.model.quantize != "none" and cfg.train.method == "full":
         out.append(error("model.quantize", f"{cfg.model.quantize} with train.method = \"full\": "
                                            "a quantized base cannot be fully fine-tuned; use "

@@ -195,6 +195,13 @@ class SharedTrainConfig:
                                 help="Share of samples trained on the empty caption (the "
                                      "model learns the images unconditioned too, which "
                                      "classifier-free guidance uses); 0 disables.")
+    guidance_target_scale: float = _f(
+        0.0, label="Guidance target scale", min=0.0, max=30.0, advanced=True,
+        help="For a CFG-distilled base (one that samples without a negative prompt at "
+             "guidance 1): the model's output is read as a prediction guided at this "
+             "scale by the base's own unconditional (empty caption) prediction, so a "
+             "LoRA keeps the base's distillation (one extra no-grad forward per sample). "
+             "0 disables; otherwise above 1.")
     noise_offset: float = _f(0.0, label="Noise offset", ddpm=True, min=0.0, max=1.0, advanced=True,
                              help="Adds offset x N(0, 1) per image and channel to the noise, "
                                   "so the model learns very dark and very bright images "

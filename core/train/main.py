@@ -145,6 +145,7 @@ def run(args: argparse.Namespace, own_process: bool = False) -> int:
 
     from accelerate.utils import set_seed
 
+    from core.config.guidance_target import guidance_target_line
     from core.config.memory_advice import out_of_memory_text
     from core.config.preserve import preserve_line
     from core.models.modules import is_out_of_memory
@@ -171,8 +172,9 @@ def run(args: argparse.Namespace, own_process: bool = False) -> int:
             from core.train.sharding import describe
 
             reporter.say(describe(setup.components.denoiser, accelerator.num_processes))
-        if preserve_line(cfg):  # datasets.N.preserve: named once, with its extra forward
-            reporter.say(preserve_line(cfg))
+        for line in (preserve_line(cfg), guidance_target_line(cfg)):  # their extra forward
+            if line:
+                reporter.say(line)
         reporter.phase_done("setup")
         start = restore(setup, run_dir, args.resume, reporter) if args.resume else 0
         if args.resume:

@@ -18,6 +18,7 @@ from core.config import Config
 from core.config.preserve import preserved_weights
 from core.data.collate import collate
 from core.train.batches import to_device
+from core.train.guidance_target import unconditional_prediction, unguided
 from core.train.preserve import base_prediction
 from core.train.routing import routed_step
 
@@ -57,8 +58,14 @@ def micro_step(setup: Setup, cfg: Config, batch_plan: Any) -> Any:
         preserve = preserved_weights(cfg).get(batch_plan.dataset_id)
         if preserve is not None:  # datasets.N.preserve: the base's output is the target
             sample.target, weight = base_prediction(setup, sample, batch), weight * preserve
+        scale = cfg.train.guidance_target_scale if preserve is None else 0.0
+        if scale > 0:  # read before the trained forward: its route draw stays the same
+            unconditional = unconditional_prediction(setup, sample,
+                                                     batch_plan.dataset_index, items)
         with acc.autocast():
             prediction = family.predict(comps, sample, batch)
+        if scale > 0:
+            prediction = unguided(prediction.float(), unconditional, scale)
         loss = family.loss(comps, prediction.float(), sample, cfg.train.min_snr_gamma)
         loss = loss * weight
         acc.backward(loss)

@@ -66,9 +66,20 @@ class TrainTexts:
         return [{**it, **text, "caption": caption}
                 for it, text, caption in zip(items, encoded, chosen, strict=True)]
 
+    def unconditioned(self, components: Components, dataset_index: int,
+                      items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The items with the empty caption's text (train.guidance_target_scale's
+        unconditional prediction): the cached entry, or "" encoded now where the dataset
+        encodes at train time."""
+        if self.at_train_time[dataset_index]:
+            empty = encode(self.family, components, [""])[0]
+        else:
+            empty = self._cached_empty()
+        return [{**it, **empty, "caption": ""} for it in items]
+
     def _cached_empty(self) -> dict[str, Any]:
-        if self.empty is None:  # the plan caches "" whenever dropout is on
-            raise RuntimeError("caption dropout needs the empty caption's cache entry")
+        if self.empty is None:  # the plan caches "" whenever dropout or the scale is on
+            raise RuntimeError("the empty caption's cache entry is missing")
         return self.empty
 
     def fill(self, components: Components, items: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -161,6 +161,15 @@ def test_uniform_gives_fewer_clips_when_the_video_cannot_hold_distinct_starts():
     assert frame_indices(5, 16, 0, 5, "uniform", 4) == [[0, 1, 2, 3, 4]]
 
 
+def test_chunk_and_slide_cut_whole_windows_from_the_start():
+    # 17 resampled frames (33 at 30 fps to 15), windows of 5
+    assert [c[0] for c in frame_indices(33, 30, 15, 5, "chunk", 1)] == [0, 10, 20]
+    assert [c[0] for c in frame_indices(33, 30, 15, 5, "slide", 1, stride=4)] == \
+        [0, 8, 16, 24]
+    assert frame_indices(33, 30, 15, 5, "head", 3) == frame_indices(33, 30, 15, 5, "start", 3)
+    assert frame_indices(9, 16, 0, 9, "slide", 1, stride=3) == [list(range(9))]
+
+
 def test_too_short_a_video_gives_no_clips():
     assert clip_sample_count(12, 30, 15) == 6
     assert frame_indices(12, 30, 15, 9, "start", 1) == []
@@ -169,7 +178,7 @@ def test_too_short_a_video_gives_no_clips():
 
 
 def test_frame_indices_refuses_bad_arguments():
-    with pytest.raises(ValueError, match="clips must be one of start, uniform"):
+    with pytest.raises(ValueError, match="clips must be one of start, head, chunk, slide, uniform"):
         frame_indices(30, 30, 15, 5, "random", 1)
     with pytest.raises(ValueError):
         frame_indices(30, 30, 15, 0, "start", 1)

@@ -64,6 +64,20 @@ def test_uniform_takes_several_clips_from_one_video(tmp_path: Path) -> None:
     assert [j.entry.name for j in jobs] == ["a.mp4.safetensors", "a.mp4.clip001.safetensors"]
 
 
+@pytest.mark.parametrize(("clips", "stride", "starts"), [
+    ("slide", 2, [0, 2, 4]), ("slide", 3, [0, 3]), ("chunk", 2, [0]), ("head", 2, [0])])
+def test_slide_and_chunk_cut_windows_as_the_stride_says(tmp_path: Path, clips: str,
+                                                         stride: int, starts: list[int]) -> None:
+    """A 9-frame video, 5-frame windows: slide starts one every clip_stride frames, chunk
+    takes whole windows one after another (the 4 frames left over are not a window)."""
+    from core.cache.plan import plan_caches
+
+    cfg = wan_config(tmp_path, clips=clips, clip_stride=stride)
+    plan = plan_caches(cfg, {"family": "wan", "model": "tiny"})
+    jobs = [j for j in plan.vae_jobs if j.image.name == "a.mp4"]
+    assert [j.frames for j in jobs] == [tuple(range(s, s + 5)) for s in starts]
+
+
 def test_clips_train_and_validation_writes_videos(tmp_path: Path, tiny_workspace: Path) -> None:
     from safetensors import safe_open
 

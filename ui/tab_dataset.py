@@ -267,7 +267,7 @@ def page_event(ctx: AppContext, form: Form, tab: DatasetTab, delta: int) -> dict
 # The editor's fields the preview shows: which dataset, its items and captions, an edit
 # family's controls, and how a video family's clips become samples.
 PREVIEW_KEYS = ("id", "images", "caption", "instance_prompt", "control", "control_2",
-                "control_3", "frames", "fps", "clips", "clip_count")
+                "control_3", "frames", "fps", "clips", "clip_count", "clip_stride")
 
 
 def preview_triggers(form: Form) -> list[Any]:

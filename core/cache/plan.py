@@ -130,6 +130,7 @@ IN_ENTRY_METADATA = {
     "flip": "flip",  # and the mirror image's latents beside the image's
     "crop": "box",
     "frames": "frames", "fps": "frames", "clips": "frames", "clip_count": "frames",
+    "clip_stride": "frames",
     "audio": "audio",  # on: the window of the track encoded; off: no such key
     "control": "control0_source", "control_2": "control1_source",
     "control_3": "control2_source",

@@ -63,11 +63,16 @@ class DatasetConfig:
                     help="Resample clips to this rate before taking frames (Wan is trained "
                          "at 16); 0 keeps each clip's own rate.")
     clips: str = _f("start", label="Clips per video", choices=CLIP_CHOICES, video=True,
-                    help="start: one sample from the beginning of each video; uniform: "
+                    help="start (or head): one sample from the beginning of each video; "
+                         "chunk: one after another from the beginning, without overlap; "
+                         "slide: one starting every clip_stride frames; uniform: "
                          "clip_count samples spread evenly over it.")
     clip_count: int = _f(1, label="Clips (uniform)", min=1, max=1000, video=True,
                          help="With clips = uniform: samples per video, evenly spaced; a "
                               "video too short for that many distinct ones gives fewer.")
+    clip_stride: int = _f(8, label="Clip stride (slide)", min=1, max=10_000, video=True,
+                          help="With clips = slide: frames (after fps) from one clip's "
+                               "start to the next one's.")
     audio: str = _f("auto", label="Audio track", choices=AUDIO_CHOICES, video=True, audio=True,
                     help="Families that train sound with the video ("
                          f"{', '.join(f.name for f in families() if f.geometry.audio)}): "

@@ -25,6 +25,7 @@ class DatasetEntry(Protocol):
     fps: float
     clips: str
     clip_count: int
+    clip_stride: int
     # edit families: folders of control images matched to the targets by stem
     control: str
     control_2: str

@@ -240,7 +240,8 @@ def _clip_items(path: Path, ds: DatasetEntry, out: DatasetIndex) -> list[ImageIt
     except BadClip as exc:
         out.problems.append(exc.problem())
         return []
-    picks = frame_indices(info.frames, info.fps, ds.fps, ds.frames, ds.clips, ds.clip_count)
+    picks = frame_indices(info.frames, info.fps, ds.fps, ds.frames, ds.clips, ds.clip_count,
+                          ds.clip_stride)
     if not picks:
         held = clip_sample_count(info.frames, info.fps, ds.fps)
         rate = f" at {ds.fps:g} fps" if ds.fps else ""

@@ -30,7 +30,9 @@ if TYPE_CHECKING:
     from PIL import Image
 
 VIDEO_EXTENSIONS = (".mp4", ".webm", ".mov", ".mkv")
-CLIP_MODES = ("start", "uniform")
+# How a video becomes training clips (datasets.N.clips): "head" is musubi-tuner's name
+# for "start".
+CLIP_MODES = ("start", "head", "chunk", "slide", "uniform")
 DIRECTIONS = ("left", "right", "up", "down")
 # In order of preference. libx264 with yuv420p is what every browser plays; libopenh264 is
 # H.264 too; mpeg4 (Part 2) always ships with FFmpeg but browsers do not play it.
@@ -189,29 +191,40 @@ def clip_sample_count(total: int, source_fps: float, fps: float) -> int:
 
 
 def frame_indices(total: int, source_fps: float, fps: float, frames: int, clips: str,
-                  count: int) -> list[list[int]]:
+                  count: int, stride: int = 1) -> list[list[int]]:
     """Source frame indices of each training clip of `frames` frames, resampled to `fps`.
 
     Output frame k of the resampled video is source frame round(k x source_fps / fps)
     (fps = 0 keeps every frame): 30 fps to 15 fps takes every other frame, 24 to 16 takes
-    0, 2, 3, 5, 6, ... `clips="start"` gives one clip from the beginning; `"uniform"` gives
-    `count` clips spread evenly, the first starting at frame 0 and the last ending at the
-    video's end. Clips may overlap but never share a start, so a video too short to hold
+    0, 2, 3, 5, 6, ... Which clips (`clips`): "start" (or "head") one from the beginning;
+    "chunk" every whole window after another, from the beginning (a shorter rest is left
+    out); "slide" a window starting every `stride` resampled frames; "uniform" `count`
+    clips spread evenly, the first starting at frame 0 and the last ending at the video's
+    end. Uniform clips may overlap but never share a start, so a video too short to hold
     `count` distinct starts gives fewer (one per possible start). Returns [] when the video
     holds fewer than `frames` resampled frames: the caller skips it and says so.
     """
-    if frames < 1 or count < 1:
-        raise ValueError(f"frames and count must be at least 1, got {frames} and {count}")
+    if frames < 1 or count < 1 or stride < 1:
+        raise ValueError(f"frames, count and stride must be at least 1, got {frames}, "
+                         f"{count} and {stride}")
     if clips not in CLIP_MODES:
         raise ValueError(f"clips must be one of {', '.join(CLIP_MODES)}, got {clips!r}")
     step = _step(source_fps, fps)
     held = clip_sample_count(total, source_fps, fps)
     if held < frames:
         return []
-    span = held - frames  # the last possible start
-    n = 1 if clips == "start" else min(count, span + 1)
-    starts = [0] if n == 1 else [math.floor(i * span / (n - 1) + 0.5) for i in range(n)]
-    return [[_source_index(s + j, step) for j in range(frames)] for s in starts]
+    return [[_source_index(s + j, step) for j in range(frames)]
+            for s in clip_starts(held - frames, frames, clips, count, stride)]
+
+
+def clip_starts(span: int, frames: int, clips: str, count: int, stride: int) -> list[int]:
+    """The first resampled frame of each clip, `span` being the last possible start."""
+    if clips == "chunk":
+        stride = frames
+    if clips in ("chunk", "slide"):
+        return list(range(0, span + 1, stride))
+    n = 1 if clips in ("start", "head") else min(count, span + 1)
+    return [0] if n == 1 else [math.floor(i * span / (n - 1) + 0.5) for i in range(n)]
 
 
 def read_frames(path: Path | str, indices: list[int]) -> list[Image.Image]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from core.config import Config, resolved, validate_config
 from core.config.preserve import preserve_line
+from core.config.training_adapter import training_adapter_problems
 from core.data.conflicts import check_directory_conflicts
 from core.memory_estimate import MemoryEstimate
 from core.problems import (
@@ -315,7 +316,7 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
     problems += check_directory_conflicts(full)
     problems += logging_problems(cfg)
     problems += optimizer_problems(cfg)
-    problems += init_lora_problems(full)
+    problems += init_lora_problems(full) + training_adapter_problems(full)
     problems += validation_file_problems(full)
     datasets, steps = _summarise(full, problems)
     memory = None

@@ -47,6 +47,7 @@ def _first_prediction(tmp: Path, workspace: Path, monkeypatch, **train: object) 
     return seen[0]
 
 
+@pytest.mark.slow  # three short runs
 def test_the_trained_output_is_read_back_with_the_base_unconditional_prediction(
         tmp_path: Path, tiny_workspace: Path, monkeypatch, capsys):
     """A fresh LoRA predicts what the base does: at the first step, the prediction the

@@ -69,6 +69,12 @@ class SharedModelConfig:
                             "(torchao int8/fp8, bitsandbytes nf4) so large models fit; "
                             "LoRA trains on top and saves a normal LoRA. fp8 needs a "
                             "GPU with fp8 (compute capability 8.9+), nf4 bitsandbytes.")
+    training_adapter: list[str] = _f(
+        [], label="Training adapter", kind="path", advanced=True,
+        help="LoRA file(s) fused into the frozen base while training only (a de-distill "
+             "adapter for a distilled base, as ai-toolkit's training adapters): never in "
+             "the run's LoRA or merged model; validation samples without it unless "
+             "validation.with_training_adapter. Its modules must be the base's.")
     config: str = _f("", label="Architecture config (single file)", kind="model_path",
                      help="For a single-file .safetensors: a diffusers folder or hub id of "
                           "the same architecture, whose configs and tokenizers describe the "
@@ -316,6 +322,10 @@ class ValidationConfig:
                          "round and freed (the estimate's validation phase counts it); "
                          "a distilled one samples with its own steps and guidance while "
                          "validation.steps and guidance_scale are left at their defaults.")
+    with_training_adapter: bool = _f(
+        False, label="Validate with the training adapter", advanced=True,
+        help="Sample validation with model.training_adapter still fused (off: as the LoRA "
+             "will be used, on the base without it).")
     every: int = _f(100, label="Validate every (steps)", min=1, max=10_000_000)
     before_training: bool = _f(False, label="Validate before training",
                                help="Also draw the prompts at step 0 with the untrained "

@@ -24,6 +24,8 @@ def stream_fallback(cfg: Config) -> str | None:
         return f"the {cfg.model.family} loader reads its denoiser itself"
     if cfg.train.method != "lora":
         return "a full fine-tune trains every weight in float32 from the CPU"
+    if cfg.model.training_adapter:
+        return "model.training_adapter is fused into the whole denoiser before it is placed"
     if cfg.model.quantize not in STREAMED_SCHEMES:
         return (f"model.quantize = \"{cfg.model.quantize}\" puts bitsandbytes' own layers "
                 "in place of the model's")

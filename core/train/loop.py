@@ -14,6 +14,7 @@ from core.config import Config, prompt_text
 from core.config.memory_advice import out_of_memory_becomes
 from core.models.adapters import LYCORIS_ONLY_NOTE
 from core.models.modules import unwrap
+from core.models.training_adapter import adapters_taken_out
 from core.runs.folder import RunFolder
 from core.train.checkpoint import TrainState, save_checkpoint
 from core.train.compiling import eager
@@ -114,7 +115,10 @@ class Loop:
                                                   self.cfg.validation)
             first_image = self.first_image
             with self.averaged(), _images_folder(self.run_dir,
-                                                 self.acc.is_main_process) as folder:
+                                                 self.acc.is_main_process) as folder, \
+                    adapters_taken_out(self.s.components.denoiser,
+                                       self.cfg.model.training_adapter,
+                                       self.cfg.validation.with_training_adapter):
                 paths = generate_validation_images(self.s.family, self.s.components,
                                                    self.cfg.validation, folder, step,
                                                    self.acc.device, texts, first_image)

@@ -282,6 +282,7 @@ def load_and_place(cfg: Config, workspace: Path, accelerator: Any, reporter: Any
                            dtype=torch.float32 if full else weight_dtype,
                            stream_denoiser=fallback is None)
     reporter.say(loading_line(c, fallback))
+    fuse_training_adapters(c, cfg, reporter)
     if full:
         cast_encoders(c, weight_dtype)
     elif c.denoiser_stream is None and c.denoiser.dtype != weight_dtype:  # kept stored dtype
@@ -306,6 +307,23 @@ def load_and_place(cfg: Config, workspace: Path, accelerator: Any, reporter: Any
         _report_quantized(cfg.model.quantize, c.denoiser, reporter)
     reporter.memory(memory.snapshot("cached"))
     return family, c, datasets, sampler, texts, train_texts
+
+
+def fuse_training_adapters(c: Components, cfg: Config, reporter: Any) -> None:
+    """model.training_adapter into the loaded base's weights, before its dtype and
+    placement; the trainer then adds what it trains on top."""
+    if not cfg.model.training_adapter:
+        return
+    from core.models.training_adapter import TrainingAdapterError, fuse_adapters
+
+    try:
+        changed = fuse_adapters(c.denoiser, cfg.model.training_adapter)
+    except TrainingAdapterError as exc:
+        raise TrainingError(str(exc)) from None
+    after = "with it" if cfg.validation.with_training_adapter else "without it"
+    reporter.say(f"training adapter: {len(cfg.model.training_adapter)} file(s), {changed} "
+                 f"module(s) fused into the base for training only (not saved; validation "
+                 f"samples {after})")
 
 
 def _report_quantized(scheme: str, denoiser: Any, reporter: Any) -> None:

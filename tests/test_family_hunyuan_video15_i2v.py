@@ -111,7 +111,7 @@ def test_an_entry_without_the_condition_is_refused_naming_the_fix(loaded) -> Non
 
 def test_validation_starts_from_the_prompts_first_image_or_a_fixed_one(loaded) -> None:
     """validation.control_images reaches the pipeline as `image` (the family's
-    validation_image_kwargs); without it the fixed synthetic image is the start."""
+    first_image.validation_kwargs); without it the fixed synthetic image is the start."""
     from PIL import Image
 
     from core.config.schema import ModelConfig

@@ -182,7 +182,7 @@ def test_first_images_are_checked_and_named_for_text_to_video(tmp_path: Path,
 
 def test_validation_samples_what_the_pipeline_samples_from_the_first_image(
         folder: Path, loaded) -> None:
-    """From the cached text and the prompt's first image (validation_image_kwargs),
+    """From the cached text and the prompt's first image (first_image.validation_kwargs),
     the frames and sound of LTX2ImageToVideoPipeline from the prompt; without an image,
     the fixed synthetic one, which gives another video."""
     from diffusers import LTX2ImageToVideoPipeline

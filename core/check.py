@@ -72,7 +72,7 @@ def _audio_count(cfg: Any, ds: Any, items: list[Any]) -> tuple[int, int] | None:
     from core.data.audio import has_audio
     from core.models.registry import family_or_defaults
 
-    if not family_or_defaults(cfg.model.family).geometry.audio or ds.audio == "off":
+    if family_or_defaults(cfg.model.family).audio is None or ds.audio == "off":
         return None
     clips = {item.path for item in items if item.frames}
     sounding = sum(1 for path in clips if has_audio(path))
@@ -259,23 +259,23 @@ def validation_file_problems(cfg: Config) -> list[Problem]:
 
     family = family_or_defaults(cfg.model.family)
     entries, prompts = cfg.validation.control_images, cfg.validation.prompts
-    if family.video and not family.control_images:
+    if family.first_image and not family.edit:
         return first_image_problems(cfg, family)
-    if not prompts or not family.control_images:
+    if not prompts or not family.edit:
         return []
     return validation_control_problems(entries, prompts)
 
 
 def first_image_problems(cfg: Config, family: Any) -> list[Problem]:
-    """A video family's validation.control_images: one first image per prompt for an
-    image-to-video model, which samples from the synthetic first image without one;
-    ignored (a warning) for a text-to-video model."""
+    """validation.control_images of a family with image-to-video models (its
+    `first_image` spec): one first image per prompt for such a model, which samples from
+    the synthetic first image without one; ignored (a warning) for a text-to-video model."""
     from core.data.controls import split_controls, validation_control_problems
 
     key, entries = "validation.control_images", cfg.validation.control_images
     prompts = cfg.validation.prompts
-    if not family.takes_first_image(cfg.model):
-        switch = family.first_image_switch
+    if not family.first_image.takes_first_image(cfg.model):
+        switch = family.first_image.switch
         how = (f"set {switch} for each prompt to start from its image there" if switch
                else "an image-to-video model takes a first image per prompt there")
         what = "runs text-to-video here" if switch else "is a text-to-video model"

@@ -31,16 +31,17 @@ def meta(
     audio: bool = False,
     routing: bool = False,
 ) -> dict[str, Any]:
-    """Field metadata. `kind="path"` marks paths (or lists of them) resolved against
-    the workspace. The tags say where a key applies, and the form shows it only there
-    (ui/form.py): `video` a video family, `edit` an edit family (FAMILY.control_images >
-    0), `flow` a flow-matching family, `ddpm` an epsilon/v family, `guidance` a family
-    with guidance-distilled models, `lora` an adapter run (train.method = "lora"),
-    `blocks` an adapter run of a family with blocks to swap (model.blocks_to_swap),
-    `conditioned` a family whose validation can start from given images (an edit
-    family, or a video family: its image-to-video models take a first image), `audio`
-    a family that trains sound with its video (geometry.audio), `routing` a family that
-    routes tokens around its middle blocks (ModelFamily.routing: train.token_routing)."""
+    """Field metadata. `kind="path"` marks paths (or lists of them) resolved against the
+    workspace. The tags say where a key applies, and the form shows it only there
+    (ui/form.py): `video` a video family, `edit` an edit family (its `edit` spec,
+    core/models/capabilities.py), `flow` a flow-matching family, `ddpm` an epsilon/v
+    family, `guidance` a family with guidance-distilled models, `lora` an adapter run
+    (train.method = "lora"), `blocks` an adapter run of a family with blocks to swap
+    (model.blocks_to_swap), `conditioned` a family whose validation can start from given
+    images (an edit family, or a video family: its image-to-video models take a first
+    image), `audio` a family that trains sound with its video (its `audio` spec),
+    `routing` a family that routes tokens around its middle blocks (ModelFamily.routing:
+    train.token_routing)."""
     return {
         "video": video,
         "edit": edit,

@@ -56,7 +56,7 @@ def step_controls(cfg: Config) -> int:
     from core.data.controls import control_folders
     from core.models.registry import family_or_defaults
 
-    if not family_or_defaults(cfg.model.family).control_images:
+    if not family_or_defaults(cfg.model.family).edit:
         return 0
     return max((len(control_folders(ds)) for ds in cfg.datasets), default=0)
 

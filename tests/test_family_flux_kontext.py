@@ -11,6 +11,7 @@ import pytest
 import torch
 from test_models_flow import add_lora, batch_text, pixels
 
+from core.models.capabilities import control_latents
 from core.models.registry import get_family
 from core.models.tiny import resolve_model_path
 
@@ -25,7 +26,7 @@ def folder(tiny_workspace: Path) -> Path:
 
 def _batch(c, controls: torch.Tensor) -> dict:
     batch = batch_text(KONTEXT.encode_prompts(c, PROMPTS))
-    batch["control_latents"] = list(KONTEXT.encode_controls(c, [controls])["control_latents"])
+    batch["control_latents"] = list(control_latents(KONTEXT, c, [controls])["control_latents"])
     return batch
 
 
@@ -69,7 +70,7 @@ def test_lora_reloads_in_the_kontext_pipeline_and_draws_the_same_edit(folder: Pa
     paths = KONTEXT.save_lora(c, tmp_path / "lora")
     assert set(paths) == {"diffusers", "comfyui"}
     control = [Image.new("RGB", (96, 64), (200, 30, 30))]
-    kwargs = KONTEXT.validation_image_kwargs(control, 64)
+    kwargs = KONTEXT.edit.validation_kwargs(control, 64)
     assert kwargs["image"].size == (64, 48) and kwargs["_auto_resize"] is False
 
     def draw(pipe) -> torch.Tensor:

@@ -111,13 +111,13 @@ def test_an_entry_without_the_condition_is_refused_naming_the_fix(loaded) -> Non
 
 def test_validation_starts_from_the_prompts_first_image_or_a_fixed_one(loaded) -> None:
     """validation.control_images reaches the pipeline as `image` (the family's
-    validation_image_kwargs); without it the fixed synthetic image is the start."""
+    first_image.validation_kwargs); without it the fixed synthetic image is the start."""
     from PIL import Image
 
     from core.config.schema import ModelConfig
 
-    assert HV.takes_first_image(ModelConfig(path="tiny:hunyuan_video15_i2v"))
-    assert not HV.takes_first_image(ModelConfig(path="tiny:hunyuan_video15"))
+    assert HV.first_image.takes_first_image(ModelConfig(path="tiny:hunyuan_video15_i2v"))
+    assert not HV.first_image.takes_first_image(ModelConfig(path="tiny:hunyuan_video15"))
     texts = HV.encode_prompts(loaded, [PROMPTS[0], ""])
 
     def frames(**image) -> np.ndarray:
@@ -129,7 +129,7 @@ def test_validation_starts_from_the_prompts_first_image_or_a_fixed_one(loaded) -
         assert len(out.frames[0]) == 5 and out.images[0].size == (64, 64)
         return np.stack([np.asarray(f, dtype=np.float32) for f in out.frames[0]])
 
-    given = HV.validation_image_kwargs([Image.new("RGB", (64, 64), (250, 10, 10))], 64)
+    given = HV.first_image.validation_kwargs([Image.new("RGB", (64, 64), (250, 10, 10))], 64)
     assert np.abs(frames(**given) - frames()).max() > 1.0
 
 

@@ -67,7 +67,7 @@ def test_training_loss_matches_the_pipeline_written_out(folder: Path, loaded) ->
     c = loaded
     texts = LTX2.encode_prompts(c, PROMPTS)
     latents = LTX2.encode_images(c, px)
-    audio = LTX2.encode_audio(c, tone(FRAMES / 24), FRAMES, 24.0)[0]
+    audio = LTX2.audio.encode(c, tone(FRAMES / 24), FRAMES, 24.0)[0]
     noise = torch.randn(latents.shape, generator=torch.Generator().manual_seed(3))
     sample = LTX2.noise_and_target(c, latents, timesteps=sigmas * 1000, noise=noise)
     with torch.no_grad():
@@ -141,9 +141,9 @@ def test_audio_is_a_log_mel_at_the_vaes_rate_cut_to_the_clips_length(loaded) -> 
     assert mel.shape == (1, 2, 101, config.mel_bins)  # centred frames every 160 samples
     peak = int(mel[0, 0, 50].argmax())
     assert config.mel_bins // 2 <= peak < config.mel_bins  # 4 kHz: upper half of 0-8 kHz
-    latents = LTX2.encode_audio(loaded, tone(0.5), 12, 24.0)
+    latents = LTX2.audio.encode(loaded, tone(0.5), 12, 24.0)
     assert latents.shape == (1, audio_length(config, 12, 24.0), 16)
-    torch.testing.assert_close(LTX2.encode_audio(loaded, tone(0.5), 12, 24.0), latents)
+    torch.testing.assert_close(LTX2.audio.encode(loaded, tone(0.5), 12, 24.0), latents)
 
 
 def add_lora(c, rank: int = 4) -> None:
@@ -174,7 +174,7 @@ def test_lora_files_reload_in_diffusers_the_comfyui_one_by_original_names(
     add_lora(trained)
     texts = LTX2.encode_prompts(trained, PROMPTS)
     latents = LTX2.encode_images(trained, clip(2, FRAMES))
-    audio = list(LTX2.encode_audio(trained, tone(FRAMES / 24).repeat(2, 1, 1), FRAMES, 24.0))
+    audio = list(LTX2.audio.encode(trained, tone(FRAMES / 24).repeat(2, 1, 1), FRAMES, 24.0))
     s = LTX2.noise_and_target(trained, latents, generator=torch.Generator().manual_seed(0))
     # with audio: the video-to-audio attention and the audio feed-forward reach the loss
     LTX2.loss(trained, LTX2.predict(trained, s, batch_of(texts, latents, audio)), s).backward()

@@ -67,7 +67,7 @@ def test_the_training_loss_is_the_image_to_video_pipelines_objective(folder: Pat
     px, sigmas = eight_bit(clip(2, FRAMES, seed=4)), torch.tensor([0.3, 0.9])
     texts = LTX2.encode_prompts(c, PROMPTS)
     latents = LTX2.encode_images(c, px)
-    audio = list(LTX2.encode_audio(c, tone(FRAMES / 24).repeat(2, 1, 1), FRAMES, 24.0))
+    audio = list(LTX2.audio.encode(c, tone(FRAMES / 24).repeat(2, 1, 1), FRAMES, 24.0))
     noise = torch.randn(latents.shape, generator=torch.Generator().manual_seed(3))
     sample = LTX2.noise_and_target(c, latents, timesteps=sigmas * 1000, noise=noise)
     with torch.no_grad():
@@ -140,8 +140,8 @@ def test_the_mode_is_an_ltx2_key_saved_shown_and_checked_for_ltx2_only(tmp_path:
     apply_override(cfg, "model.family=ltx2")
     apply_override(cfg, f"model.ltx2_mode={I2V}")
     assert f'ltx2_mode = "{I2V}"' in dumps_config(cfg)
-    assert LTX2.takes_first_image(cfg.model)
-    assert not LTX2.takes_first_image(ModelConfig(family="ltx2"))
+    assert LTX2.first_image.takes_first_image(cfg.model)
+    assert not LTX2.first_image.takes_first_image(ModelConfig(family="ltx2"))
     cfg.model.family = "wan"
     (refused,) = [p for p in validate_config(cfg) if p.where == "model.ltx2_mode"]
     assert refused.level == "error" and "ltx2 key" in refused.message
@@ -182,7 +182,7 @@ def test_first_images_are_checked_and_named_for_text_to_video(tmp_path: Path,
 
 def test_validation_samples_what_the_pipeline_samples_from_the_first_image(
         folder: Path, loaded) -> None:
-    """From the cached text and the prompt's first image (validation_image_kwargs),
+    """From the cached text and the prompt's first image (first_image.validation_kwargs),
     the frames and sound of LTX2ImageToVideoPipeline from the prompt; without an image,
     the fixed synthetic one, which gives another video."""
     from diffusers import LTX2ImageToVideoPipeline
@@ -206,7 +206,7 @@ def test_validation_samples_what_the_pipeline_samples_from_the_first_image(
         return validation(**texts, **common, generator=torch.Generator().manual_seed(0),
                           **given)
 
-    out = sample(**LTX2.validation_image_kwargs([image], SIZE))
+    out = sample(**LTX2.first_image.validation_kwargs([image], SIZE))
     got = np.stack([np.asarray(f, dtype=np.float32) for f in out.frames[0]])
     assert np.abs(got - (want.frames[0] * 255).round()).max() <= 1
     torch.testing.assert_close(out.audio, want.audio.float(), atol=1e-4, rtol=1e-4)

@@ -71,7 +71,7 @@ def test_a_key_declared_twice_is_refused_naming_both_places() -> None:
 
 
 def test_the_audio_key_is_shown_and_saved_for_a_family_with_sound_only() -> None:
-    """datasets.N.audio applies where the family's geometry has audio (ltx2), not to
+    """datasets.N.audio applies where the family has an audio spec (ltx2), not to
     every video family: the form hides it for Wan and a saved Wan config leaves it out;
     validation.control_images shows for edit and video families (a first image)."""
     from core.config import Config, DatasetConfig

@@ -138,9 +138,9 @@ def test_training_loss_matches_the_pipelines_loop(folders: dict, variant: str) -
                                           images, px, controls, noise, sigmas)
 
     c = EDIT.load(str(folders[variant]))
-    texts = EDIT.encode_prompts_with_images(c, PROMPTS, images)
+    texts = EDIT.edit.encode_prompts_with_images(c, PROMPTS, images)
     latents = EDIT.encode_images(c, px)
-    cached = EDIT.encode_controls(c, controls)["control_latents"]
+    cached = EDIT.edit.encode_controls(c, controls)["control_latents"]
     assert cached.shape == (2, k, 16, 8, 8)
     sample = EDIT.noise_and_target(c, latents, timesteps=sigmas * 1000, noise=noise[:, :, 0])
     batch = batch_of(texts, latents)
@@ -205,7 +205,7 @@ def test_text_with_images_is_what_the_pipeline_encodes(folders: dict, variant: s
 
     c = EDIT.load(str(folders[variant]))
     assert len(c.tokenizers[0](SYSTEM).input_ids) == DROP  # as the real tokenizer counts it
-    ours = EDIT.encode_prompts_with_images(c, [PROMPTS[1], ""], [images, images])
+    ours = EDIT.edit.encode_prompts_with_images(c, [PROMPTS[1], ""], [images, images])
     for (embeds, mask), item in zip(seen, ours, strict=True):
         assert mask is None  # one prompt: all its tokens real
         torch.testing.assert_close(item["prompt_embeds"], embeds[0])
@@ -214,7 +214,7 @@ def test_text_with_images_is_what_the_pipeline_encodes(folders: dict, variant: s
     # give other embeddings.
     assert len(ours[0]["prompt_embeds"]) > len(EDIT.encode_prompts(c, [PROMPTS[1]])[0]
                                                 ["prompt_embeds"]) + 10
-    other = EDIT.encode_prompts_with_images(c, [PROMPTS[1]], [pictures(len(images), 5)])[0]
+    other = EDIT.edit.encode_prompts_with_images(c, [PROMPTS[1]], [pictures(len(images), 5)])[0]
     assert other["prompt_embeds"].shape == ours[0]["prompt_embeds"].shape
     assert not torch.allclose(other["prompt_embeds"], ours[0]["prompt_embeds"], atol=1e-4)
 
@@ -226,10 +226,10 @@ def test_lora_steps_change_the_prediction_and_reload(folders: dict, tmp_path: Pa
     from peft import LoraConfig
 
     c = EDIT.load(str(folders["edit"]))
-    texts = EDIT.encode_prompts_with_images(c, PROMPTS, [pictures(1), pictures(1, 1)])
+    texts = EDIT.edit.encode_prompts_with_images(c, PROMPTS, [pictures(1), pictures(1, 1)])
     latents = EDIT.encode_images(c, pixels(2))
     batch = batch_of(texts, latents)
-    batch["control_latents"] = list(EDIT.encode_controls(c, [pixels(2, seed=4)])
+    batch["control_latents"] = list(EDIT.edit.encode_controls(c, [pixels(2, seed=4)])
                                     ["control_latents"])
     s = EDIT.noise_and_target(c, latents, timesteps=torch.tensor([300.0, 700.0]),
                               noise=torch.randn_like(latents))
@@ -260,14 +260,14 @@ def test_lora_steps_change_the_prediction_and_reload(folders: dict, tmp_path: Pa
 def test_validation_runs_from_embeddings_with_an_image(folders: dict) -> None:
     c = EDIT.load(str(folders["edit"]))
     images = pictures(1)
-    pos, neg = EDIT.encode_prompts_with_images(c, [PROMPTS[0], ""], [images, images])
+    pos, neg = EDIT.edit.encode_prompts_with_images(c, [PROMPTS[0], ""], [images, images])
     without_text = dataclasses.replace(c, text_encoders=[None])  # as validation runs it
     pipe = EDIT.validation_pipeline(without_text)
     common = {"prompt_embeds": pos["prompt_embeds"][None],
               "negative_prompt_embeds": neg["prompt_embeds"][None], "guidance_scale": 2.5,
               "num_inference_steps": 2, "generator": torch.Generator().manual_seed(0)}
     with torch.no_grad():
-        edited = pipe(**common, **EDIT.validation_image_kwargs(images, 64), height=64,
+        edited = pipe(**common, **EDIT.edit.validation_kwargs(images, 64), height=64,
                       width=96).images[0]
         plain = pipe(**common, height=32, width=48).images[0]  # no control: text-to-image
     assert edited.size == (96, 64) and plain.size == (48, 32)
@@ -283,9 +283,9 @@ def test_plain_edit_refuses_a_second_reference(folders: dict) -> None:
 
     c = EDIT.load(str(folders["edit"]))
     with pytest.raises(ValueError, match=r"datasets\.N\.control_2"):
-        EDIT.encode_controls(c, [pixels(1), pixels(1, seed=1)])
+        EDIT.edit.encode_controls(c, [pixels(1), pixels(1, seed=1)])
     plus = EDIT.load(str(folders["plus"]))
-    assert EDIT.encode_controls(plus, [pixels(1)] * 3)["control_latents"].shape[1] == 3
+    assert EDIT.edit.encode_controls(plus, [pixels(1)] * 3)["control_latents"].shape[1] == 3
     cfg = Config(datasets=[DatasetConfig(id="a", images="x", vae_cache="c", control="p",
                                          control_2="q")])
     cfg.model.family, cfg.validation.control_images = "qwen_image_edit", ["a.png|b.png"]
@@ -320,7 +320,7 @@ def test_random_settings_let_the_encoder_find_the_images(folders: dict) -> None:
     from core.models.base import Components
 
     loaded = EDIT.load(str(folders["edit"]))
-    want = EDIT.encode_prompts_with_images(loaded, PROMPTS[:1], [pictures(1)])[0]
+    want = EDIT.edit.encode_prompts_with_images(loaded, PROMPTS[:1], [pictures(1)])[0]
     fresh = EDIT.load(str(folders["edit"]))
     c = Components(**{k: getattr(fresh, k) for k in Components.__dataclass_fields__})
     c.pipeline_class = None
@@ -328,7 +328,7 @@ def test_random_settings_let_the_encoder_find_the_images(folders: dict) -> None:
     config.image_token_id, config.vision_start_token_id = 151655, 151652  # the real ones
     EDIT.random_settings(c)
     assert c.pipeline_class == "QwenImageEditPipeline"
-    got = EDIT.encode_prompts_with_images(c, PROMPTS[:1], [pictures(1)])[0]
+    got = EDIT.edit.encode_prompts_with_images(c, PROMPTS[:1], [pictures(1)])[0]
     torch.testing.assert_close(got["prompt_embeds"], want["prompt_embeds"])
 
 

@@ -200,8 +200,9 @@ def test_validation_control_images_give_an_i2v_model_its_first_frames(
     cfg.validation.control_images = [str(first_image(tmp_path))]
     ((level, message),) = said(cfg)
     assert level == "warning" and "is ignored: tiny:wan is a text-to-video model" in message
-    assert WAN.takes_first_image(ModelConfig(path=str(workspace / "models/tiny-wan_i2v"))) or \
-        not (workspace / "models/tiny-wan_i2v").exists(), "a materialized folder says so too"
+    folder = workspace / "models/tiny-wan_i2v"
+    assert WAN.first_image.takes_first_image(ModelConfig(path=str(folder))) or \
+        not folder.exists(), "a materialized folder says so too"
 
 
 def two_first_images(cfg, first: Path) -> None:

@@ -226,7 +226,7 @@ def build_vae_entries(encode: Callable[[Any], Any], jobs: list[VaeJob], *, batch
     """Encode `jobs` (this process's share) with `encode(pixels) -> latents` (or a
     dict of batched tensors holding "latents", see `_batched_tensors`); an edit pair's
     control images too, with `encode_controls(controls) -> tensors` (the family's
-    encode_controls: one [B, 3, H, W] batch per control image), saved in the same entry;
+    edit.encode_controls: one [B, 3, H, W] batch per control image), saved in the same entry;
     a clip's audio track (a family with audio: read at `audio_rate`, encoded by
     `encode_audio(waveform, frames, fps)`) as "audio_latents" there too.
 
@@ -297,14 +297,19 @@ def _audio_tensors(encode_audio: Callable[[Any, int, float], Any] | None, job: V
 def encode_kwargs(family: Any, components: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """The (VAE, text) encoders of a loaded model as the keyword arguments of
     build_vae_entries and build_text_entries."""
-    vae = {"encode": lambda pixels: family.encode_images(components, pixels),
-           "encode_controls": lambda controls: family.encode_controls(components, controls)}
-    if family.geometry.audio:  # a clip's audio track, encoded into its entry
-        vae.update(encode_audio=lambda wave, frames, fps: family.encode_audio(
-            components, wave, frames, fps), audio_rate=family.audio_sample_rate(components))
-    text = {"encode": lambda captions: family.encode_prompts(components, captions),
-            "encode_with_images": lambda captions, images: family.encode_prompts_with_images(
-                components, captions, images)}
+    from core.models.capabilities import control_latents
+
+    vae: dict[str, Any] = {"encode": lambda pixels: family.encode_images(components, pixels)}
+    text: dict[str, Any] = {"encode": lambda captions: family.encode_prompts(components, captions)}
+    edit, audio = family.edit, family.audio
+    if edit:  # an edit pair's control images, encoded into the target's entry
+        vae["encode_controls"] = lambda controls: control_latents(family, components, controls)
+        if edit.text_reads_references:  # captions cached with their control images
+            text["encode_with_images"] = lambda captions, images: (
+                edit.encode_prompts_with_images(components, captions, images))
+    if audio:  # a clip's audio track, encoded into its entry
+        vae.update(encode_audio=lambda wave, frames, fps: audio.encode(
+            components, wave, frames, fps), audio_rate=audio.sample_rate(components))
     return vae, text
 
 
@@ -315,7 +320,7 @@ def build_text_entries(encode: Callable[[list[str]], list[dict[str, Any]]], jobs
                        ) -> BuildStats:
     """Encode this process's share of unique captions, one entry file per caption (per
     caption and control images, for a text encoder that reads them: `encode_with_images`,
-    the family's encode_prompts_with_images)."""
+    the family's edit.encode_prompts_with_images)."""
     import torch
 
     stats, start = BuildStats(), time.perf_counter()

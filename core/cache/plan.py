@@ -74,7 +74,7 @@ class TextJob:
     entry: Path
     meta: dict[str, str] = field(hash=False, compare=False)
     # The control images the text encoder reads with the caption (an edit family with
-    # text_reads_controls); () for a caption alone.
+    # edit.text_reads_references); () for a caption alone.
     images: tuple[Path, ...] = ()
 
 
@@ -245,14 +245,15 @@ def plan_caches(cfg: Config, model: dict[str, str], verify: bool = False) -> Cac
 
     text_dir = Path(cfg.text_cache.dir)
     family = family_or_defaults(cfg.model.family)
+    reads_references = bool(family.edit and family.edit.text_reads_references)
     plans, problems, texts = [], [], set()
     for i, ds in enumerate(cfg.datasets):
         index = index_dataset(ds, f"datasets.{i}", verify=verify, video=family.video)
         problems.extend(index.problems)
-        jobs = [_vae_job(ds, item, cfg.train.seed, model, family.geometry.audio)
+        jobs = [_vae_job(ds, item, cfg.train.seed, model, family.audio is not None)
                 for item in index.items]
         at_train_time = text_at_train_time(cfg, ds)
-        keys = [(item.caption, item.controls if family.text_reads_controls else ())
+        keys = [(item.caption, item.controls if reads_references else ())
                 for item in index.items]
         entries = [] if at_train_time else [text_entry_path(text_dir, *k) for k in keys]
         if not at_train_time:

@@ -371,10 +371,11 @@ def _check_frames(cfg: Config) -> list[Problem]:
     """Frame counts a video family's VAE takes (its geometry's rule); a still-image
     family ignores them, and says so for validation.frames, the one a user sets for
     stills by mistake."""
-    geometry = _family(cfg).geometry
+    family = _family(cfg)
+    geometry = family.geometry
     ignored = [warning(f"datasets.{i}.audio", f"is \"{ds.audio}\", but model.family = "
                        f"{cfg.model.family!r} trains no audio; it is ignored")
-               for i, ds in enumerate(cfg.datasets) if ds.audio != "auto" and not geometry.audio]
+               for i, ds in enumerate(cfg.datasets) if ds.audio != "auto" and not family.audio]
     if not geometry.video:
         if cfg.validation.frames > 1:
             return [Problem("warning", "validation.frames",

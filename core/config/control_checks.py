@@ -14,12 +14,13 @@ from core.problems import Problem, error, warning
 def _edit_family_names() -> str:
     from core.models.registry import families
 
-    return ", ".join(f.name for f in families() if f.control_images)
+    return ", ".join(f.name for f in families() if f.edit)
 
 
 def control_problems(cfg: Any, family: Any) -> list[Problem]:
-    """Control keys against `family` (its control_images and text_reads_controls)."""
-    if not family.control_images:
+    """Control keys against `family` (its edit spec: references, text_reads_references)."""
+    spec = family.edit
+    if spec is None:
         return _not_edit(cfg, family)
     out: list[Problem] = []
     for i, ds in enumerate(cfg.datasets):
@@ -34,25 +35,25 @@ def control_problems(cfg: Any, family: Any) -> list[Problem]:
             if name in given and before not in given:
                 out.append(error(f"{key}.{name}", f"is set but {key}.{before} is empty; "
                                                   f"fill {before} first"))
-        if len(given) > family.control_images:
-            extra = CONTROL_KEYS[family.control_images]
-            out.append(error(f"{key}.{extra}", f"{family.name} takes {family.control_images} "
+        if len(given) > spec.references:
+            extra = CONTROL_KEYS[spec.references]
+            out.append(error(f"{key}.{extra}", f"{family.name} takes {spec.references} "
                                                "control image(s) per target; clear it"))
         if ds.flip:
             out.append(error(f"{key}.flip", f"{family.name} trains edits from pairs, and a "
                                             "mirrored target would need its control "
                                             "mirrored too, which is not done; turn flip off"))
-        if family.text_reads_controls and ds.shuffle_tags:
+        if spec.text_reads_references and ds.shuffle_tags:
             out.append(error(f"{key}.shuffle_tags", f"{family.name}'s text encoder reads "
                                                     "the control images with the caption, "
                                                     "so captions are cached with them; turn "
                                                     "tag shuffling off"))
-    if family.text_reads_controls and cfg.train.caption_dropout > 0:
+    if spec.text_reads_references and cfg.train.caption_dropout > 0:
         out.append(error("train.caption_dropout", f"{family.name}'s text encoder reads the "
                                                   "control images with the caption, so a "
                                                   "dropped caption is not one cached entry; "
                                                   "set it to 0"))
-    if family.text_reads_controls and cfg.train.text_encoder_lora:
+    if spec.text_reads_references and cfg.train.text_encoder_lora:
         out.append(error("train.text_encoder_lora", f"{family.name}'s text encoder reads the "
                                                     "control images; training it is not "
                                                     "supported yet: turn it off"))
@@ -74,9 +75,9 @@ def _validation_controls(cfg: Any, family: Any) -> list[Problem]:
         if count == 0:
             out.append(error(key, f"entry {n + 1} is empty; give prompt {n + 1}'s control "
                                   "image"))
-        elif count > family.control_images:
+        elif count > family.edit.references:
             out.append(error(key, f"entry {n + 1} names {count} images, but {family.name} "
-                                  f"takes {family.control_images} per prompt"))
+                                  f"takes {family.edit.references} per prompt"))
     return out
 
 
@@ -86,9 +87,9 @@ def _not_edit(cfg: Any, family: Any) -> list[Problem]:
     out = [error(f"datasets.{i}.{name}", f"is set, but {what}")
            for i, ds in enumerate(cfg.datasets) for name in CONTROL_KEYS
            if getattr(ds, name).strip()]
-    # A video family's model may take a first image (image-to-video): the check, which
-    # reads the model's folder, says whether the key is used (core/check.py).
-    if cfg.validation.control_images and not family.video:
+    # An image-to-video family's model may take a first image: the check, which reads
+    # the model's folder, says whether the key is used (core/check.py).
+    if cfg.validation.control_images and not family.first_image:
         out.append(warning("validation.control_images", f"is ignored: {what}"))
     return out
 

@@ -75,7 +75,7 @@ class DatasetConfig:
                                "start to the next one's.")
     audio: str = _f("auto", label="Audio track", choices=AUDIO_CHOICES, video=True, audio=True,
                     help="Families that train sound with the video ("
-                         f"{', '.join(f.name for f in families() if f.geometry.audio)}): "
+                         f"{', '.join(f.name for f in families() if f.audio)}): "
                          "auto and on "
                          "train each clip's audio track beside its frames (a clip without "
                          "one trains video-only); off trains video only. Other families "

@@ -151,10 +151,10 @@ def dumps_config(cfg: Config) -> str:
 
     data = config_to_dict(cfg)
     family = family_or_defaults(cfg.model.family)
-    edit = family.control_images > 0
+    edit = family.edit is not None
     unused = [tag for tag, used in (("video", family.video), ("edit", edit),
                                     ("conditioned", edit or family.video),
-                                    ("audio", family.geometry.audio)) if not used]
+                                    ("audio", family.audio is not None)) if not used]
     for section, table in [("datasets", d) for d in data["datasets"]] + [
             (name, data[name]) for name in SECTION_TYPES]:
         for key in _tagged_keys(section, unused) + _other_families_keys(section, cfg):

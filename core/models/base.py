@@ -41,6 +41,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
+from core.models.capabilities import AudioSpec, EditSpec, FirstImageSpec
 from core.models.components import Components, NoiseSample
 from core.models.defaults import FamilyDefaults
 from core.models.geometry import Geometry
@@ -59,6 +60,10 @@ class ModelFamily(Protocol):
     # Optional members with defaults in FamilyDefaults (see there).
     geometry: Geometry
     video: bool
+    # Capabilities (core/models/capabilities.py), None where the family has none.
+    audio: AudioSpec | None
+    edit: EditSpec | None
+    first_image: FirstImageSpec | None
     train_guidance: float | None
     max_sequence_length: int | None
     list_prompt_embeds: bool
@@ -76,10 +81,7 @@ class ModelFamily(Protocol):
     pipeline_prefix: str
     trained_tiny: tuple[tuple[str, str], ...]
     distilled_validation: tuple[int, float] | None
-    control_images: int
-    text_reads_controls: bool
     negative_prompt_note: str
-    first_image_switch: str
     checkpoint_text_encoders: tuple[tuple[str, str, str], ...]
     block_lists: tuple[str, ...]
     routing: RoutingSpec | None
@@ -102,34 +104,14 @@ class ModelFamily(Protocol):
     def config_problems(self, cfg: Any) -> list[Any]:
         """This family's own checks of a Config at --stage check (Problems)."""
 
-    def audio_sample_rate(self, c: Components) -> int:
-        """The rate a family with audio encodes at (FamilyDefaults')."""
-
-    def encode_audio(self, c: Components, waveform: Any, frames: int, fps: float,
-                     generator: Any = None) -> Any:
-        """A clip's audio latents, for a family with audio (FamilyDefaults')."""
-
     def configure_run(self, c: Components, cfg: Any) -> None:
         """The run's family-read settings onto the loaded model (FamilyDefaults')."""
 
     def trained_denoisers(self, cfg: Any, loaded: int) -> int:
         """How many loaded denoisers the run trains (FamilyDefaults')."""
 
-    def encode_controls(self, c: Components, controls: list[Any]) -> dict[str, Any]:
-        """An edit family's cached control latents (FamilyDefaults')."""
-
-    def encode_prompts_with_images(self, c: Components, prompts: list[str],
-                                   images: list[list[Any]]) -> list[dict[str, Any]]:
-        """Prompts read with their control images (FamilyDefaults')."""
-
     def extra_stream_bytes(self, config: dict[str, Any], shape: Any) -> int:
         """A second token stream's activations for the estimate (FamilyDefaults')."""
-
-    def takes_first_image(self, model: Any) -> bool:
-        """Whether the model samples from a first image (FamilyDefaults')."""
-
-    def validation_image_kwargs(self, images: list[Any], resolution: int) -> dict[str, Any]:
-        """A validation prompt's control images as pipeline kwargs (FamilyDefaults')."""
 
     def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",
              config: str | None = None) -> Components:

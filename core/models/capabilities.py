@@ -51,17 +51,41 @@ class EditSpec:
     `text_reads_references`: its text encoder reads them with the prompt (Qwen2.5-VL), so
     text entries are keyed by caption and control images and encoded by
     `encode_prompts_with_images(c, prompts, images)` (images[i]: prompt i's controls as
-    PIL RGB at their own size). `encode_controls(c, controls)`: the cached control
-    latents of one [B, 3, H, W] pixel batch per control; None: each encoded as a target
-    is (posterior mean), stacked as {"control_latents": [B, K, C, h, w]}.
-    `validation_kwargs(images, resolution)`: validation.control_images as pipeline
-    keywords."""
+    PIL RGB at their own size, orientation applied), which such a family must give.
+    `encode_controls(c, controls)`: the cached control latents of one [B, 3, H, W] pixel
+    batch in [-1, 1] per control, each resized and cropped to its target's bucket; None:
+    `controls_as_targets`. `validation_kwargs(images, resolution)`: one validation
+    prompt's validation.control_images as pipeline keywords."""
 
     references: int
     text_reads_references: bool = False
     encode_prompts_with_images: Callable[..., list[dict[str, Any]]] | None = None
     encode_controls: Callable[[Components, list[Any]], dict[str, Any]] | None = None
     validation_kwargs: Callable[[list[Any], int], dict[str, Any]] = image_kwargs
+
+    def __post_init__(self) -> None:
+        # A family that says its text encoder reads the references must say how; caught
+        # when the family module is imported, not at the first cached caption.
+        if self.text_reads_references and self.encode_prompts_with_images is None:
+            raise ValueError("EditSpec: text_reads_references needs "
+                             "encode_prompts_with_images")
+
+
+def controls_as_targets(family: Any, c: Components, controls: list[Any]) -> dict[str, Any]:
+    """EditSpec.encode_controls' default: each control encoded as the family's
+    `encode_images` encodes a target (posterior mean), stacked as {"control_latents":
+    [B, K, C, h, w]}; the dataset hands them to `predict` as per-item [K, C, h, w]."""
+    import torch
+
+    return {"control_latents": torch.stack([family.encode_images(c, x) for x in controls],
+                                           dim=1)}
+
+
+def control_latents(family: Any, c: Components, controls: list[Any]) -> dict[str, Any]:
+    """An edit family's cached control latents: its `edit.encode_controls`, else
+    `controls_as_targets`."""
+    own = family.edit.encode_controls
+    return own(c, controls) if own is not None else controls_as_targets(family, c, controls)
 
 
 @dataclass(frozen=True)

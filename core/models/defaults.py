@@ -89,22 +89,9 @@ class FamilyDefaults:
     # A distilled checkpoint's (steps, guidance) for validation.model; None: none known.
     distilled_validation: tuple[int, float] | None = None
 
-    # An edit family (FLUX.1 Kontext, Qwen-Image-Edit): how many control (reference)
-    # images a sample may take (datasets.N.control, control_2, ...; 0: none, the
-    # control keys are refused), and whether its text encoder reads them with the prompt
-    # (Qwen-Image-Edit's Qwen2.5-VL), so text entries are keyed by caption and control
-    # images and encoded by `encode_prompts_with_images`.
-    control_images: int = 0
-    text_reads_controls: bool = False
-
     # Why validation draws without a negative prompt (validation.negative_prompt, --n), as
     # the check's warning ends it ("FLUX.1 is guidance-distilled..."); "": it uses it.
     negative_prompt_note: str = ""
-    # The setting that makes a model of this family image-to-video, where one checkpoint
-    # does both and the folder cannot say (ltx2's 'model.ltx2_mode = "image_to_video"'):
-    # the check's warning on an ignored validation.control_images names it.
-    first_image_switch: str = ""
-
     # The merged model as one original-layout (A1111/ComfyUI) checkpoint file
     # (core/models/ldm_checkpoint.py, merged.safetensors): each text encoder's (component
     # folder, key prefix, "clip" | "open_clip"); empty: no such layout (a transformer
@@ -154,57 +141,11 @@ class FamilyDefaults:
         """This family's own checks of a Config at --stage check (Problems)."""
         return []
 
-    def encode_controls(self, c: Components, controls: list[Any]) -> dict[str, Any]:
-        """An edit family's cached control latents: `controls` holds one [B, 3, H, W]
-        pixel batch in [-1, 1] per control image (control, control_2, ...), each resized
-        and cropped to its target's bucket. By default {"control_latents": [B, K, C, h, w]},
-        each control encoded as `encode_images` encodes a target (posterior mean); the
-        dataset hands them to `predict` as per-item [K, C, h, w] tensors."""
-        import torch
-
-        encode = self.encode_images  # type: ignore[attr-defined]
-        return {"control_latents": torch.stack([encode(c, x) for x in controls], dim=1)}
-
-    def encode_prompts_with_images(self, c: Components, prompts: list[str],
-                                   images: list[list[Any]]) -> list[dict[str, Any]]:
-        """`encode_prompts` for a family whose text encoder reads the control images
-        (`text_reads_controls`): `images[i]` holds prompt i's control images as PIL RGB
-        images at their own size (orientation applied)."""
-        raise NotImplementedError(f"{self.name}: its text encoder reads no images")
-
     def extra_stream_bytes(self, config: dict[str, Any], shape: Any) -> int:
         """The memory estimate's activations of a second token stream the denoiser runs
         beside the image tokens (LTX-2's audio), for the transformer `config` and the
         step `shape` (memory_activations.StepShape); 0 for a family with none."""
         return 0
-
-    def takes_first_image(self, model: Any) -> bool:
-        """Image-to-video: whether the config's model section `model` (paths resolved)
-        samples from a first image, so validation.control_images gives each validation
-        prompt its first frame (one image per prompt, passed as `validation_image_kwargs`
-        gives it). The model decides (one family may load both kinds: wan's folders
-        name their pipeline), or a family's own key where one checkpoint does both
-        (ltx2: `first_image_switch`)."""
-        return False
-
-    def validation_image_kwargs(self, images: list[Any], resolution: int) -> dict[str, Any]:
-        """The pipeline keyword arguments of one validation prompt's control images
-        (validation.control_images; PIL RGB) for a validation at `resolution` (the side
-        of its square): `image`, one image or a list of them."""
-        return {"image": images[0] if len(images) == 1 else images}
-
-    def audio_sample_rate(self, c: Components) -> int:
-        """A family with audio (geometry.audio): the rate its audio encoder takes, which
-        the cache reads a clip's track at."""
-        raise NotImplementedError(f"{self.name}: trains no audio")
-
-    def encode_audio(self, c: Components, waveform: Any, frames: int, fps: float,
-                     generator: Any = None) -> Any:
-        """A family with audio: latents [B, L, D] of `waveform` [B, channels, samples] at
-        `audio_sample_rate`, the track under `frames` frames sampled at `fps`; cached in
-        the clip's entry as "audio_latents" and handed to `predict` as a per-item list
-        (None for a sample without audio)."""
-        raise NotImplementedError(f"{self.name}: trains no audio")
 
     def configure_run(self, c: Components, cfg: Any) -> None:
         """The run's settings a family reads from the Config onto its loaded model, before

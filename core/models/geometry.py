@@ -25,7 +25,6 @@ class Geometry:
     # denoiser packs); bucket sides (data/buckets.py) are multiples of 64, which it
     # divides.
     spatial_multiple: int = 16
-    audio: bool = False  # the family trains an audio track beside the video
 
     def valid_frames(self, frames: int) -> bool:
         """Whether a clip of `frames` frames fits the VAE's frame rule."""

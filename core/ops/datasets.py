@@ -86,7 +86,7 @@ def is_audio_family(family: str) -> bool:
     (datasets.N.audio); False for an unknown name."""
     from core.models.registry import family_or_defaults
 
-    return family_or_defaults(family).geometry.audio
+    return family_or_defaults(family).audio is not None
 
 
 def is_video_family(family: str) -> bool:
@@ -102,7 +102,7 @@ def is_edit_family(family: str) -> bool:
     control_2 and control_3 keys, validation.control_images); False for an unknown name."""
     from core.models.registry import family_or_defaults
 
-    return family_or_defaults(family).control_images > 0
+    return family_or_defaults(family).edit is not None
 
 
 def is_flow_family(family: str) -> bool:

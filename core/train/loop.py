@@ -45,7 +45,8 @@ class Loop:
         self.compiled = setup.compiled  # train.compile's watch, or None
         # An image-to-video model: validation.control_images are its first images (read
         # once: the answer may read the model folder's model_index.json).
-        self.first_image = setup.family.takes_first_image(cfg.model)
+        spec = setup.family.first_image
+        self.first_image = bool(spec and spec.takes_first_image(cfg.model))
 
     @property
     def acc(self) -> Any:
@@ -127,7 +128,7 @@ class Loop:
                 self.reporter.validation(step, paths, labels, _since(started))
                 write_validation_grid(self.run_dir, labels,
                                       self.cfg.validation.control_images
-                                      if self.s.family.control_images or first_image
+                                      if self.s.family.edit or first_image
                                       else None)
         self.acc.wait_for_everyone()
         if self.cfg.validation.prompts:

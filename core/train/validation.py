@@ -2,7 +2,7 @@
 a video family with validation.frames > 1 also writes each video as 00.mp4 (00.png is its
 first frame, which the gallery and the grid show), with its AAC audio track when the
 pipeline generates one (`.audio`, `.audio_sample_rate`); an edit family edits each prompt's
-validation.control_images.
+validation.control_images, and an image-to-video model starts from them.
 
 The prompts are encoded once, before training, while the text encoders are still on the
 GPU for the caches (`encode_validation_prompts`); each validation then runs the family's
@@ -76,7 +76,7 @@ def control_images(family: ModelFamily, cfg: ValidationConfig,
     from core.data.controls import split_controls
     from core.data.images import load_rgb
 
-    if not (family.control_images or first_image) or not cfg.control_images:
+    if not (family.edit or first_image) or not cfg.control_images:
         return []
     return [[load_rgb(path) for path in split_controls(entry)] for entry in cfg.control_images]
 
@@ -92,7 +92,8 @@ def encode_validation_prompts(family: ModelFamily, components: Components,
     settings = [prompt_settings(cfg, i) for i in range(len(cfg.prompts))]
     prompts = [s.text for s in settings]
     negative_texts = [s.negative for s in settings]
-    images = control_images(family, cfg) if family.text_reads_controls else []
+    edit = family.edit
+    images = control_images(family, cfg) if edit and edit.text_reads_references else []
 
     def cpu(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{k: v.detach().cpu() for k, v in item.items()} for item in items]
@@ -103,9 +104,8 @@ def encode_validation_prompts(family: ModelFamily, components: Components,
                                mask_kwarg=family.pipeline_mask_kwarg, negatives=negatives)
 
     if images:
-        return texts(cpu(family.encode_prompts_with_images(components, prompts, images)),
-                     cpu(family.encode_prompts_with_images(components, negative_texts,
-                                                           images)))
+        return texts(cpu(edit.encode_prompts_with_images(components, prompts, images)),
+                     cpu(edit.encode_prompts_with_images(components, negative_texts, images)))
     unique = sorted(set(negative_texts))  # each negative encoded once
     encoded = cpu(family.encode_prompts(components, [*prompts, *unique]))
     by_text = dict(zip(unique, encoded[len(prompts):], strict=True))
@@ -144,14 +144,15 @@ def _draw_all(family: ModelFamily, components: Components, cfg: ValidationConfig
     vae.to(device)
     frames = cfg.frames if family.video else 0
     controls = control_images(family, cfg, first_image)
+    # The spec whose images these are: an edit family's references, else the first image.
+    image_kwargs = (family.edit or family.first_image).validation_kwargs if controls else None
     try:
         with plain_forward(unwrap(components.denoiser)):
             out = []
             for index in range(len(cfg.prompts)):
                 drawn = prompt_settings(cfg, index)
                 area_side = round((drawn.width * drawn.height) ** 0.5)
-                image = family.validation_image_kwargs(controls[index], area_side) \
-                    if controls else {}
+                image = image_kwargs(controls[index], area_side) if image_kwargs else {}
                 out.append(_one_image(pipe, cfg, drawn, texts.pipeline_inputs(index, device),
                                       index, folder, frames, image))
             return out

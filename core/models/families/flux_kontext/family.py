@@ -7,13 +7,14 @@ model is given in training (train_guidance = 1.0, as ai-toolkit trains Kontext L
 
 The control, as FluxKontextPipeline's denoising loop gives it (pipeline_flux_kontext.py,
 prepare_latents and __call__): the control image's latents, encoded as the target's
-((z - shift) * scale of the posterior mode; `encode_controls`, cached beside the target's
-latents), are packed into 2x2-patch tokens and joined after the target's tokens on the
-sequence axis; their img_ids are the target's grid positions with the first coordinate
-set to 1 (the target's is 0), so the transformer tells them apart; the transformer's
-output is cut back to the target's tokens before unpacking. The loss is FLUX.1's, on the
-target only. Every control is resized and cropped to its target's bucket
-(core/data/controls.py), so both token grids have one size.
+((z - shift) * scale of the posterior mode: `edit` names no encode_controls, so it is
+capabilities.py's `controls_as_targets`; cached beside the target's latents), are packed
+into 2x2-patch tokens and joined after the target's tokens on the sequence axis; their
+img_ids are the target's grid positions with the first coordinate set to 1 (the
+target's is 0), so the transformer tells them apart; the transformer's output is cut
+back to the target's tokens before unpacking. The loss is FLUX.1's, on the target only.
+Every control is resized and cropped to its target's bucket (core/data/controls.py), so
+both token grids have one size.
 
 Validation edits each prompt's validation.control_images entry: the pipeline gets the
 image at validation.resolution's area (its aspect kept) with `_auto_resize` off, so a
@@ -25,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.models.base import Components
+from core.models.capabilities import EditSpec
 from core.models.families.flux.family import FluxFamily
 from core.models.modules import unwrap
 
@@ -52,6 +54,20 @@ def control_tokens(batch: dict[str, Any], b: int, target_ids: Any, dtype: Any,
     return packed, ids
 
 
+def validation_kwargs(images: list[Any], resolution: int) -> dict[str, Any]:
+    """The control at about resolution² pixels (its aspect kept, sides multiples of 16),
+    the pipeline's max_area set to match and its snap to Kontext's preferred 1024-pixel
+    sizes off, so the validation size is the one asked for."""
+    from PIL import Image
+
+    image = images[0]
+    scale = (resolution * resolution / (image.width * image.height)) ** 0.5
+    size = (max(16, round(image.width * scale) // 16 * 16),
+            max(16, round(image.height * scale) // 16 * 16))
+    return {"image": image.resize(size, Image.Resampling.BICUBIC),
+            "max_area": resolution * resolution, "_auto_resize": False}
+
+
 class FluxKontextFamily(FluxFamily):
     name = "flux_kontext"
     pipeline_prefix = "FluxKontext"
@@ -61,7 +77,7 @@ class FluxKontextFamily(FluxFamily):
     # and takes a file that looks like FLUX.1's.
     single_file_markers = ()
     single_file_layout_of = "flux"
-    control_images = 1
+    edit = EditSpec(references=1, validation_kwargs=validation_kwargs)
 
     def image_tokens(self, batch: dict[str, Any], packed: Any, img_ids: Any
                      ) -> tuple[Any, Any]:
@@ -86,19 +102,6 @@ class FluxKontextFamily(FluxFamily):
             text_encoder_2=c.text_encoders[1], tokenizer_2=c.tokenizers[1])
         pipe.set_progress_bar_config(disable=True)
         return pipe
-
-    def validation_image_kwargs(self, images: list[Any], resolution: int) -> dict[str, Any]:
-        """The control at about resolution² pixels (its aspect kept, sides multiples of
-        16), the pipeline's max_area set to match and its snap to Kontext's preferred
-        1024-pixel sizes off, so the validation size is the one asked for."""
-        from PIL import Image
-
-        image = images[0]
-        scale = (resolution * resolution / (image.width * image.height)) ** 0.5
-        size = (max(16, round(image.width * scale) // 16 * 16),
-                max(16, round(image.height * scale) // 16 * 16))
-        return {"image": image.resize(size, Image.Resampling.BICUBIC),
-                "max_area": resolution * resolution, "_auto_resize": False}
 
 
 FAMILY = FluxKontextFamily()

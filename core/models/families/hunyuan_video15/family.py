@@ -52,7 +52,7 @@ i2v.py, which says how the first-frame condition is cached and fed; tiny_i2v/
 Not here: single files (diffusers 0.42 cannot read an original HunyuanVideo 1.5 file, so
 one is refused naming the fix), the step-distilled models (use_meanflow, refused at load)
 and the super-resolution ones. I2V validation starts from each prompt's
-validation.control_images entry (`takes_first_image`), or i2v.synthetic_image without one.
+validation.control_images entry (`first_image`, i2v.py), or i2v.synthetic_image without one.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ from core.models import loading
 from core.models.base import Components, NoiseSample
 from core.models.comfyui_names import Fused, ModuleNames
 from core.models.families.hunyuan_video15.i2v import (
+    FIRST_IMAGE,
     I2V_PIPELINE,
     condition_inputs,
     encode_condition,
@@ -74,7 +75,7 @@ from core.models.families.hunyuan_video15.text import encode, unpack
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
 from core.models.modules import encode_latents, freeze, unwrap
-from core.models.source import names_pipeline, pipeline_class_or
+from core.models.source import pipeline_class_or
 
 ATTENTION = ("to_q", "to_k", "to_v", r"to_out\.0", "add_q_proj", "add_k_proj", "add_v_proj",
              "to_add_out")
@@ -109,6 +110,7 @@ class HunyuanVideo15Family(FlowFamily):
     # 4k + 1 frames, 4 to a latent frame, 16x16 pixels to a latent; patch 1.
     geometry = Geometry(video=True, frame_step=4, temporal_compression=4,
                         spatial_compression=16, latent_channels=32, spatial_multiple=16)
+    first_image = FIRST_IMAGE  # a HunyuanVideo15ImageToVideoPipeline folder (i2v.py)
     pipeline_prefix = "HunyuanVideo15"
     # An original file (its ByT5 projection) is named as this family, before Flux's
     # "double_blocks." claims it, so the refusal below is the one a user sees.
@@ -170,11 +172,6 @@ class HunyuanVideo15Family(FlowFamily):
                 "HunyuanVideo 1.5: use a diffusers folder or a hub id such as "
                 "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v"))
         return problems
-
-    def takes_first_image(self, model: Any) -> bool:
-        """An image-to-video model (i2v.py): validation.control_images gives each
-        validation prompt its first frame."""
-        return names_pipeline(model.path, I2V_PIPELINE, "hunyuan_video15_i2v")
 
     def _pretrained_class(self, path: str, kind: loading.SourceKind) -> Any:
         """The folder's own pipeline (image-to-video where model_index.json names it,

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.models.base import Components
+from core.models.capabilities import FirstImageSpec
+from core.models.source import names_pipeline
 
 I2V_PIPELINE = "HunyuanVideo15ImageToVideoPipeline"
 CONDITION = "hv15_first_frame_latents"  # [32, 1, h, w]: the first image's latents
@@ -44,6 +46,16 @@ class I2VComponents(Components):
 
     image_encoder: Any = None
     feature_extractor: Any = None
+
+
+def takes_first_image(model: Any) -> bool:
+    """An image-to-video model (its folder names HunyuanVideo15ImageToVideoPipeline, or
+    tiny:hunyuan_video15_i2v): validation.control_images gives each validation prompt
+    its first frame."""
+    return names_pipeline(model.path, I2V_PIPELINE, "hunyuan_video15_i2v")
+
+
+FIRST_IMAGE = FirstImageSpec(takes_first_image)
 
 
 def is_i2v(c: Components) -> bool:

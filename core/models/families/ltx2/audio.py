@@ -21,6 +21,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from core.models.capabilities import AudioSpec
+
 N_FFT = 1024
 LOG_FLOOR = 1e-5
 FRAME_RATE = 24.0  # LTX2Pipeline's frame_rate: the video positions and the audio length
@@ -82,3 +84,25 @@ def encode_waveform(audio_vae: Any, waveform: Any, length: int, generator: Any =
     mean = audio_vae.latents_mean.to(packed.device, packed.dtype)
     std = audio_vae.latents_std.to(packed.device, packed.dtype)
     return (packed - mean) / std
+
+
+def sample_rate(c: Any) -> int:
+    """The rate the loaded audio VAE takes, which the cache reads a clip's track at."""
+    return int(c.audio_vae.config.sample_rate)
+
+
+def encode_audio(c: Any, waveform: Any, frames: int, fps: float, generator: Any = None) -> Any:
+    """Audio latents [B, L, D] of `waveform` [B, channels, samples] at the audio VAE's
+    sample rate, cut to what the pipeline samples beside `frames` frames at `fps`; the
+    VAE comes to the video VAE's device for it from host memory, and goes back."""
+    vae = c.audio_vae
+    home = next(vae.parameters()).device
+    vae.to(c.vae.device)
+    try:
+        return encode_waveform(vae, waveform, audio_length(vae.config, frames, fps),
+                               generator)
+    finally:
+        vae.to(home)
+
+
+AUDIO = AudioSpec(sample_rate=sample_rate, encode=encode_audio)

@@ -9,7 +9,7 @@ matching. Follows LTX2Pipeline.
 Text (text.py): the Gemma layers through the frozen connectors, cached as the transformer
 reads them. Latents: `encode_images` gives (z - latents_mean) / latents_std of the video
 VAE's posterior, [B, 128, F', H/32, W/32] (an image: one frame), as the pipeline's
-_normalize_latents; a clip's audio track is encoded by `encode_audio` (audio.py) into the
+_normalize_latents; a clip's audio track is encoded by `audio` (audio.py's AudioSpec) into the
 same cache entry. Objective (objective.py): video and audio noised at one sigma, MSE
 against noise - latents for each, the sigmas shifted as the pipeline shifts them for
 the sample's token count; the transformer gets t = sigma * 1000 (and sigma = t, which
@@ -42,8 +42,13 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.families.ltx2.audio import FRAME_RATE, audio_length, encode_waveform
-from core.models.families.ltx2.i2v import keep_first_frame, video_timesteps
+from core.models.families.ltx2.audio import AUDIO, FRAME_RATE, audio_length
+from core.models.families.ltx2.i2v import (
+    FIRST_IMAGE,
+    keep_first_frame,
+    takes_first_image,
+    video_timesteps,
+)
 from core.models.families.ltx2.objective import (
     AudioVideoSample,
     audio_inputs,
@@ -51,7 +56,6 @@ from core.models.families.ltx2.objective import (
     token_shift,
     video_per_item,
 )
-from core.models.families.ltx2.options import IMAGE_TO_VIDEO, TEXT_TO_VIDEO
 from core.models.families.ltx2.text import MAX_SEQUENCE_LENGTH, encode, split
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
@@ -81,14 +85,14 @@ class LTX2Family(FlowFamily):
     name = "ltx2"
     block_lists = ("transformer_blocks",)
     geometry = Geometry(video=True, frame_step=8, temporal_compression=8,
-                        spatial_compression=32, latent_channels=128, spatial_multiple=32,
-                        audio=True)
+                        spatial_compression=32, latent_channels=128, spatial_multiple=32)
+    audio = AUDIO  # a clip's sound track, cached beside its frames (audio.py)
+    first_image = FIRST_IMAGE  # model.ltx2_mode = "image_to_video" (i2v.py)
     pipeline_prefix = "LTX2"
     text_encoder_count = 1
     pipeline_class_name = "LTX2Pipeline"
     max_sequence_length = MAX_SEQUENCE_LENGTH
     pipeline_mask_kwarg = "prompt_attention_mask"
-    first_image_switch = f'model.ltx2_mode = "{IMAGE_TO_VIDEO}"'
 
     # ------------------------------------------------------------ loading
 
@@ -128,22 +132,18 @@ class LTX2Family(FlowFamily):
                        "positions and audio length assume it); set it to 24 unless the "
                        "clips are meant to play slower or faster")
                for i, ds in enumerate(cfg.datasets) if ds.fps != FRAME_RATE]
-        if self.takes_first_image(cfg.model):
-            out += [error(f"datasets.{i}.frames", f"is 1, but {self.first_image_switch} "
+        if takes_first_image(cfg.model):
+            out += [error(f"datasets.{i}.frames", f"is 1, but {FIRST_IMAGE.switch} "
                           "keeps each sample's first latent frame as the clean condition "
                           "and trains the frames after it: a one-frame sample has none; "
                           "use 9 or more frames, or text_to_video")
                     for i, ds in enumerate(cfg.datasets) if ds.frames == 1]
         return out
 
-    def takes_first_image(self, model: Any) -> bool:
-        """model.ltx2_mode: one checkpoint does both, so the config says (options.py)."""
-        return getattr(model, "ltx2_mode", TEXT_TO_VIDEO) == IMAGE_TO_VIDEO
-
     def configure_run(self, c: Components, cfg: Any) -> None:
         """model.ltx2_mode onto the loaded model: training conditions on each clip's
         first latent frame and validation samples with LTX2ImageToVideoPipeline."""
-        self.parts(c).first_image = self.takes_first_image(cfg.model)
+        self.parts(c).first_image = takes_first_image(cfg.model)
 
     # ------------------------------------------------------------ text and latents
 
@@ -162,22 +162,6 @@ class LTX2Family(FlowFamily):
         return LTX2Pipeline._normalize_latents(_posterior(vae, video, generator),
                                                vae.latents_mean, vae.latents_std,
                                                vae.config.scaling_factor)
-
-    def audio_sample_rate(self, c: Components) -> int:
-        return int(c.audio_vae.config.sample_rate)
-
-    def encode_audio(self, c: Components, waveform: Any, frames: int, fps: float,
-                     generator: Any = None) -> Any:
-        """Audio latents [B, L, D] of `waveform` [B, channels, samples] at the audio VAE's
-        sample rate, cut to what the pipeline samples beside `frames` frames at `fps`."""
-        vae = c.audio_vae
-        home = next(vae.parameters()).device
-        vae.to(c.vae.device)
-        try:
-            return encode_waveform(vae, waveform, audio_length(vae.config, frames, fps),
-                                   generator)
-        finally:
-            vae.to(home)
 
     # ------------------------------------------------------------ training
 

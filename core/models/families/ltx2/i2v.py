@@ -23,6 +23,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.models.capabilities import FirstImageSpec
+from core.models.families.ltx2.options import IMAGE_TO_VIDEO, TEXT_TO_VIDEO
+
+
+def takes_first_image(model: Any) -> bool:
+    """model.ltx2_mode: one checkpoint does both, so the config says (options.py)."""
+    return getattr(model, "ltx2_mode", TEXT_TO_VIDEO) == IMAGE_TO_VIDEO
+
+
+FIRST_IMAGE = FirstImageSpec(takes_first_image, switch=f'model.ltx2_mode = "{IMAGE_TO_VIDEO}"')
+
 
 def keep_first_frame(noisy: Any, latents: Any) -> Any:
     """`noisy` [B, C, F', h, w] with its first latent frame replaced by the clean one."""

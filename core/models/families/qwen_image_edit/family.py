@@ -4,10 +4,11 @@ QwenImageEditPipeline (Qwen/Qwen-Image-Edit, one reference image) and
 QwenImageEditPlusPipeline (Qwen/Qwen-Image-Edit-2509 and -2511, up to three) condition
 sampling (pipeline_qwenimage_edit.py, pipeline_qwenimage_edit_plus.py).
 
-References (`control_images` = 3, the most a Plus model takes; plain Qwen-Image-Edit takes
+References (`edit.references` = 3, the most a Plus model takes; plain Qwen-Image-Edit takes
 1, and a second control raises a ValueError naming datasets.N.control_2, at --stage check
 for a folder or tiny: model.path, else when the caches are built): each is cached as the
-normalised VAE posterior mean, exactly as a target (`encode_controls`, base.py's default),
+normalised VAE posterior mean, exactly as a target (`encode_controls`: capabilities.py's
+`controls_as_targets` after the count check),
 which is the pipelines' `_encode_vae_image` (sample_mode "argmax", (z - mean) / std). The
 dataset fits each control to its target's bucket; at inference the pipelines resize it to
 about 1024x1024 instead (`validation_pipeline` does as they do).
@@ -23,7 +24,7 @@ ones, as encode_prompt drops it); and keeps the target's tokens of the output
 tokens' timestep 0 from img_shapes itself. Items whose references differ in number or
 shape run as separate groups.
 
-Text (`text_reads_controls`): Qwen2.5-VL reads the prompt with its control images. For
+Text (`edit.text_reads_references`): Qwen2.5-VL reads the prompt with its control images. For
 each prompt, `encode_prompts_with_images` calls the pipeline's own encode_prompt (edit
 272-316: `_get_qwen_prompt_embeds` 225-270, the template with the vision tokens through
 the processor, hidden_states[-1] of the real tokens, the 64-token system part dropped;
@@ -52,6 +53,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import EditSpec, controls_as_targets
 from core.models.families.qwen_image.family import QwenImageFamily
 from core.models.families.qwen_image_edit.validation import (
     EDIT,
@@ -81,6 +83,33 @@ def _per_prompt(embeds: Any, mask: Any) -> list[dict[str, Any]]:
             for i, n in enumerate(int(v) for v in lengths)]
 
 
+def encode_controls(c: Components, controls: list[Any]) -> dict[str, Any]:
+    """`controls_as_targets` ({"control_latents": [B, K, 16, h, w]}, each reference encoded
+    as a target: the pipelines' `_encode_vae_image`), after the count check."""
+    FAMILY.check_controls(c, len(controls))
+    return controls_as_targets(FAMILY, c, controls)
+
+
+def encode_prompts_with_images(c: Components, prompts: list[str],
+                               images: list[list[Any]]) -> list[dict[str, Any]]:
+    """Prompt i read with images[i] by the pipeline's own encode_prompt (see the module
+    docstring), one prompt at a time; a prompt without images as `encode_prompts`."""
+    import torch
+
+    pipe = FAMILY.text_pipeline(c, c.pipeline_class or EDIT)
+    out: list[dict[str, Any]] = []
+    for prompt, own in zip(prompts, images, strict=True):
+        if not own:
+            out += FAMILY.encode_prompts(c, [prompt])
+            continue
+        with torch.no_grad():
+            embeds, mask = pipe.encode_prompt(prompt=[prompt],
+                                              image=FAMILY.prompt_images(c, own, pipe),
+                                              device=c.text_encoders[0].device)
+        out += _per_prompt(embeds, mask)
+    return out
+
+
 class QwenImageEditFamily(QwenImageFamily):
     name = "qwen_image_edit"
     # Its transformer files have Qwen-Image's keys (qwen_image claims them); folders are
@@ -89,8 +118,8 @@ class QwenImageEditFamily(QwenImageFamily):
     single_file_rank = 100
     pipeline_prefix = "QwenImageEdit"
     pipeline_class_name = EDIT
-    control_images = 3
-    text_reads_controls = True
+    edit = EditSpec(references=3, text_reads_references=True, encode_controls=encode_controls,
+                    encode_prompts_with_images=encode_prompts_with_images)
     # The memory estimate's text length: the prompt's (max_sequence_length, which the
     # edit pipelines do not truncate to) and a reference's vision tokens, 1369 at the
     # plain pipeline's 1024x1024 (37x37 merged 28-pixel patches) and its two markers; the
@@ -162,24 +191,18 @@ class QwenImageEditFamily(QwenImageFamily):
 
     def max_controls(self, c: Components) -> int:
         """References this model takes: 1 for Qwen-Image-Edit, 3 for the Plus models."""
-        return self.control_images if c.pipeline_class == PLUS else 1
+        return self.edit.references if c.pipeline_class == PLUS else 1
 
     def check_controls(self, c: Components, count: int, key: str = CONTROL_KEY) -> None:
         if count > self.max_controls(c):
             raise ValueError(f"{key} is set: this pair has {count} control images, but "
                              f"{c.source} is a Qwen-Image-Edit model ({EDIT}), which takes 1; "
                              "clear it, or use a Qwen-Image-Edit-2509/2511 model "
-                             f"({PLUS}), which takes up to {self.control_images}")
-
-    def encode_controls(self, c: Components, controls: list[Any]) -> dict[str, Any]:
-        """base.py's default ({"control_latents": [B, K, 16, h, w]}, each reference
-        encoded as a target: the pipelines' `_encode_vae_image`), after the count check."""
-        self.check_controls(c, len(controls))
-        return super().encode_controls(c, controls)
+                             f"({PLUS}), which takes up to {self.edit.references}")
 
     # ------------------------------------------------------------ text
 
-    def _pipeline(self, c: Components, kind: str) -> Any:
+    def text_pipeline(self, c: Components, kind: str) -> Any:
         """A `kind` pipeline over the loaded modules, for its encode_prompt."""
         import diffusers
 
@@ -205,7 +228,7 @@ class QwenImageEditFamily(QwenImageFamily):
         import torch
 
         with torch.no_grad():
-            embeds, mask = self._pipeline(c, PLUS).encode_prompt(
+            embeds, mask = self.text_pipeline(c, PLUS).encode_prompt(
                 prompt=prompts, image=None, device=c.text_encoders[0].device)
         return _per_prompt(embeds, mask)
 
@@ -220,7 +243,7 @@ class QwenImageEditFamily(QwenImageFamily):
             CONDITION_IMAGE_SIZE,
         )
 
-        pipe = pipe if pipe is not None else self._pipeline(c, c.pipeline_class or EDIT)
+        pipe = pipe if pipe is not None else self.text_pipeline(c, c.pipeline_class or EDIT)
         resize = pipe.image_processor.resize
         if c.pipeline_class == PLUS:
             out = []
@@ -233,25 +256,6 @@ class QwenImageEditFamily(QwenImageFamily):
         width, height, _ = edit.calculate_dimensions(1024 * 1024,
                                                      images[0].size[0] / images[0].size[1])
         return resize(images[0], height, width)
-
-    def encode_prompts_with_images(self, c: Components, prompts: list[str],
-                                   images: list[list[Any]]) -> list[dict[str, Any]]:
-        """Prompt i read with images[i] by the pipeline's own encode_prompt (see the module
-        docstring), one prompt at a time; a prompt without images as `encode_prompts`."""
-        import torch
-
-        pipe = self._pipeline(c, c.pipeline_class or EDIT)
-        out: list[dict[str, Any]] = []
-        for prompt, own in zip(prompts, images, strict=True):
-            if not own:
-                out += self.encode_prompts(c, [prompt])
-                continue
-            with torch.no_grad():
-                embeds, mask = pipe.encode_prompt(prompt=[prompt],
-                                                  image=self.prompt_images(c, own, pipe),
-                                                  device=c.text_encoders[0].device)
-            out += _per_prompt(embeds, mask)
-        return out
 
     # ------------------------------------------------------------ training
 

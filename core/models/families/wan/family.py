@@ -69,6 +69,7 @@ from core.models.base import Components, NoiseSample
 from core.models.families.wan.comfy import save_comfy
 from core.models.families.wan.expert_checks import BOTH, expert_problems, run_refusal
 from core.models.families.wan.i2v import (
+    FIRST_IMAGE,
     I2V_PIPELINE,
     condition_inputs,
     encode_condition,
@@ -87,7 +88,7 @@ from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
 from core.models.modules import encode_causal_latents, freeze, unwrap
 from core.models.routing import RoutingSpec, Slot
-from core.models.source import names_pipeline, pipeline_class_or
+from core.models.source import pipeline_class_or
 
 ATTENTION = ["attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
              "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0"]
@@ -112,6 +113,7 @@ class WanFamily(FlowFamily):
     # transformer packs 2x2 latents (TI2V-5B's VAE packs 2x2 pixels first: 16x16).
     geometry = Geometry(video=True, frame_step=4, temporal_compression=4,
                         latent_channels=16, spatial_multiple=16)
+    first_image = FIRST_IMAGE  # a WanImageToVideoPipeline folder (i2v.py)
     # Original-format single files (the diffusion model alone) and diffusers folders.
     single_file_markers = ("head.modulation",)
     single_file_rank = 40
@@ -137,9 +139,6 @@ class WanFamily(FlowFamily):
         if is_i2v(c):
             freeze([c.image_encoder], device)
         return c
-
-    def takes_first_image(self, model: Any) -> bool:
-        return names_pipeline(model.path, I2V_PIPELINE, "wan_i2v")
 
     def _pretrained_class(self, path: str, kind: loading.SourceKind) -> Any:
         """The folder's own pipeline class: WanImageToVideoPipeline where model_index.json

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.models.base import Components
+from core.models.capabilities import FirstImageSpec
+from core.models.source import names_pipeline
 
 I2V_PIPELINE = "WanImageToVideoPipeline"
 CONDITION = "wan_image_condition"  # [16, F', h, w]: latents of [frame 0, zeros]
@@ -44,6 +46,15 @@ class WanI2VComponents(Components):
 
     image_encoder: Any = None
     image_processor: Any = None
+
+
+def takes_first_image(model: Any) -> bool:
+    """Whether the config's model section is an image-to-video model: its folder names
+    WanImageToVideoPipeline (or it is tiny:wan_i2v)."""
+    return names_pipeline(model.path, I2V_PIPELINE, "wan_i2v")
+
+
+FIRST_IMAGE = FirstImageSpec(takes_first_image)
 
 
 def is_i2v(c: Components) -> bool:

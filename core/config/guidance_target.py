@@ -29,7 +29,7 @@ def guidance_target_problems(cfg: Config) -> list[Problem]:
                            "CFG-distilled base samples as if guided at 3 to 5); 0 "
                            "turns it off")]
     family = family_or_defaults(cfg.model.family)
-    if family.text_reads_controls:
+    if family.edit and family.edit.text_reads_references:
         return [error(key, f"{family.name}'s text encoder reads the control images with "
                            "the prompt, so there is no unconditional prediction without "
                            "them; set it to 0")]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from core.caption.tiny import is_tiny_captioner, materialize_tiny_captioner
 from core.config import Config, DatasetConfig
-from core.config.checks import resolve_path
+from core.config.paths import resolve_path
 from core.files import write_text
 from core.problems import Problem, error
 

@@ -7,11 +7,11 @@
 - overrides.py: `--set key=value` (`apply_overrides`).
 - prompts.py: a validation prompt's own settings (kohya-style flags: `prompt_settings`,
   `prompt_text` for labels).
-- checks.py: `validate_config` (ranges, choices, cross-key rules) and `resolved` (paths
-  joined to the workspace).
+- checks.py: `validate_config` (ranges, choices, cross-key rules); paths.py: `resolved`
+  (paths joined to the workspace).
 """
 
-from core.config.checks import resolve_path, resolved, validate_config
+from core.config.checks import validate_config
 from core.config.dataset import CAPTION_STRATEGIES
 from core.config.files import (
     config_from_dict,
@@ -22,6 +22,7 @@ from core.config.files import (
     save_config,
 )
 from core.config.overrides import apply_override, apply_overrides
+from core.config.paths import resolve_path, resolved
 from core.config.prompts import prompt_text
 from core.config.schema import (
     CONFIG_VERSION,

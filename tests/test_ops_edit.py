@@ -23,12 +23,12 @@ def near(colour: tuple[int, int, int], wanted: tuple[int, int, int], tol: int = 
 
 @pytest.mark.parametrize(("family", "edit"), [
     ("flux_kontext", True), ("sd15", False), ("wan", False), ("no-such-family", False)])
-def test_is_edit_family(family: str, edit: bool) -> None:
-    from core.ops import is_edit_family, is_video_family
+def test_the_edit_tag_holds_for_edit_families_only(family: str, edit: bool) -> None:
+    from core.ops import family_has
 
-    assert is_edit_family(family) is edit
+    assert family_has("edit", family) is edit
     if edit:
-        assert not is_video_family(family)
+        assert not family_has("video", family)
 
 
 def test_a_pair_thumbnail_shows_the_control_then_the_target(tmp_path: Path) -> None:

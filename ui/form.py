@@ -8,22 +8,14 @@ Every component is registered in the Form under its config key, so any event can
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import gradio as gr
 
 from core.config import Config
 from core.config.optimizers import OPTIMIZERS, OPTION_DEFAULTS
-from core.ops import (
-    has_swappable_blocks,
-    has_token_routing,
-    has_train_guidance,
-    is_audio_family,
-    is_ddpm_family,
-    is_edit_family,
-    is_flow_family,
-    is_video_family,
-)
+from core.ops import TAG_NAMES, family_has
 from core.problems import Problem
 from ui.state import (
     DatasetList,
@@ -60,23 +52,13 @@ def make_component(spec: FieldSpec, value: Any = None, **extra: Any) -> gr.compo
     return gr.Textbox(**common)
 
 
-# Keys that apply to some runs only carry a metadata tag (core/fields.py: video,
-# edit, flow, ddpm, guidance for some families; lora for an adapter run). Each tag has
-# its predicate on (model.family, train.method); a tagged key shows while its predicate
-# holds (`Form.wire_family_keys`), so a new tagged key, or a new tag here, needs no
-# other wiring.
+# Keys that apply to some runs only carry a metadata tag (core/fields.py: video, edit,
+# flow, ddpm, guidance for some families; lora for an adapter run). Each tag's predicate
+# on (model.family, train.method) is core/models/tags.py's; a tagged key shows while its
+# predicate holds (`Form.wire_family_keys`), so a new tagged key, or a new tag there,
+# needs no other wiring.
 FAMILY_TAGS: dict[str, Callable[[str, str], bool]] = {
-    "video": lambda family, method: is_video_family(family),
-    "edit": lambda family, method: is_edit_family(family),
-    "flow": lambda family, method: is_flow_family(family),
-    "ddpm": lambda family, method: is_ddpm_family(family),
-    "guidance": lambda family, method: has_train_guidance(family),
-    "lora": lambda family, method: method == "lora",
-    "blocks": lambda family, method: has_swappable_blocks(family) and method == "lora",
-    "conditioned": lambda family, method: is_edit_family(family) or is_video_family(family),
-    "audio": lambda family, method: is_audio_family(family),
-    "routing": lambda family, method: has_token_routing(family),
-}
+    tag: partial(family_has, tag) for tag in TAG_NAMES}
 _DEFAULTS = Config()  # the form's first view, before any fill (an sd15 LoRA run)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import gradio as gr
 
 from core.config import Config, load_config, resolved
-from core.ops import is_video_family
+from core.ops import family_has
 from ui import actions, render
 from ui.actions import ActionError
 from ui.context import AppContext
@@ -70,7 +70,7 @@ def build(form: Form) -> CacheTab:
 def status_view(ctx: AppContext, tab: CacheTab, cfg: Any) -> dict[Any, Any]:
     """The status table and the note under it, for `cfg`'s datasets."""
     status = actions.cache_status(ctx, cfg)
-    video = is_video_family(cfg.model.family)
+    video = family_has("video", cfg.model.family)
     counted = "samples (clip samples and images)" if video else "images"
     note = (f"Text cache: `{status.text_dir}`. The VAE columns count {counted}, one latent "
             "each; the text columns count distinct captions (one embedding per distinct "

@@ -17,7 +17,7 @@ from typing import Any
 import gradio as gr
 
 from core.config import Config, DatasetConfig, resolved
-from core.ops import CheckReport, is_video_family
+from core.ops import CheckReport, family_has
 from core.problems import samples_said
 from ui import actions, render, tab_upload
 from ui.context import AppContext
@@ -183,7 +183,7 @@ def check_view(ctx: AppContext, tab: DatasetTab, cfg: Config,
         summary.append(f"{report.steps_per_epoch} steps per epoch")
     ok = "Ready to cache and train. " + "; ".join(summary)
     return {tab.check_html: render.problems_html(report.problems, ok),
-            tab.histogram: histogram_rows(report, is_video_family(cfg.model.family))}, report
+            tab.histogram: histogram_rows(report, family_has("video", cfg.model.family))}, report
 
 
 def preview_view(ctx: AppContext, tab: DatasetTab, cfg: Config, index: int,
@@ -199,7 +199,7 @@ def preview_view(ctx: AppContext, tab: DatasetTab, cfg: Config, index: int,
     ds = resolved(cfg, ctx.workspace).datasets[index]
     found = index_dataset(ds, f"datasets.{index}", cfg.model.family)
     if not found.items:
-        what = "images or clips" if is_video_family(cfg.model.family) else "images"
+        what = "images or clips" if family_has("video", cfg.model.family) else "images"
         return _preview(tab, [], [], f"No usable {what} in `{ds.images or '(not set)'}` yet.")
     total = len(found.items)
     page = min(max(page, 0), (total - 1) // PREVIEW_LIMIT)

@@ -142,19 +142,15 @@ def config_to_dict(cfg: Config) -> dict[str, Any]:
 
 def dumps_config(cfg: Config) -> str:
     """Canonical TOML: `version`, then every section with every key, in declaration order
-    (no datasets: no `[[datasets]]` table). Presets are stored in this form. Keys that
-    apply to a video family only (metadata `video`) are left out for any other family,
-    an edit family's (metadata `edit`) for any but an edit family, validation's images
-    (metadata `conditioned`) for a family that takes none, and a family's own
-    keys (its options.py) for any other family; loading gives them their defaults."""
-    from core.models.registry import family_or_defaults
+    (no datasets: no `[[datasets]]` table). Presets are stored in this form. Keys whose
+    tag does not hold for model.family are left out where core/models/tags.py says so
+    (a video family's clip keys for a still family, an edit family's control keys, ...),
+    and a family's own keys (its options.py) for any other family; loading gives them
+    their defaults."""
+    from core.models.tags import dropped_tags
 
     data = config_to_dict(cfg)
-    family = family_or_defaults(cfg.model.family)
-    edit = family.edit is not None
-    unused = [tag for tag, used in (("video", family.video), ("edit", edit),
-                                    ("conditioned", edit or family.video),
-                                    ("audio", family.audio is not None)) if not used]
+    unused = dropped_tags(cfg.model.family)
     for section, table in [("datasets", d) for d in data["datasets"]] + [
             (name, data[name]) for name in SECTION_TYPES]:
         for key in _tagged_keys(section, unused) + _other_families_keys(section, cfg):

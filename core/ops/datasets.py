@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from core.config import Config, DatasetConfig, resolved
 from core.data.buckets import bucket_histogram
+from core.models.tags import TAGS
 from core.ops.errors import OpError
 from core.problems import error
 from core.runs.folder import RunFolder
@@ -15,8 +16,7 @@ from core.runs.folder import RunFolder
 if TYPE_CHECKING:
     from core.data.index import DatasetIndex
 
-__all__ = ["bucket_histogram", "index_dataset", "is_edit_family", "is_video_family",
-           "has_train_guidance", "is_ddpm_family", "is_flow_family", "latest_demo_run",
+__all__ = ["TAG_NAMES", "bucket_histogram", "family_has", "index_dataset", "latest_demo_run",
            "prepare_demo"]
 
 
@@ -31,7 +31,7 @@ def prepare_demo(cfg: Config, workspace: Path, *, new_output: bool) -> list[str]
     from core.data.synthetic_video import generate_demo_clips
 
     folder = Path(resolved(cfg, workspace).datasets[0].images)
-    video = is_video_family(cfg.model.family)
+    video = family_has("video", cfg.model.family)
     try:
         count = (generate_demo_clips if video else generate_demo_dataset)(folder)
     except FileExistsError as exc:
@@ -78,65 +78,16 @@ def index_dataset(ds: DatasetConfig, dataset_key: str, family: str = "") -> Data
     name `dataset_key`. Reads only."""
     from core.data.index import index_dataset as index
 
-    return index(ds, dataset_key, video=is_video_family(family))
+    return index(ds, dataset_key, video=family_has("video", family))
 
 
-def is_audio_family(family: str) -> bool:
-    """Whether model.family `family` trains a clip's sound with its frames
-    (datasets.N.audio); False for an unknown name."""
-    from core.models.registry import family_or_defaults
-
-    return family_or_defaults(family).audio is not None
+TAG_NAMES = tuple(TAGS)  # the tags a config key's metadata may carry
 
 
-def is_video_family(family: str) -> bool:
-    """Whether model.family `family` trains on clips (its datasets' frames, fps and clips
-    keys, validation.frames); False for an unknown name."""
-    from core.models.registry import family_or_defaults
+def family_has(tag: str, family: str, method: str = "lora") -> bool:
+    """Whether keys tagged `tag` (core/models/tags.py: video, edit, audio, flow, ddpm,
+    guidance, routing, lora, blocks, conditioned) apply to model.family `family` and
+    train.method `method`; False for an unknown family name."""
+    from core.models.tags import tag_holds
 
-    return family_or_defaults(family).video
-
-
-def is_edit_family(family: str) -> bool:
-    """Whether model.family `family` trains edits from pairs (its datasets' control,
-    control_2 and control_3 keys, validation.control_images); False for an unknown name."""
-    from core.models.registry import family_or_defaults
-
-    return family_or_defaults(family).edit is not None
-
-
-def is_flow_family(family: str) -> bool:
-    """Whether model.family `family` trains by flow matching (the train.timestep_sampling,
-    logit_*, mode_scale, flow_shift and loss_weighting keys); False for an unknown name."""
-    from core.models.registry import family_or_defaults
-
-    return family_or_defaults(family).prediction == "flow_matching"
-
-
-def is_ddpm_family(family: str) -> bool:
-    """Whether `family` predicts epsilon or v on a DDPM schedule (model.prediction_type,
-    train.noise_offset, train.min_snr_gamma); False for an unknown name."""
-    from core.models.registry import list_families
-
-    return family in list_families() and not is_flow_family(family)
-
-
-def has_swappable_blocks(family: str) -> bool:
-    """Whether `family` declares blocks that model.blocks_to_swap can keep on the host."""
-    from core.models.registry import family_or_defaults
-
-    return bool(family_or_defaults(family).block_lists)
-
-
-def has_token_routing(family: str) -> bool:
-    """Whether `family` declares token routing (train.token_routing)."""
-    from core.models.registry import family_or_defaults
-
-    return family_or_defaults(family).routing is not None
-
-
-def has_train_guidance(family: str) -> bool:
-    """Whether `family` has guidance-distilled models (train.guidance)."""
-    from core.models.registry import family_or_defaults
-
-    return family_or_defaults(family).train_guidance is not None
+    return tag_holds(tag, family, method)

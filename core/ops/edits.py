@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from core.config import Config, resolved
 from core.data.controls import split_controls
-from core.ops.datasets import is_edit_family
+from core.ops.datasets import family_has
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -61,7 +61,7 @@ def validation_controls(cfg: Config, workspace: Path | str) -> list[list[Path]]:
     """Each validation prompt's control images (absolute; relative paths resolved against
     the workspace, as the trainer does), in prompt order; [] for a family that is not an
     edit family, whose trainer ignores validation.control_images."""
-    if not is_edit_family(cfg.model.family):
+    if not family_has("edit", cfg.model.family):
         return []
     entries = resolved(cfg, workspace).validation.control_images
     return [[Path(p) for p in split_controls(entry)] for entry in entries]

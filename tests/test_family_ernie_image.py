@@ -21,16 +21,15 @@ from test_models_flow import add_lora
 
 from core.models.families.ernie_image.checks import model_problems
 from core.models.families.ernie_image.family import FAMILY as E
-from core.models.tiny import build_tiny_folder
+from core.models.tiny import resolve_model_path
 
 PROMPTS = ["a red circle", "a much longer prompt about blue squares and green triangles"]
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tiny-ernie-image")
-    build_tiny_folder("ernie_image", out, seed=0)
-    return out
+def folder(tiny_workspace: Path) -> Path:
+    """tiny:ernie_image, built once for the session (the tests copy it, never change it)."""
+    return Path(resolve_model_path("tiny:ernie_image", tiny_workspace))
 
 
 def pipeline(folder: Path):
@@ -164,7 +163,6 @@ def test_merge_writes_a_folder_ernieimagepipeline_loads(tmp_path: Path,
     from core import ops
     from core.config import save_config
     from core.models.adapters import adapter_config
-    from core.models.tiny import resolve_model_path
 
     cfg = small_config(tmp_path, family="ernie_image", images=2)
     run = Path(cfg.output.dir)
@@ -270,6 +268,7 @@ def test_trains_a_few_steps_and_saves_a_lora(tmp_path: Path, tiny_workspace: Pat
     assert (run / "validation/step_000002/00.png").is_file()
 
 
+@pytest.mark.slow
 def test_a_swapped_block_trains_as_in_place(tmp_path: Path, tiny_workspace: Path) -> None:
     """model.blocks_to_swap = 1 (block_lists: layers): the same losses and LoRA as
     unswapped, through an eval and a validation round."""

@@ -93,6 +93,8 @@ def test_a_distilled_checkpoint_samples_with_its_own_steps_and_guidance():
     assert (klein.steps, klein.guidance_scale) == (4, 1.0)
     krea = sampling_settings(ValidationConfig(), "krea2", comps("/models/Krea-2-Turbo"))
     assert (krea.steps, krea.guidance_scale) == (8, 0.0)
+    ernie = sampling_settings(ValidationConfig(), "ernie_image", comps("baidu/ERNIE-Image-Turbo"))
+    assert (ernie.steps, ernie.guidance_scale) == (8, 1.0)
     # Set by hand: kept; not distilled, or a family declaring none: unchanged.
     mine = sampling_settings(ValidationConfig(steps=12, guidance_scale=2.0), "z_image",
                              comps("x/Z-Image-Turbo"))

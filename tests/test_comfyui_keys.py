@@ -12,6 +12,7 @@ family).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 from pathlib import Path
 
@@ -24,9 +25,11 @@ from core.models.comfyui_layout import PLACEHOLDER, Layout, split_suffix
 from core.models.registry import get_family, list_families
 from core.models.tiny import resolve_model_path, tiny_family
 
-# Every family (each writes a file for ComfyUI), and the tiny variants whose files differ:
-# Wan 2.2's two experts (a file each), I2V's cross-attention, HunyuanVideo 1.5 I2V.
-FAMILIES = list_families()
+# Every family ComfyUI has (each writes a file for it; a family ComfyUI 0.29.0 lacks,
+# FLUX.3, has no comfyui_keys.py and writes none), and the tiny variants whose files
+# differ: Wan 2.2's two experts (a file each), I2V's cross-attention, HunyuanVideo 1.5 I2V.
+FAMILIES = [f for f in list_families()
+            if importlib.util.find_spec(f"core.models.families.{f}.comfyui_keys")]
 TINIES = [*FAMILIES, "wan22", "wan_i2v", "hunyuan_video15_i2v"]
 RANK, ALPHA = 4, 8.0  # alpha != rank: a scale lost on the way shows
 # (down, up) in diffusers files: peft's names, and the UNet's and text encoders' in sd15's

@@ -26,10 +26,14 @@ PROCESSOR_FILES = ("chat_template.jinja", "preprocessor_config.json",
 
 
 def load_as_downstream(folder: Path) -> object:
-    """DiffusionPipeline.from_pretrained(folder) of the class model_index.json names."""
+    """DiffusionPipeline.from_pretrained(folder) of the class model_index.json names; a
+    modular-only model's folder (FLUX.3: modular_model_index.json) as diffusers loads a
+    modular pipeline."""
     from diffusers import DiffusionPipeline
     from transformers.utils import is_torchvision_available
 
+    if not (folder / "model_index.json").is_file():
+        return load_modular(folder)
     index = json.loads((folder / "model_index.json").read_text())
     given = {}
     if index.get("processor") == ["transformers", "Qwen2VLProcessor"]:
@@ -46,6 +50,19 @@ def load_as_downstream(folder: Path) -> object:
             given["processor"] = load_processor(str(folder), True)
     pipe = DiffusionPipeline.from_pretrained(str(folder), local_files_only=True, **given)
     assert type(pipe).__name__ == index["_class_name"]
+    return pipe
+
+
+def load_modular(folder: Path) -> object:
+    """ModularPipeline.from_pretrained(folder), then load_components() from this folder
+    (each index entry records where it was saved, which a moved folder is not)."""
+    from diffusers import ModularPipeline
+
+    index = json.loads((folder / "modular_model_index.json").read_text())
+    pipe = ModularPipeline.from_pretrained(str(folder))
+    pipe.load_components(pretrained_model_name_or_path=str(folder))
+    assert type(pipe).__name__ == index["_class_name"]
+    assert pipe.transformer is not None and pipe.text_encoder is not None
     return pipe
 
 

@@ -38,12 +38,25 @@ def stored_models(tmp_path_factory: pytest.TempPathFactory, tiny_workspace: Path
     for family in FAMILY_NAMES:
         source = resolve_model_path(f"tiny:{family}", tiny_workspace)
         for name, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+            folder = root / f"{family}-{name}"
+            if not (Path(source) / "model_index.json").is_file():  # modular only: FLUX.3
+                _resave_modular(Path(source), dtype, folder)
+                out[(family, name)] = folder
+                continue
             pipe = DiffusionPipeline.from_pretrained(source, dtype=dtype,
                                                      **_processor(Path(source)))
-            folder = root / f"{family}-{name}"
             pipe.save_pretrained(str(folder), safe_serialization=True)
             out[(family, name)] = folder
     return out
+
+
+def _resave_modular(source: Path, dtype, folder: Path) -> None:
+    """A modular pipeline's folder (modular_model_index.json) re-saved in `dtype`."""
+    from diffusers import ModularPipeline
+
+    pipe = ModularPipeline.from_pretrained(str(source))
+    pipe.load_components(pretrained_model_name_or_path=str(source), dtype=dtype)
+    pipe.save_pretrained(str(folder), safe_serialization=True, overwrite_modular_index=True)
 
 
 def _processor(folder: Path) -> dict:

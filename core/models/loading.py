@@ -71,8 +71,11 @@ def load_component(cls: Any, path: str, kind: SourceKind, subfolder: str | None,
 
 
 def read_model_index(folder: str) -> dict[str, Any]:
-    """model_index.json of a diffusers folder (classify_source checked that it exists)."""
-    path = Path(folder) / "model_index.json"
+    """The index of a diffusers folder, model_index.json or a modular pipeline's
+    (source.INDEX_FILES; classify_source checked that one exists)."""
+    from core.models.source import index_file
+
+    path = index_file(folder) or Path(folder) / "model_index.json"
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

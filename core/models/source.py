@@ -3,7 +3,8 @@
 A model.path is one of
 - `tiny:<name>`: a tiny model built offline in the workspace (the demo's, the tests'),
 - `random:<family>`: a full-size architecture with random weights (no files),
-- a local diffusers folder (holding model_index.json),
+- a local diffusers folder (holding model_index.json, or modular_model_index.json for a
+  model diffusers ships as modular pipelines only),
 - a single-file `.safetensors` checkpoint,
 - a hub id `owner/name`,
 and anything else is a path that does not exist. Loading, the cache status, the memory
@@ -23,6 +24,10 @@ from core.problems import Problem, error
 
 TINY_PREFIX = "tiny:"
 RANDOM_PREFIX = "random:"
+
+# A diffusers folder's index: a pipeline's, or a modular pipeline's (a model diffusers
+# ships as modular pipelines only has no other), in the order they are read.
+INDEX_FILES = ("model_index.json", "modular_model_index.json")
 
 SourceKind = Literal["folder", "file", "hub"]  # the kinds that are loaded from files
 Kind = Literal["tiny", "random", "folder", "file", "hub", "missing"]
@@ -87,10 +92,11 @@ def classify_source(path: str) -> SourceKind:
                              "built, not loaded from files, by core.models.full_size.build."
                              "build_random (core.startup.load_model does so)")
     p = Path(path).expanduser()
-    if source.kind == "folder" and not (p / "model_index.json").is_file():
+    if source.kind == "folder" and index_file(p) is None:
         raise ModelLoadError(path, "is a folder but not a diffusers model folder (no "
-                             "model_index.json); point model.path at the folder that "
-                             "holds model_index.json, or at a .safetensors file")
+                             "model_index.json, nor a modular pipeline's "
+                             "modular_model_index.json); point model.path at the folder "
+                             "that holds one, or at a .safetensors file")
     if source.kind == "file" and p.suffix.lower() != ".safetensors":
         raise ModelLoadError(path, f"is a {p.suffix or 'extensionless'} file; only "
                              ".safetensors single-file checkpoints are loaded (pickle "
@@ -99,6 +105,12 @@ def classify_source(path: str) -> SourceKind:
         raise ModelLoadError(path, "does not exist: it is not a folder, not a .safetensors "
                              "file and not a hub id (owner/name); check model.path")
     return source.kind  # type: ignore[return-value]  # folder, file or hub by now
+
+
+def index_file(folder: str | Path) -> Path | None:
+    """The folder's index (INDEX_FILES, the first there), or None."""
+    return next((Path(folder) / name for name in INDEX_FILES
+                 if (Path(folder) / name).is_file()), None)
 
 
 def missing_local_path(path: str, workspace: str | Path | None = None) -> str | None:
@@ -159,12 +171,13 @@ def hub_reachable(timeout: float = 3.0) -> bool:
 
 
 def hub_cached(repo_id: str) -> bool:
-    """Whether the HF cache holds the hub model's model_index.json."""
+    """Whether the HF cache holds the hub model's index (model_index.json, or a modular
+    pipeline's)."""
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
         return False
-    return isinstance(try_to_load_from_cache(repo_id, "model_index.json"), str)
+    return any(isinstance(try_to_load_from_cache(repo_id, name), str) for name in INDEX_FILES)
 
 
 def hub_error(path: str, what: str, exc: BaseException | None = None) -> ModelLoadError:
@@ -188,13 +201,13 @@ def folder_class_name(path: str) -> str | None:
     import json
 
     kind = model_source(path).kind
-    index: Path | None = Path(path) / "model_index.json" if kind == "folder" else None
+    index: Path | None = index_file(path) if kind == "folder" else None
     if kind == "hub":
         try:
             from huggingface_hub import try_to_load_from_cache
 
-            found = try_to_load_from_cache(path, "model_index.json")
-            index = Path(found) if isinstance(found, str) else None
+            found = [try_to_load_from_cache(path, name) for name in INDEX_FILES]
+            index = next((Path(f) for f in found if isinstance(f, str)), None)
         except Exception:  # noqa: BLE001 - no cache entry: nothing to read
             index = None
     try:

@@ -25,11 +25,13 @@ from core.models.comfyui_layout import PLACEHOLDER, Layout, split_suffix
 from core.models.registry import get_family, list_families
 from core.models.tiny import resolve_model_path, tiny_family
 
-# Every family ComfyUI has (each writes a file for it; a family ComfyUI 0.29.0 lacks,
-# FLUX.3, has no comfyui_keys.py and writes none), and the tiny variants whose files
-# differ: Wan 2.2's two experts (a file each), I2V's cross-attention, HunyuanVideo 1.5 I2V.
-FAMILIES = [f for f in list_families()
-            if importlib.util.find_spec(f"core.models.families.{f}.comfyui_keys")]
+# Every family ComfyUI has (each writes a file for it: a comfyui_keys.py in its folder), and
+# the tiny variants whose files differ: Wan 2.2's two experts (a file each), I2V's
+# cross-attention, HunyuanVideo 1.5 I2V. A family ComfyUI 0.29.0 does not have (FLUX.3,
+# Qwen-Image 2.1) has no comfyui_keys.py and writes no such file.
+WITHOUT_COMFYUI = [f for f in list_families()
+                   if importlib.util.find_spec(f"core.models.families.{f}.comfyui_keys") is None]
+FAMILIES = [f for f in list_families() if f not in WITHOUT_COMFYUI]
 TINIES = [*FAMILIES, "wan22", "wan_i2v", "hunyuan_video15_i2v"]
 RANK, ALPHA = 4, 8.0  # alpha != rank: a scale lost on the way shows
 # (down, up) in diffusers files: peft's names, and the UNet's and text encoders' in sd15's
@@ -146,6 +148,13 @@ def test_comfyui_file_keys_are_names_comfyui_maps_with_the_diffusers_change(
             torch.testing.assert_close(comfy_delta(t), torch.cat([want[p] for p in parts]),
                                        msg=f"{comfy_path.name}: {module}")
         assert sorted(carried) == sorted(want)  # every module once, none left out
+
+
+@pytest.mark.parametrize("family", WITHOUT_COMFYUI)
+def test_a_family_comfyui_lacks_writes_no_comfyui_file(family: str, tmp_path: Path,
+                                                       tiny_workspace: Path) -> None:
+    fam, c = adapted(family, tiny_workspace)
+    assert set(fam.save_lora(c, tmp_path)) == {"diffusers"}
 
 
 def test_hunyuan_video15_fuses_qkv_as_comfyuis_model_holds_it(tmp_path: Path,

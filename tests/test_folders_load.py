@@ -2,9 +2,10 @@
 as a downstream tool loads them (issue 40 item 3): every tiny model's folder and every
 family's merged/ folder, in this venv (diffusers and transformers, no torchvision).
 
-Qwen-Image-Edit's pipeline needs torchvision for its processor (transformers 5 builds
-Qwen2VLProcessor's video part only with it), which this venv does not install: there the
-processor is loaded by processor.py and handed over, and transformers' own reader shows
+Qwen-Image-Edit's and Qwen-Image 2.1's pipelines need torchvision for their processors
+(transformers 5 builds Qwen2VLProcessor's and Qwen3VLProcessor's video part only with
+it), which this venv does not install: there the processor is loaded by the family's
+processor.py and handed over, and transformers' own reader shows
 that processor/ holds the video config the stock class would read (the file whose
 absence made these folders fail with torchvision installed)."""
 
@@ -23,6 +24,13 @@ from core.models.tiny.materialize import tiny_names
 # What the real Qwen/Qwen-Image-Edit* processor/ folders hold beside the tokenizer.
 PROCESSOR_FILES = ("chat_template.jinja", "preprocessor_config.json",
                    "video_preprocessor_config.json")
+# The processors a family's folder names that need torchvision in transformers 5: the
+# family's loader module (load_processor) and the video processor its folder names.
+PROCESSOR_LOADERS = {
+    "Qwen2VLProcessor": ("core.models.families.qwen_image_edit.processor",
+                         "Qwen2VLVideoProcessor"),
+    "Qwen3VLProcessor": ("core.models.families.qwen_image21.processor",
+                         "Qwen3VLVideoProcessor")}
 
 
 def load_as_downstream(folder: Path) -> object:
@@ -36,18 +44,21 @@ def load_as_downstream(folder: Path) -> object:
         return load_modular(folder)
     index = json.loads((folder / "model_index.json").read_text())
     given = {}
-    if index.get("processor") == ["transformers", "Qwen2VLProcessor"]:
+    processor = (index.get("processor") or [None, None])[1]
+    if processor in PROCESSOR_LOADERS:
+        import importlib
+
         from transformers.video_processing_utils import BaseVideoProcessor
 
-        from core.models.families.qwen_image_edit.processor import load_processor
-
+        module, video_type = PROCESSOR_LOADERS[processor]
         assert sorted(f for f in PROCESSOR_FILES if not (folder / "processor" / f).is_file()) \
             == []
         video, _ = BaseVideoProcessor.get_video_processor_dict(str(folder),
                                                                subfolder="processor")
-        assert video["video_processor_type"] == "Qwen2VLVideoProcessor"
+        assert video["video_processor_type"] == video_type
         if not is_torchvision_available():  # the stock class cannot be built here
-            given["processor"] = load_processor(str(folder), True)
+            given["processor"] = importlib.import_module(module).load_processor(
+                str(folder), True)
     pipe = DiffusionPipeline.from_pretrained(str(folder), local_files_only=True, **given)
     assert type(pipe).__name__ == index["_class_name"]
     return pipe

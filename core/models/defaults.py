@@ -28,6 +28,7 @@ class FamilyDefaults:
     never a family's name, so a new family folder needs no change outside it."""
 
     name: str = ""
+    prediction: str = ""  # each family's base class sets it; "" for an unknown name
     # Capabilities (core/models/capabilities.py): None where the family has none; the
     # always-present ones have empty defaults.
     audio: AudioSpec | None = None

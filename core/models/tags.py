@@ -23,7 +23,7 @@ class Tag:
 
 
 def _flow(family: Any) -> bool:
-    return getattr(family, "prediction", "") == "flow_matching"
+    return family.prediction == "flow_matching"
 
 
 TAGS: dict[str, Tag] = {

@@ -42,6 +42,9 @@ DEFAULT_LAWS = {
     "ernie_image": ("uniform", 3.0),
     # FLUX.3: no training script; logit-normal at its pipeline's constant shift (6.93)
     "flux3": ("logit_normal", 6.93),
+    # Anima: its reference trainer (diffusion-pipe) draws logit-normal, unshifted; the
+    # scheduler's static shift 3 is the sampler's
+    "anima": ("logit_normal", 1.0),
     "hunyuan_video15": ("uniform", 5.0),  # its scheduler's static shift, as Wan's
     # LTX-2 shifts by its video token count as its pipeline does: exp(mu) at the 2x2
     # latents drawn here (4 tokens), mu linear from 0.95 at 1024 tokens to 2.05 at 4096

@@ -95,8 +95,17 @@ class AnimaFamily(FlowFamily):
     pipeline_class_name = PIPELINE
     text_encoder_count = 2  # Qwen3 and the text conditioner (module docstring)
     max_sequence_length = 512  # the pipeline's default, and the conditioner's rows
-    # validation.model on Anima Turbo: few steps, no guidance (checks.py)
-    distilled_validation = (8, 1.0)
+    # validation.model on Anima Turbo: 10 steps, no guidance (checks.py)
+    distilled_validation = (10, 1.0)
+
+    @staticmethod
+    def activation_layout(config: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        """The memory estimate's MMDiT formula over the Cosmos blocks, as Wan's (the same
+        block: self-attention over the image tokens, cross-attention to the text, an
+        MLP; patch 2 in space). Not calibrated on a measured Anima run."""
+        from core.models.families.wan.family import WanFamily
+
+        return WanFamily.activation_layout(config)
 
     def random_qwen_tokenizer(self, folder: Path) -> Any:
         from core.models.tiny.qwen3 import qwen_tokenizer

@@ -46,7 +46,8 @@ def test_preset_families_match_their_names():
                           ("chroma-lora", "chroma"), ("z-image-lora", "z_image"),
                           ("qwen-image-lora", "qwen_image"), ("demo", "sd15"),
                           ("flux-kontext-lora", "flux_kontext"),
-                          ("qwen-image-edit-lora", "qwen_image_edit")]:
+                          ("qwen-image-edit-lora", "qwen_image_edit"),
+                          ("anima-lora", "anima")]:
         assert load_config(PRESETS_DIR / f"{name}.toml").model.family == family
 
 

@@ -44,6 +44,9 @@ DEFAULT_LAWS = {
     "flux3": ("logit_normal", 6.93),
     # Qwen-Image 2.1: no reference trainer; the Qwen-Image trainer's draw, unshifted
     "qwen_image21": ("uniform", 1.0),
+    # Anima: its reference trainer (diffusion-pipe) draws logit-normal, unshifted; the
+    # scheduler's static shift 3 is the sampler's
+    "anima": ("logit_normal", 1.0),
     "hunyuan_video15": ("uniform", 5.0),  # its scheduler's static shift, as Wan's
     # LTX-2 shifts by its video token count as its pipeline does: exp(mu) at the 2x2
     # latents drawn here (4 tokens), mu linear from 0.95 at 1024 tokens to 2.05 at 4096

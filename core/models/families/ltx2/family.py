@@ -31,8 +31,12 @@ Image-to-video: the same checkpoint, chosen by model.ltx2_mode (options.py; the 
 cannot say), set onto the loaded model by `configure_run`; i2v.py says how training
 follows LTX2ImageToVideoPipeline (the first latent frame clean at timestep 0, no loss on
 it) and validation samples with that pipeline from each prompt's first image.
-Not yet here: single files (ComfyUI's ltx-2-19b-*.safetensors); the LTX-2.3 text path
-(per-modality projections) is untested.
+LTX-2.3 (versions.py): the same classes, told apart by its configs (per-modality
+connector projections, gated attention, prompt modulation, no caption projections):
+trained the same way, its cached text split at each stream's width, validated with the
+guidance LTX2Pipeline suggests for it (audio CFG 7, STG, modality guidance); tiny:ltx23
+(tiny23/) and random:ltx2:2.3 (full_size_2.3/). LTX-2.5 is refused at the check and at
+load, with the reason. Not yet here: single files (ComfyUI's ltx-2-19b-*.safetensors).
 """
 
 from __future__ import annotations
@@ -57,6 +61,14 @@ from core.models.families.ltx2.objective import (
     video_per_item,
 )
 from core.models.families.ltx2.text import MAX_SEQUENCE_LENGTH, encode, split
+from core.models.families.ltx2.versions import (
+    TINY_23,
+    model_problems,
+    refusal,
+    source_version,
+    transformer_version,
+    video_text_width,
+)
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
 from core.models.modules import _posterior, freeze, unwrap
@@ -93,6 +105,8 @@ class LTX2Family(FlowFamily):
     pipeline_class_name = "LTX2Pipeline"
     max_sequence_length = MAX_SEQUENCE_LENGTH
     pipeline_mask_kwarg = "prompt_attention_mask"
+    # tiny:ltx23, a random LTX-2.3 (tiny23/); random:ltx2:2.3 is full_size_2.3/
+    trained_tiny = ((TINY_23, "core.models.families.ltx2.tiny23"),)
 
     # ------------------------------------------------------------ loading
 
@@ -103,7 +117,13 @@ class LTX2Family(FlowFamily):
         if loading.classify_source(path) == "file":
             raise loading.ModelLoadError(path, "is a single file: ltx2 loads a diffusers "
                                          "folder or hub id (Lightricks/LTX-2) for now")
+        refused = refusal(path, source_version(path))
+        if refused:
+            raise loading.ModelLoadError(path, refused)
         c = super().load(path, dtype=dtype, device=device, config=config)
+        refused = refusal(path, transformer_version(unwrap(c.denoiser).config))
+        if refused:  # a hub id whose name did not say
+            raise loading.ModelLoadError(path, refused)
         freeze([c.connectors, c.audio_vae, c.vocoder], "cpu")
         return c
 
@@ -118,15 +138,17 @@ class LTX2Family(FlowFamily):
         """`c` with its connectors, audio VAE and vocoder; random:ltx2 (built without
         them) is refused, naming model.path."""
         if not isinstance(c, LTX2Components) or c.connectors is None:
-            raise ValueError("model.path: random:ltx2 is for --stage check's memory estimate "
-                             "only (its text connectors and Gemma tokenizer are not built); "
-                             "train Lightricks/LTX-2 or tiny:ltx2")
+            raise ValueError("model.path: random:ltx2 (and random:ltx2:2.3) is for --stage "
+                             "check's memory estimate only (its text connectors and Gemma "
+                             "tokenizer are not built); train Lightricks/LTX-2, "
+                             "Lightricks/LTX-2.3, tiny:ltx2 or tiny:ltx23")
         return c
 
     def config_problems(self, cfg: Any) -> list[Any]:
         """A dataset sampled at another rate than the 24 fps the transformer's video
         positions and the audio length assume; image-to-video on one-frame samples,
-        whose one latent frame is the condition, leaving nothing to train."""
+        whose one latent frame is the condition, leaving nothing to train; an LTX-2.5
+        model.path, named with why (versions.py)."""
         out = [warning(f"datasets.{i}.fps", f"{ds.fps:g} fps: ltx2 trains at "
                        f"{FRAME_RATE:g} fps, the rate LTX2Pipeline samples at (its video "
                        "positions and audio length assume it); set it to 24 unless the "
@@ -138,7 +160,7 @@ class LTX2Family(FlowFamily):
                           "and trains the frames after it: a one-frame sample has none; "
                           "use 9 or more frames, or text_to_video")
                     for i, ds in enumerate(cfg.datasets) if ds.frames == 1]
-        return out
+        return out + model_problems(cfg.model.path)  # LTX-2.5 is refused (versions.py)
 
     def configure_run(self, c: Components, cfg: Any) -> None:
         """model.ltx2_mode onto the loaded model: training conditions on each clip's
@@ -203,7 +225,7 @@ class LTX2Family(FlowFamily):
         _, _, f, h, w = noisy.shape
         device = noisy.device
         video_text, audio_text = split(batch["prompt_embeds"].to(device, dtype),
-                                       int(config.cross_attention_dim))
+                                       video_text_width(config))
         mask = batch["prompt_mask"].to(device)
         frames = (f - 1) * self.geometry.temporal_compression + 1
         steps = int(c.noise_scheduler.config.get("num_train_timesteps", 1000))

@@ -25,6 +25,7 @@ def validation_pipeline_class(base_name: str = "LTX2Pipeline") -> Any:
 
     from core.models.families.ltx2.i2v import synthetic_image
     from core.models.families.ltx2.text import split
+    from core.models.families.ltx2.versions import suggested_guidance, video_text_width
 
     class CachedText(torch.nn.Module):
         """Stands in for LTX2TextConnectors while the pipeline samples from cached
@@ -54,6 +55,9 @@ def validation_pipeline_class(base_name: str = "LTX2Pipeline") -> Any:
 
         def __call__(self, *args: Any, num_frames: int = 1, **kwargs: Any) -> Any:
             kwargs["output_type"] = "np"
+            # LTX-2.3: its suggested audio CFG, STG and modality guidance (versions.py)
+            kwargs = {**suggested_guidance(self.transformer.config,
+                                           kwargs.get("guidance_scale")), **kwargs}
             if needs_image and not args and kwargs.get("image") is None:
                 kwargs["image"] = synthetic_image(int(kwargs.get("width") or 768),
                                                   int(kwargs.get("height") or 512))
@@ -68,7 +72,7 @@ def validation_pipeline_class(base_name: str = "LTX2Pipeline") -> Any:
         @contextlib.contextmanager
         def _cached_text(self) -> Iterator[None]:
             real = self.connectors
-            dim = int(self.transformer.config.cross_attention_dim)
+            dim = video_text_width(self.transformer.config)
             stand_in = CachedText(dim, self.transformer.device, self.transformer.dtype)
             object.__setattr__(self, "connectors", stand_in)  # not a new component
             try:

@@ -7,7 +7,8 @@ LTX2Pipeline.__call__ runs them before its denoising loop.
 The cache holds one tensor per prompt: the video connector's output and the audio
 connector's side by side on the features, [1024, D_video + D_audio] (`prompt_embeds`),
 and the connectors' mask (`prompt_mask`), which the transformer gets as both streams'
-encoder_attention_mask. `split` takes the two apart again (at the transformer's
+encoder_attention_mask. `split` takes the two apart again (at the video connector's
+width, versions.video_text_width: LTX-2.0's caption_channels, LTX-2.3's
 cross_attention_dim), for training and for validation (pipelines.py). The connectors
 are large in the real model (about 1.4 B parameters): they come to the text encoder's
 device for the encoding and go back after it.

@@ -169,15 +169,23 @@ def calibrate(vae: Any, audio_vae: Any, seed: int) -> None:
 
 def build(out_dir: Path, seed: int = 0) -> None:
     """Write a tiny random LTX-2 as a diffusers folder."""
+    write_pipeline(out_dir, seed, vae=tiny_video_vae(seed + 1),
+                   connectors=tiny_connectors(seed + 4), transformer=tiny_transformer(seed),
+                   vocoder=tiny_vocoder(seed + 5))
+
+
+def write_pipeline(out_dir: Path, seed: int, *, vae: Any, connectors: Any, transformer: Any,
+                   vocoder: Any) -> None:
+    """An LTX2Pipeline folder of the given parts with the tiny Gemma, its tokenizer, the
+    audio VAE and the scheduler above (tiny:ltx2's, and tiny:ltx23's, tiny23/)."""
     from diffusers import FlowMatchEulerDiscreteScheduler, LTX2Pipeline
 
     out_dir = Path(out_dir)
     tokenizer = gemma_tokenizer(out_dir / "tokenizer")
-    vae, audio_vae = tiny_video_vae(seed + 1), tiny_audio_vae(seed + 3)
+    audio_vae = tiny_audio_vae(seed + 3)
     calibrate(vae, audio_vae, seed)
     pipe = LTX2Pipeline(
         scheduler=FlowMatchEulerDiscreteScheduler(**scheduler_config()), vae=vae,
         audio_vae=audio_vae, text_encoder=tiny_gemma(len(tokenizer), seed + 2),
-        tokenizer=tokenizer, connectors=tiny_connectors(seed + 4),
-        transformer=tiny_transformer(seed), vocoder=tiny_vocoder(seed + 5))
+        tokenizer=tokenizer, connectors=connectors, transformer=transformer, vocoder=vocoder)
     pipe.save_pretrained(str(out_dir), safe_serialization=True)

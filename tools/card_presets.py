@@ -65,6 +65,14 @@ PRESETS = [
                "Wan 2.2 T2V A14B (two 14B experts, both trained) LoRA, 480 px, 33 frames",
                "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "random:wan:a14b", 16,
                ["model.quantize=int8", "model.stream_text_encoders=true"]),
+    # LTX-2.3: LTX-2's preset at 2.3's sizes (its smaller VAE), validated at the video
+    # guidance its pipeline suggests (3.0; the audio, STG and modality guidance follow).
+    CardPreset("ltx23-lora-24gb", "ltx2-lora",
+               "LTX-2.3 LoRA, 512 px, 49 frames at 24 fps with their audio",
+               "Lightricks/LTX-2.3", "random:ltx2:2.3", 24,
+               ["model.quantize=int8", "model.stream_text_encoders=true",
+                "validation.guidance_scale=3.0", "text_cache.dir=cache/ltx23/text",
+                "datasets.0.vae_cache=cache/ltx23/mydata/vae"]),
     CardPreset("flux2-dev-lora-24gb", "flux2-lora", "FLUX.2-dev (32B) LoRA, 1024 px",
                "black-forest-labs/FLUX.2-dev", "random:flux2:dev", 24,
                ["model.quantize=int8", "model.stream_text_encoders=true"]),

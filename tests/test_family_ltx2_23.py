@@ -213,6 +213,11 @@ def test_ltx_2_5_is_refused_at_check_and_load_naming_the_folder(tmp_path: Path) 
     with pytest.raises(ModelLoadError, match="LTX-2.5"):
         LTX2.load(str(folder))  # refused before any weights are read
     assert versions.model_problems("Lightricks/LTX-2.5")  # a hub id, by its name
+    modular_only = tmp_path / "modular"
+    modular_only.mkdir()
+    (modular_only / "modular_model_index.json").write_text(
+        json.dumps({"_class_name": "LTX25ModularPipeline"}))
+    assert versions.folder_version(modular_only) == versions.V25
     save_config(cfg, tmp_path / "run.toml")
     done = check_in_process("--config", str(tmp_path / "run.toml"))
     assert done.returncode != 0 and "Traceback" not in done.stdout + done.stderr

@@ -14,7 +14,8 @@ trains LTX-2.0 and LTX-2.3 through the same diffusers classes and refuses LTX-2.
 - LTX-2.5 (Lightricks/LTX-2.5): a Gemma 4 text encoder, a video feed-forward without
   bias (`ff_bias` false) and a keyframe position embedding; its `transformer/` is the
   distilled 8-step model and `transformer_full/` the dev one, beside a diffusion
-  decoder and a duration head. Not trained here (`refusal`).
+  decoder and a duration head (a modular_model_index.json routes it to
+  LTX25ModularPipeline). Not trained here (`refusal`).
 """
 
 from __future__ import annotations
@@ -84,10 +85,12 @@ def _json(path: Path) -> dict[str, Any]:
 def folder_version(folder: Path) -> str | None:
     """The version of a diffusers folder (None: no transformer config to read)."""
     index = _json(folder / "model_index.json")
+    modular = _json(folder / "modular_model_index.json")  # routes 2.5 to its own blocks
     text = _json(folder / "text_encoder" / "config.json")
     extra = [n for n in ("diffusion_decoder", "duration_head")
              if isinstance(index.get(n), list) and index[n] and index[n][0]]
     if (folder / "transformer_full").is_dir() or extra or str(
+            modular.get("_class_name", "")).startswith("LTX25") or str(
             text.get("model_type", "")).startswith("gemma4"):
         return V25
     config = _json(folder / "transformer" / "config.json")

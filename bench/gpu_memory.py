@@ -119,7 +119,7 @@ def overrides(case: Case, steps: int, quantize: str) -> list[str]:
 def estimate(cfg: Any, ws: Path) -> dict[str, Any]:
     """The check's estimate: total and activation part in GiB, or why there is none."""
     from core.config import resolved
-    from core.memory_estimate import estimate_memory
+    from core.memory.estimate import estimate_memory
 
     try:
         est = estimate_memory(resolved(cfg, ws), ws)

@@ -16,7 +16,7 @@ from core.config import Config, resolved, validate_config
 from core.config.preserve import preserve_line
 from core.config.training_adapter import training_adapter_problems
 from core.data.conflicts import check_directory_conflicts
-from core.memory_estimate import MemoryEstimate
+from core.memory.estimate import MemoryEstimate
 from core.problems import (
     Problem,
     error,
@@ -295,9 +295,9 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
     """Every problem and the summary; `estimate`: with the memory estimate (it reads the
     model's configs, a second or more: views that re-check on each edit leave it out)."""
     workspace = Path(workspace).expanduser().absolute()
-    from core.memory_estimate import estimate_memory
-    from core.memory_host import host_memory_problems
-    from core.memory_swap import machine_ram_bytes, swap_problems
+    from core.memory.estimate import estimate_memory
+    from core.memory.host import host_memory_problems
+    from core.memory.swap import machine_ram_bytes, swap_problems
     from core.models.loading import check_model_config, check_model_source
     from core.train.validation_model import model_problems as validation_model_problems
 

@@ -327,9 +327,9 @@ def test_once_the_caches_are_built_the_memory_line_has_no_caching_phase(
         tmp_path: Path, sd15, tiny_workspace: Path, monkeypatch: pytest.MonkeyPatch):
     """The lines of a GPU machine (forced: this one may have none) drop "building caches
     first" once every entry is cached and fresh."""
-    import core.memory_estimate as memory
+    import core.memory.estimate as memory
     from core.cache.status import caches_complete
-    from core.memory_estimate import estimate_memory
+    from core.memory.estimate import estimate_memory
 
     monkeypatch.setattr(memory, "cuda_available", lambda: True)
     family, comps = sd15

@@ -138,7 +138,7 @@ def test_a_file_of_fp8_weights_trains_as_fp8_and_is_estimated_at_one_byte(
     cfg.train.lora_kind = "lora"
     cfg.model.quantize = "int8"
     assert resolved(cfg, tmp_path).model.quantize == "int8", "the user's scheme wins"
-    from core.memory_estimate import estimate_memory
+    from core.memory.estimate import estimate_memory
 
     bf16 = dataclasses.replace(resolved(_config(tmp_path, files, "bf16"), tmp_path))
     file = estimate_memory(resolved(_config(tmp_path, files, name), tmp_path), tmp_path, [])

@@ -288,8 +288,8 @@ def test_the_estimate_counts_the_audio_tokens_beside_the_video() -> None:
 
     from conftest import REPO
 
+    from core.memory.activations import StepShape
     from core.models.families.wan.family import FAMILY as WAN
-    from core.models.memory_activations import StepShape
 
     config = json.loads((REPO / "core/models/families/ltx2/full_size/transformer"
                          / "config.json").read_text())

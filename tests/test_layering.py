@@ -120,14 +120,14 @@ def test_the_checks_see_a_circle_and_a_ui_import() -> None:
 LAYERS = (
     ("core.problems", "core.exits", "core.notices", "core.libraries", "core.fields",
      "core.files"),
-    ("core.data", "core.models"),
-    ("core.config",),
+    ("core.data", "core.models", "core.memory.activations", "core.memory.model_counts",
+     "core.memory.sizes_cache", "core.memory.gpu_probe"),
+    ("core.config", "core.memory.advice"),
     ("core.runs",),
     ("core.startup",),
     ("core.cache", "core.caption", "core.merge"),
     ("core.train",),
-    ("core.check", "core.memory_estimate", "core.memory_report", "core.memory_step",
-     "core.memory_swap", "core.memory_fit", "core.memory_host"),
+    ("core.check", "core.memory"),
     ("core.ops", "core.headless", "core"),
 )
 

@@ -13,10 +13,10 @@ import torch
 from conftest import REPO, check_in_process, per_gpu_gib, write_shapes
 
 from core.config import Config, DatasetConfig, apply_overrides, load_config, resolved, save_config
-from core.memory_estimate import GIB, MemoryEstimate, MemoryPart, estimate_memory
+from core.memory.activations import StepShape, mmdit_activation_bytes, unet_activation_bytes
+from core.memory.estimate import GIB, MemoryEstimate, MemoryPart, estimate_memory
 from core.models.adapters import adapter_config
 from core.models.full_size import full_size_dir
-from core.models.memory_activations import StepShape, mmdit_activation_bytes, unet_activation_bytes
 from core.models.registry import get_family
 from core.models.tiny import materialize_tiny
 from core.presets import preset_path
@@ -369,7 +369,7 @@ def test_the_configs_are_read_once_until_they_change(tmp_path: Path, monkeypatch
     meta device again; an edited config.json is read afresh."""
     import shutil
 
-    from core.models import memory_model
+    from core.memory import model_counts as memory_model
 
     monkeypatch.setenv("DT_CACHE_DIR", str(tmp_path / "cache"))  # this test's own
     built = []
@@ -406,7 +406,7 @@ def test_an_unbuilt_tiny_models_sizes_are_kept_without_building_it_again(
     """A new person's page estimates the demo before its tiny model is built: the sizes
     counted then are kept under the model's name, so the next estimate (every page
     open, every form fill) neither builds the model in a temporary folder nor counts."""
-    from core.models import memory_model
+    from core.memory import model_counts as memory_model
 
     monkeypatch.setenv("DT_CACHE_DIR", str(tmp_path / "cache"))
     built = []
@@ -485,7 +485,7 @@ def test_the_validation_phase_grows_with_its_resolution_and_goes_without_prompts
 
 @pytest.mark.slow
 def test_activation_formula_matches_a_fake_tensor_measurement_of_full_size_sd15() -> None:
-    """The calibration of memory_activations.py, pinned on its cheapest case: full-size
+    """The calibration of core/memory/activations.py, pinned on its cheapest case: full-size
     SD1.5 at 512 px, batch 1, no checkpointing (fake tensors: seconds, no memory). The
     formula errs high, by at most the 20% it achieved over all families
     (bench/activations.py)."""
@@ -509,7 +509,7 @@ def test_without_a_gpu_the_line_leads_with_the_ram_of_a_cpu_run(
     """The machine the UI runs on has no GPU (forced, so a GPU box checks it too): the
     run goes on its CPU, so the first line is RAM without a CUDA context; the per-GPU
     figure follows for whoever plans a GPU run."""
-    import core.memory_estimate as memory
+    import core.memory.estimate as memory
 
     monkeypatch.setattr(memory, "cuda_available", lambda: False)
     cfg = resolved(load_config(preset_path("demo")), workspace)
@@ -555,7 +555,7 @@ def test_frames_multiply_a_video_familys_activations_not_a_still_familys(tmp_pat
     frame, its 512 text tokens do not (at 448 px: 784 image tokens a frame), so the
     activations grow between 5 and 9-fold; a still-image family ignores frames."""
     from core.config import load_config
-    from core.memory_estimate import estimate_memory
+    from core.memory.estimate import estimate_memory
     from core.presets import preset_path
 
     def activations(preset: str, frames: int) -> int:
@@ -575,7 +575,7 @@ def test_wan22_ti2v_latents_are_16x_smaller_per_side(tiny_workspace: Path) -> No
     """TI2V-5B's VAE makes a latent of 16x16 pixels, Wan 2.1's of 8x8: at 1024 px the
     same transformer sees 1,024 image tokens, not 4,096, beside the 512 text tokens."""
     from core.config import load_config
-    from core.memory_estimate import estimate_memory
+    from core.memory.estimate import estimate_memory
     from core.presets import preset_path
 
     def activations(path: str) -> int:
@@ -594,7 +594,7 @@ def test_a_two_expert_model_loads_both_and_trains_what_model_experts_says(
     """Wan 2.2 A14B keeps both experts loaded: twice one expert's frozen weights; "both"
     trains a LoRA on each, "high_noise" on one."""
     from core.config import load_config
-    from core.memory_estimate import estimate_memory
+    from core.memory.estimate import estimate_memory
     from core.presets import preset_path
 
     def parts(path: str, experts: str) -> dict[str, int]:

@@ -11,7 +11,7 @@ from conftest import REPO
 
 from core.cache.build import _chunks
 from core.cache.plan import VaeJob, vae_batch_size
-from core.models.memory_activations import vae_encode_bytes, validation_bytes
+from core.memory.activations import vae_encode_bytes, validation_bytes
 
 GIB = 1024 ** 3
 

@@ -60,7 +60,7 @@ class FamilyDefaults:
     text_encoder_lora_targets: list[str] | None = None
     # Whether diffusers' load_lora_weights of this pipeline loads LoKr (core/models/adapters.py).
     diffusers_lokr: bool = False
-    # Memory estimate (core/memory_estimate.py): text tokens attended beside the padded
+    # Memory estimate (core/memory/estimate.py): text tokens attended beside the padded
     # max_sequence_length (SD3's CLIP tokens), and the latent patch the family packs
     # itself before the transformer (Flux-style 2x2 packing: 2; its configs say 1).
     extra_text_tokens: int = 0
@@ -144,7 +144,7 @@ class FamilyDefaults:
     def extra_stream_bytes(self, config: dict[str, Any], shape: Any) -> int:
         """The memory estimate's activations of a second token stream the denoiser runs
         beside the image tokens (LTX-2's audio), for the transformer `config` and the
-        step `shape` (memory_activations.StepShape); 0 for a family with none."""
+        step `shape` (core.memory.activations.StepShape); 0 for a family with none."""
         return 0
 
     def configure_run(self, c: Components, cfg: Any) -> None:

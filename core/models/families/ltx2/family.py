@@ -248,7 +248,7 @@ class LTX2Family(FlowFamily):
         import dataclasses
         import math
 
-        from core.models.memory_activations import mmdit_activation_bytes
+        from core.memory.activations import mmdit_activation_bytes
 
         frames = (shape.latent_frames - 1) * self.geometry.temporal_compression + 1
         tokens = math.ceil(frames / FRAME_RATE * AUDIO_LATENTS_PER_SECOND)

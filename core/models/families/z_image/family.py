@@ -136,7 +136,7 @@ class ZImageFamily(FlowFamily):
     @staticmethod
     def activation_layout(config: dict[str, Any]) -> tuple[dict[str, Any], int]:
         """The transformer config as the memory estimate's MMDiT formula reads it
-        (core/memory_estimate.py), and its patch size: each main layer counts as one block
+        (core/memory/estimate.py), and its patch size: each main layer counts as one block
         over image and text tokens, and the two refiner stacks (one over the image
         tokens, one over the text) as one such block per refiner layer. Not calibrated
         on a measured Z-Image run: by count its SwiGLU feed-forward (8/3 width, three

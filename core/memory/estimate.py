@@ -8,8 +8,8 @@ does the denoiser come to the GPU, with what trains it; between steps a validati
 brings the VAE back to decode. The per-GPU figure is the largest phase. A CPU run
 (launch.cpu) holds every part in RAM at once.
 
-core/models/memory_model.py reads the sizes (meta-device components from their configs);
-core/models/memory_activations.py holds the activation formulas and their coefficients.
+core/memory/model_counts.py reads the sizes (meta-device components from their configs);
+core/memory/activations.py holds the activation formulas and their coefficients.
 This module reads the whole config and the caches' state, so it sits above both, beside
 the check, not in core/models.
 """
@@ -19,22 +19,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.config.memory_advice import lower_memory_settings
 from core.config.optimizers import OPTIMIZERS
 from core.config.prompts import largest_size
-from core.memory_host import host_encoders, loading_parts, training_host_parts
-from core.memory_report import CUDA_CONTEXT, GIB, MemoryEstimate, MemoryPart
-from core.memory_step import FP32, preserve_bytes, shape_text, step_frames, step_pixels, step_shape
-from core.memory_swap import host_parts, swapped_bytes
-from core.models.gpu_probe import cuda_available, detect_gpu
+from core.memory.advice import lower_memory_settings
+from core.memory.gpu_probe import cuda_available, detect_gpu
+from core.memory.host import host_encoders, loading_parts, training_host_parts
+from core.memory.report import CUDA_CONTEXT, GIB, MemoryEstimate, MemoryPart
+from core.memory.step import FP32, preserve_bytes, shape_text, step_frames, step_pixels, step_shape
+from core.memory.swap import host_parts, swapped_bytes
 from core.models.quantize import frozen_bytes
 from core.models.registry import family_or_defaults
 from core.notices import quiet_libraries
 
 if TYPE_CHECKING:
     from core.config import Config
-    from core.models.memory_activations import StepShape
-    from core.models.memory_model import ComponentSize, DenoiserSize, ModelSizes
+    from core.memory.activations import StepShape
+    from core.memory.model_counts import ComponentSize, DenoiserSize, ModelSizes
 
 # CUDA context, cuBLAS/cuDNN workspaces and allocator slack, per process. Calibrated on:
 # nothing yet (a typical figure); recalibrate from measured H100 runs.
@@ -65,8 +65,8 @@ def estimate_memory(cfg: Config, workspace: Path,
     dataset's square bucket (its resolution rounded down to a multiple of 64). With every
     cache built (`caches_built`, looked up when None) there is no caching phase to
     estimate."""
-    from core.models.memory_model import UnknownModel, config_source
-    from core.models.memory_sizes_cache import cached_sizes, kept_key, read_and_keep
+    from core.memory.model_counts import UnknownModel, config_source
+    from core.memory.sizes_cache import cached_sizes, kept_key, read_and_keep
 
     if _invalid_for_estimate(cfg):
         return None
@@ -171,8 +171,8 @@ def _plan_swap(cfg: Config, sizes: ModelSizes, estimate: MemoryEstimate, wbytes:
                replan: Any) -> None:
     """model.blocks_to_swap's share: the pinned host memory and the block count; and when
     the estimate is over its card, the settings that fit as the first advice
-    (core/memory_fit.py)."""
-    from core.memory_fit import fitting_plan
+    (core/memory/fit.py)."""
+    from core.memory.fit import fitting_plan
 
     experts = [sizes.denoiser] + ([sizes.second_expert] if sizes.second_expert else [])
     estimate.host = host_parts(cfg, swapped_bytes(cfg, experts, wbytes)[0], len(experts))
@@ -194,7 +194,7 @@ def validation_parts(cfg: Config, sizes: ModelSizes, training: list[MemoryPart],
     than one process, the VAE comes to decode, and the sampling and decode at
     the largest validation size take their own share; validation.model's denoiser with
     the run's LoRA comes beside the trained one, whole (block swap does not reach it)."""
-    from core.models import memory_activations as act
+    from core.memory import activations as act
 
     processes = cfg.launch.num_processes * cfg.launch.num_machines
     kept = [p if p.name != "gradients" else MemoryPart(p.name, p.bytes // 2)
@@ -295,7 +295,7 @@ def text_tokens(family: str) -> int:
 
 
 def activation_bytes(sizes: ModelSizes, shape: StepShape) -> int:
-    from core.models import memory_activations as act
+    from core.memory import activations as act
     from core.models.registry import get_family
 
     d = sizes.denoiser
@@ -317,7 +317,7 @@ def caching_activation_bytes(cfg: Config, sizes: ModelSizes,
                              pixels: tuple[int, int] | None = None) -> int:
     """The larger of a VAE encode batch (of the largest bucket, `pixels`) and one text
     encoder's batch (they take turns)."""
-    from core.models import memory_activations as act
+    from core.memory import activations as act
 
     width, height = pixels or step_pixels(cfg)
     wbytes = weight_bytes(cfg.train.mixed_precision)

@@ -116,12 +116,13 @@ def test_the_checks_see_a_circle_and_a_ui_import() -> None:
 # core's layers, lowest first: a module imports only from its own layer and those below.
 # The config's checks read the data and the models; runs are the folders and processes
 # the cache, caption and training jobs are launched into; the check and the memory
-# estimate read everything the run will; the actions and the headless CLI sit on top.
+# estimate (core.memory) read everything the run will; the actions and the headless CLI
+# sit on top. core.memory.advice, which words the settings that need less memory, is
+# read by the cache job and the trainer when the GPU runs out, so it sits with the config.
 LAYERS = (
     ("core.problems", "core.exits", "core.notices", "core.libraries", "core.fields",
      "core.files"),
-    ("core.data", "core.models", "core.memory.activations", "core.memory.model_counts",
-     "core.memory.sizes_cache", "core.memory.gpu_probe"),
+    ("core.data", "core.models"),
     ("core.config", "core.memory.advice"),
     ("core.runs",),
     ("core.startup",),

@@ -43,10 +43,6 @@ CUDA_CONTEXT_BYTES = GIB // 2
 # as many as core.cache.plan.vae_batch_size allows for their size.
 CACHE_TEXT_BATCH = 16
 CLIP_TOKENS = 77
-# Decoder LMs used as text encoders (Z-Image's and FLUX.2-klein's Qwen3, FLUX.2-dev's
-# Mistral3, Qwen2.5-VL's text model saved alone): padded to the family's text length, not
-# read at their context window.
-LLM_ENCODERS = ("qwen3", "mistral3", "qwen2_5_vl_text")
 
 
 # ---------------------------------------------------------------- the estimate
@@ -291,7 +287,7 @@ def text_tokens(family: str) -> int:
     from core.models.registry import get_family
 
     spec = get_family(family)
-    return int(spec.max_sequence_length or 0) + spec.extra_text_tokens
+    return int(spec.max_sequence_length or 0) + spec.memory.extra_text_tokens
 
 
 def activation_bytes(sizes: ModelSizes, shape: StepShape) -> int:
@@ -302,15 +298,28 @@ def activation_bytes(sizes: ModelSizes, shape: StepShape) -> int:
     if d.kind == "unet":
         return act.unet_activation_bytes(d.config, shape)
     # A family whose transformer config is not MMDiT-shaped (Z-Image) says how it counts.
-    family = get_family(sizes.family)
-    layout = family.activation_layout
-    if layout is not None:
-        config, patch = layout(d.config)
+    memory = get_family(sizes.family).memory
+    if memory.activation_layout is not None:
+        config, patch = memory.activation_layout(d.config)
     else:  # Flux, Chroma and FLUX.2 pack 2x2 latent patches themselves (patch_size 1)
         config = d.config
-        patch = int(d.config.get("patch_size", 1) or 1) * family.latent_packing
+        patch = int(d.config.get("patch_size", 1) or 1) * memory.latent_packing
     return (act.mmdit_activation_bytes(config, shape, text_tokens(sizes.family), patch)
-            + family.extra_stream_bytes(d.config, shape))
+            + extra_stream_bytes(sizes.family, d.config, shape))
+
+
+def extra_stream_bytes(family: str, config: dict[str, Any], shape: StepShape) -> int:
+    """The activations of a second token stream the family's denoiser (transformer
+    `config`) runs beside the image tokens (LTX-2's audio): the MMDiT formula over it, a
+    token per latent; 0 for a family with none."""
+    from core.memory import activations as act
+    from core.models.registry import get_family
+
+    stream = get_family(family).memory.extra_stream
+    if stream is None:
+        return 0
+    stream_config, stream_shape = stream(config, shape)
+    return act.mmdit_activation_bytes(stream_config, stream_shape, text_tokens(family), 1)
 
 
 def caching_activation_bytes(cfg: Config, sizes: ModelSizes,
@@ -330,19 +339,20 @@ def caching_activation_bytes(cfg: Config, sizes: ModelSizes,
         peaks.append(act.vae_encode_bytes(sizes.vae.config, height, width,
                                           vae_batch_size(width, height, frames) * frames,
                                           _vae_bytes(cfg, sizes.vae, wbytes)))
+    from core.models.registry import get_family
+
+    memory = get_family(sizes.family).memory
     for encoder in sizes.text_encoders:
         t5 = encoder.config.get("model_type") == "t5"
-        # LLM encoders and vision-language models (Qwen-Image's Qwen2.5-VL, which keeps
-        # its language model's sizes apart) read the family's text length, not their
-        # context window.
-        lm = encoder.config.get("model_type") in LLM_ENCODERS
+        # A decoder LM (the family says so: Z-Image's Qwen3) and a vision-language model
+        # (Qwen-Image's Qwen2.5-VL, which keeps its language model's sizes apart) read
+        # the family's text length, not their context window.
+        lm = memory.text_encoder_kind == "llm"
         text_config = encoder.config.get("text_config") or {}
         tokens = text_tokens(sizes.family) if t5 or lm or text_config else int(
             encoder.config.get("max_position_embeddings", CLIP_TOKENS))
         if t5:  # the T5 encoder reads only its own tokens (SD3's CLIP ones come beside)
-            from core.models.registry import get_family
-
-            tokens -= get_family(sizes.family).extra_text_tokens
+            tokens -= memory.extra_text_tokens
         peaks.append(act.text_encode_bytes({**encoder.config, **text_config}, tokens,
                                            CACHE_TEXT_BATCH, wbytes, eager_scores=t5))
     return max(peaks)

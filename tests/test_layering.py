@@ -158,3 +158,19 @@ def test_the_layer_check_sees_an_upward_import() -> None:
     assert upward_imports({"core.data.index": {"core.config"}}) == [
         "core.data.index -> core.config"]
     assert upward_imports({"core.config.checks": {"core.data.index"}}) == []
+
+
+# What of the data layer the memory estimate may read: two pure rules of the config's
+# dataset keys (the square bucket of datasets.N.resolution, the control keys in order),
+# never an index of the images or the caches' state, which the check passes in
+# (estimate_memory's buckets and caches_built).
+MEMORY_READS_OF_DATA = ("core.data.buckets", "core.data.controls")
+
+
+def test_the_memory_estimate_walks_no_dataset_and_no_cache() -> None:
+    found = sorted(f"{module} -> {target}" for module, targets in core_graph().items()
+                   if module == "core.memory" or module.startswith("core.memory.")
+                   for target in targets
+                   if target == "core.cache" or target.startswith("core.cache.")
+                   or (target.startswith("core.data") and target not in MEMORY_READS_OF_DATA))
+    assert not found, "the memory estimate is told, it does not look: " + ", ".join(found)

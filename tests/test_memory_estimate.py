@@ -65,7 +65,7 @@ def test_tiny_sd15_frozen_weights_are_the_loaded_models_bytes(workspace: Path, p
                                                               per_weight: int) -> None:
     cfg = load_config(preset_path("demo"))
     cfg.train.mixed_precision = precision
-    estimate = estimate_memory(resolved(cfg, workspace), workspace)
+    estimate = estimate_memory(resolved(cfg, workspace), workspace, caches_built=False)
     assert estimate is not None and estimate.unknown is None
     # The demo's base (its tokenizer has the demo's words, so its text encoder is larger).
     c = get_family("sd15").load(str(materialize_tiny("sd15-shapes", workspace)))
@@ -90,7 +90,7 @@ def test_lora_trainable_count_equals_peft_on_the_real_tiny_model(workspace: Path
 
     cfg = tiny_config(family, lora_rank=8, lora_targets=scope, optimizer="adamw", ema=True,
                       lora_kind=kind)
-    estimate = estimate_memory(resolved(cfg, workspace), workspace)
+    estimate = estimate_memory(resolved(cfg, workspace), workspace, caches_built=False)
     fam = get_family(family)
     denoiser = fam.load(str(workspace / "models" / f"tiny-{family}")).denoiser
     denoiser.requires_grad_(False)
@@ -115,8 +115,9 @@ def test_int8_stores_quantizable_weights_in_a_byte_plus_a_scale_per_row(workspac
     none = tiny_config("flux", mixed_precision="bf16")
     int8 = tiny_config("flux", mixed_precision="bf16")
     int8.model.quantize = "int8"
-    frozen = {name: part(estimate_memory(resolved(c, workspace), workspace).parts,
-                         "frozen weights") for name, c in (("none", none), ("int8", int8))}
+    frozen = {name: part(estimate_memory(resolved(c, workspace), workspace,
+                                         caches_built=False).parts, "frozen weights")
+              for name, c in (("none", none), ("int8", int8))}
     denoiser = get_family("flux").load(str(workspace / "models" / "tiny-flux")).denoiser
     weights = [m.weight for n, m in denoiser.named_modules() if quantizable(n, m)]
     assert weights
@@ -126,7 +127,7 @@ def test_int8_stores_quantizable_weights_in_a_byte_plus_a_scale_per_row(workspac
 
 def test_full_fine_tune_trains_the_whole_denoiser_in_fp32(workspace: Path) -> None:
     cfg = tiny_config("sd15", method="full", mixed_precision="bf16", optimizer="adamw8bit")
-    estimate = estimate_memory(resolved(cfg, workspace), workspace)
+    estimate = estimate_memory(resolved(cfg, workspace), workspace, caches_built=False)
     unet = get_family("sd15").load(str(workspace / "models" / "tiny-sd15")).denoiser
     params = sum(p.numel() for p in unet.parameters())
     assert part(estimate.parts, "frozen weights") == 0
@@ -149,7 +150,7 @@ def test_single_file_counts_the_tensors_in_its_header(workspace: Path, tmp_path:
                    torch.zeros(768)}, str(path))
     cfg = tiny_config("sd15", mixed_precision="fp16")
     cfg.model.path = str(path)
-    estimate = estimate_memory(resolved(cfg, workspace), workspace)
+    estimate = estimate_memory(resolved(cfg, workspace), workspace, caches_built=False)
     assert estimate.unknown is None
     assert part(estimate.parts, "frozen weights") == (320 * 4 * 9 + 4 * 320 * 9) * 2
     assert part(estimate.caching, "text encoders") == 768 * 2
@@ -179,7 +180,7 @@ def test_unbuilt_tiny_model_estimate_creates_nothing_in_the_workspace(tmp_path: 
     ws = tmp_path / "ws"
     (ws / "data").mkdir(parents=True)
     before = tree(ws)
-    estimate = estimate_memory(resolved(tiny_config("sd3"), ws), ws)
+    estimate = estimate_memory(resolved(tiny_config("sd3"), ws), ws, caches_built=False)
     assert estimate.unknown is None and estimate.total_bytes > 0
     assert tree(ws) == before
 
@@ -190,7 +191,7 @@ def test_hub_model_not_in_the_cache_is_unknown_not_a_guess(tmp_path: Path,
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
     cfg = tiny_config("flux")
     cfg.model.path = "nobody/not-a-cached-model"
-    estimate = estimate_memory(resolved(cfg, tmp_path), tmp_path)
+    estimate = estimate_memory(resolved(cfg, tmp_path), tmp_path, caches_built=False)
     assert estimate.parts == [] and estimate.lines()[0].startswith("memory: unknown (")
     assert "not in the HF cache" in estimate.lines()[0]
 
@@ -208,7 +209,8 @@ def test_an_invalid_key_is_named_and_the_estimate_is_left_out(workspace: Path,
     report = run_check(cfg, workspace)
     assert [p.where for p in errors(report.problems)] == ["train.lora_rank"]
     assert not [line for line in report.lines() if line.startswith("memory")], report.lines()
-    assert estimate_memory(resolved(cfg, workspace), workspace) is None  # the UI's call too
+    # the UI's call too
+    assert estimate_memory(resolved(cfg, workspace), workspace, caches_built=False) is None
 
 
 @pytest.mark.parametrize("resolution, size, trains_at", [
@@ -229,7 +231,7 @@ def test_activations_are_estimated_at_the_bucket_the_run_trains_at(
     assert f"activations estimated from {trains_at}," in line, line
     if resolution == 72:  # the same figures as a dataset at 64
         at_64 = tiny_config("sd15")
-        assert estimate_memory(resolved(at_64, workspace), workspace).parts == \
+        assert estimate_memory(resolved(at_64, workspace), workspace, caches_built=False).parts == \
             report.memory.parts
 
 
@@ -290,7 +292,7 @@ def flux_estimate(quantize: str) -> MemoryEstimate:
         "model.path=random:flux", f"model.quantize={quantize}", "datasets.0.resolution=512",
         "train.batch_size=1", "train.gradient_checkpointing=true",
         "train.mixed_precision=bf16"])
-    estimate = estimate_memory(resolved(cfg, REPO), REPO)
+    estimate = estimate_memory(resolved(cfg, REPO), REPO, caches_built=False)
     assert estimate is not None and estimate.unknown is None, estimate
     return estimate
 
@@ -319,7 +321,7 @@ def test_kontext_counts_the_control_tokens_and_its_preset_fits_24gb() -> None:
 
     cfg = apply_overrides(load_config(preset_path("flux-kontext-lora")),
                           ["model.path=random:flux_kontext"])
-    estimate = estimate_memory(resolved(cfg, REPO), REPO)
+    estimate = estimate_memory(resolved(cfg, REPO), REPO, caches_built=False)
     assert estimate is not None and estimate.unknown is None, estimate
     assert "1024x1024 + 1 control image" in estimate.shape
     assert 12 * GIB < estimate.total_bytes < 22 * GIB
@@ -331,7 +333,7 @@ def test_qwen_image_edit_preset_fits_24gb_at_its_resolution_and_says_what_does_n
     def gib(resolution: int) -> float:
         cfg = apply_overrides(load_config(preset_path("qwen-image-edit-lora")), [
             "model.path=random:qwen_image_edit", f"datasets.0.resolution={resolution}"])
-        estimate = estimate_memory(resolved(cfg, REPO), REPO)
+        estimate = estimate_memory(resolved(cfg, REPO), REPO, caches_built=False)
         assert estimate is not None and estimate.unknown is None, estimate
         return estimate.total_bytes / GIB
 

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 # nothing yet (a typical figure); recalibrate from measured H100 runs.
 CUDA_CONTEXT_BYTES = GIB // 2
 # Captions are encoded this many at a time (core/cache/build.py's text batch_size); images
-# as many as core.cache.plan.vae_batch_size allows for their size.
+# as many as core.models.modules.vae_batch_size allows for their size.
 CACHE_TEXT_BATCH = 16
 CLIP_TOKENS = 77
 
@@ -49,8 +49,8 @@ CLIP_TOKENS = 77
 
 
 def estimate_memory(cfg: Config, workspace: Path,
-                    buckets: list[tuple[int, int]] | None = None,
-                    caches_built: bool | None = None) -> MemoryEstimate | None:
+                    buckets: list[tuple[int, int]] | None = None, *,
+                    caches_built: bool) -> MemoryEstimate | None:
     """The per-GPU estimate for `cfg` (paths resolved). When the model's configs cannot
     be read without a download (a hub id not in the HF cache) or at all, an estimate
     whose `unknown` says why, and no parts. None when a key it reads is invalid (the check
@@ -59,8 +59,9 @@ def estimate_memory(cfg: Config, workspace: Path,
     `buckets`: the (width, height) of every image the run trains on, as the check
     assigns them; the activations are estimated at the largest. Without them, at each
     dataset's square bucket (its resolution rounded down to a multiple of 64). With every
-    cache built (`caches_built`, looked up when None) there is no caching phase to
-    estimate."""
+    cache built (`caches_built`: the caller looks that up, core/cache/status.py) there is
+    no caching phase to estimate; the estimate reads no dataset and no cache itself.
+    `workspace`: where tiny models are built and random ones resolved."""
     from core.memory.model_counts import UnknownModel, config_source
     from core.memory.sizes_cache import cached_sizes, kept_key, read_and_keep
 
@@ -87,10 +88,6 @@ def estimate_memory(cfg: Config, workspace: Path,
     if not cfg.launch.cpu and not cuda_available() and not estimate.planned:
         estimate.ram = [p for p in estimate.parts if p.name != CUDA_CONTEXT] + [
             p for p in estimate.caching if p.name in ("text encoders", "VAE")]
-    if caches_built is None:
-        from core.cache.status import caches_complete
-
-        caches_built = caches_complete(cfg, workspace)
     if caches_built:
         estimate.caching = []
     return estimate
@@ -332,7 +329,7 @@ def caching_activation_bytes(cfg: Config, sizes: ModelSizes,
     wbytes = weight_bytes(cfg.train.mixed_precision)
     peaks = [0]
     if sizes.vae is not None:
-        from core.cache.plan import vae_batch_size
+        from core.models.modules import vae_batch_size
 
         # a causal video VAE encodes a clip 4 frames at a time (AutoencoderKLWan._encode)
         frames = min(step_frames(cfg), 4)

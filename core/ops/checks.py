@@ -90,13 +90,14 @@ def check_model_source(path: str, family: str, where: str = "model.path",
 
 
 def estimate_memory(cfg: Config, workspace: Path,
-                    buckets: list[tuple[int, int]] | None = None,
-                    caches_built: bool | None = None) -> MemoryEstimate | None:
+                    buckets: list[tuple[int, int]] | None = None, *,
+                    caches_built: bool) -> MemoryEstimate | None:
     """The memory a run of `cfg` (resolved) needs, or None when the model cannot be read
-    without a download (core/memory/estimate.py). Reads only."""
+    without a download (core/memory/estimate.py); `caches_built`: every cache of `cfg`
+    is built (`caches_complete`), so there is no caching phase. Reads only."""
     from core.memory.estimate import estimate_memory as estimate
 
-    return estimate(cfg, workspace, buckets, caches_built)
+    return estimate(cfg, workspace, buckets, caches_built=caches_built)
 
 
 def estimate_inputs(cfg: Config) -> str:

@@ -609,3 +609,16 @@ def test_a_two_expert_model_loads_both_and_trains_what_model_experts_says(
                        parts("tiny:wan22", "high_noise"))
     assert both["frozen weights"] == 2 * one["frozen weights"] == high["frozen weights"]
     assert both["trainable"] == 2 * one["trainable"] == 2 * high["trainable"]
+
+
+def test_a_family_states_what_the_estimate_reads_in_family_memory() -> None:
+    """The estimate reads family.memory (a MemorySpec) alone: a family that still sets
+    one of the members it replaced would be read by nothing, and its estimate would
+    quietly lose its packing or layout (a family folder merged after the move)."""
+    from core.models.registry import families
+
+    replaced = ("extra_text_tokens", "latent_packing", "activation_layout",
+                "extra_stream_bytes")
+    stray = [f"{family.name}.{name}" for family in families() for name in replaced
+             if hasattr(family, name)]
+    assert not stray, "set these in memory = MemorySpec(...): " + ", ".join(stray)

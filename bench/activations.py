@@ -1,5 +1,5 @@
 """Benchmark: activation memory of one LoRA training step, measured with fake tensors,
-against the formula `--stage check` prints (core/models/memory_activations.py).
+against the formula `--stage check` prints (core/memory/activations.py).
 
     python bench/activations.py [--families sd15,sdxl,sd3,flux] [--quick] [--eval-batch N]
 
@@ -108,7 +108,7 @@ def meta_denoiser(family: str, folder: Path, checkpointing: bool) -> Any:
     from accelerate import init_empty_weights
     from peft import LoraConfig
 
-    from core.models.memory_model import _meta_module
+    from core.memory.model_counts import _meta_module
     from core.models.registry import get_family
 
     name = denoiser_name(folder)
@@ -293,7 +293,7 @@ def measure(family: str, folder: Path, resolution: int, batch: int,
 
 def sizes_for(family: str, folder: Path) -> Any:
     """What `--stage check` reads from the configs (LoRA rank 16 on attention)."""
-    from core.models.memory_model import ConfigSource, read_sizes
+    from core.memory.model_counts import ConfigSource, read_sizes
 
     return read_sizes(ConfigSource(family, folder), LORA_RANK, "attention", True)
 
@@ -302,7 +302,7 @@ def estimated(family: str, sizes: Any, resolution: int, batch: int,
               checkpointing: bool) -> int:
     """The activations part of the estimate, by the estimate's own code path."""
     from core.config import Config, DatasetConfig
-    from core.memory_estimate import activation_bytes, step_shape
+    from core.memory.estimate import activation_bytes, step_shape
 
     cfg = Config()
     cfg.model.family = family

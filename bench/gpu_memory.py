@@ -118,11 +118,13 @@ def overrides(case: Case, steps: int, quantize: str) -> list[str]:
 
 def estimate(cfg: Any, ws: Path) -> dict[str, Any]:
     """The check's estimate: total and activation part in GiB, or why there is none."""
+    from core.cache.status import caches_complete
     from core.config import resolved
-    from core.memory_estimate import estimate_memory
+    from core.memory.estimate import estimate_memory
 
     try:
-        est = estimate_memory(resolved(cfg, ws), ws)
+        full = resolved(cfg, ws)
+        est = estimate_memory(full, ws, caches_built=caches_complete(full, ws))
     except Exception as exc:  # an estimate that fails is a figure missing, not a crash
         return {"error": f"{type(exc).__name__}: {exc}"}
     if est is None:

@@ -16,7 +16,7 @@ from core.config import Config, resolved, validate_config
 from core.config.preserve import preserve_line
 from core.config.training_adapter import training_adapter_problems
 from core.data.conflicts import check_directory_conflicts
-from core.memory_estimate import MemoryEstimate
+from core.memory.estimate import MemoryEstimate
 from core.problems import (
     Problem,
     error,
@@ -295,9 +295,10 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
     """Every problem and the summary; `estimate`: with the memory estimate (it reads the
     model's configs, a second or more: views that re-check on each edit leave it out)."""
     workspace = Path(workspace).expanduser().absolute()
-    from core.memory_estimate import estimate_memory
-    from core.memory_host import host_memory_problems
-    from core.memory_swap import machine_ram_bytes, swap_problems
+    from core.cache.status import caches_complete
+    from core.memory.estimate import estimate_memory
+    from core.memory.host import host_memory_problems
+    from core.memory.swap import machine_ram_bytes, swap_problems
     from core.models.loading import check_model_config, check_model_source
     from core.train.validation_model import model_problems as validation_model_problems
 
@@ -321,8 +322,8 @@ def run_check(cfg: Config, workspace: str | Path, estimate: bool = True) -> Chec
     datasets, steps = _summarise(full, problems)
     memory = None
     if estimate and not any(p.where.startswith("model.") for p in errors(problems)):
-        memory = estimate_memory(full, workspace,
-                                 [b for ds in datasets for b in ds.buckets])
+        memory = estimate_memory(full, workspace, [b for ds in datasets for b in ds.buckets],
+                                 caches_built=caches_complete(full, workspace))
         problems += swap_problems(cfg, memory)
         if memory is not None and memory.ram is None:  # a GPU run: its host line counts
             problems += host_memory_problems(cfg, memory, machine_ram_bytes())

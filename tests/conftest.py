@@ -80,7 +80,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The memory estimate's disk cache (core/models/memory_sizes_cache.py) in a folder
+    """The memory estimate's disk cache (core/memory/sizes_cache.py) in a folder
     of this session, shared by its workers and their subprocesses, not in ~/.cache."""
     if not hasattr(config, "workerinput") and "DT_CACHE_DIR" not in os.environ:
         import tempfile

@@ -281,7 +281,7 @@ SINGLE = (D * 3 * D + 3 * D) + (D * 4 * D + 4 * D) + (5 * D * D + D) + 3 * (D * 
 
 def estimate_with(family: str, workspace: Path, **model: object):
     from core.config import DatasetConfig, resolved
-    from core.memory_estimate import estimate_memory
+    from core.memory.estimate import estimate_memory
 
     cfg = Config()
     cfg.model.family, cfg.model.path = family, f"random:{family}"
@@ -327,7 +327,7 @@ def test_a_config_over_its_card_is_told_the_smallest_swap_that_fits(tiny_workspa
     parts, estimate = estimate_with("qwen_image", tiny_workspace)
     assert estimate.device_total_bytes is None or not estimate.planned
     from core.config import DatasetConfig, resolved
-    from core.memory_estimate import estimate_memory
+    from core.memory.estimate import estimate_memory
 
     cfg = Config()
     cfg.model.family, cfg.model.path = "qwen_image", "random:qwen_image"

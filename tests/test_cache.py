@@ -325,21 +325,21 @@ def test_entry_whose_image_went_bad_says_so_at_train_time(tmp_path: Path, sd15):
 
 def test_once_the_caches_are_built_the_memory_line_has_no_caching_phase(
         tmp_path: Path, sd15, tiny_workspace: Path, monkeypatch: pytest.MonkeyPatch):
-    """The lines of a GPU machine (forced: this one may have none) drop "building caches
-    first" once every entry is cached and fresh."""
-    import core.memory_estimate as memory
+    """The check's lines of a GPU machine (forced: this one may have none) drop "building
+    caches first" once every entry is cached and fresh (the check tells the estimate)."""
+    import core.memory.estimate as memory
     from core.cache.status import caches_complete
-    from core.memory_estimate import estimate_memory
+    from core.check import run_check
 
     monkeypatch.setattr(memory, "cuda_available", lambda: True)
     family, comps = sd15
     cfg = small_config(tmp_path, images=3)
     assert not caches_complete(cfg, tiny_workspace)
-    before = "\n".join(estimate_memory(cfg, tiny_workspace).lines())
+    before = "\n".join(run_check(cfg, tiny_workspace).memory.lines())
     assert "building caches" in before or "building the caches" in before, before
     build_caches(cfg, family, comps)
     assert caches_complete(cfg, tiny_workspace)
-    after = "\n".join(estimate_memory(cfg, tiny_workspace).lines())
+    after = "\n".join(run_check(cfg, tiny_workspace).memory.lines())
     assert "caches" not in after and "encoding" not in after, after
 
 

@@ -138,14 +138,15 @@ def test_a_file_of_fp8_weights_trains_as_fp8_and_is_estimated_at_one_byte(
     cfg.train.lora_kind = "lora"
     cfg.model.quantize = "int8"
     assert resolved(cfg, tmp_path).model.quantize == "int8", "the user's scheme wins"
-    from core.memory_estimate import estimate_memory
+    from core.memory.estimate import estimate_memory
 
     bf16 = dataclasses.replace(resolved(_config(tmp_path, files, "bf16"), tmp_path))
-    file = estimate_memory(resolved(_config(tmp_path, files, name), tmp_path), tmp_path, [])
+    file = estimate_memory(resolved(_config(tmp_path, files, name), tmp_path), tmp_path, [],
+                           caches_built=False)
     bf16.model = dataclasses.replace(bf16.model, quantize="fp8")
-    assert file.parts == estimate_memory(bf16, tmp_path, []).parts
+    assert file.parts == estimate_memory(bf16, tmp_path, [], caches_built=False).parts
     bf16.model = dataclasses.replace(bf16.model, quantize="none")
-    assert file.parts != estimate_memory(bf16, tmp_path, []).parts
+    assert file.parts != estimate_memory(bf16, tmp_path, [], caches_built=False).parts
 
 
 def test_a_lora_run_on_a_scaled_fp8_file_keeps_its_linears_in_fp8(files, tmp_path) -> None:

@@ -288,14 +288,15 @@ def test_the_estimate_counts_the_audio_tokens_beside_the_video() -> None:
 
     from conftest import REPO
 
-    from core.models.families.wan.family import FAMILY as WAN
-    from core.models.memory_activations import StepShape
+    from core.memory.activations import StepShape
+    from core.memory.estimate import extra_stream_bytes
 
     config = json.loads((REPO / "core/models/families/ltx2/full_size/transformer"
                          / "config.json").read_text())
     short, long = (StepShape(16, 16, 1, 2, True, latent_frames=f) for f in (2, 16))
-    assert 0 < LTX2.extra_stream_bytes(config, short) < LTX2.extra_stream_bytes(config, long)
-    assert WAN.extra_stream_bytes(config, long) == 0
+    assert 0 < extra_stream_bytes("ltx2", config, short) < extra_stream_bytes(
+        "ltx2", config, long)
+    assert extra_stream_bytes("wan", config, long) == 0
 
 
 def test_the_check_names_bad_frame_counts_and_another_frame_rate(tmp_path: Path) -> None:

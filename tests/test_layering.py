@@ -116,18 +116,19 @@ def test_the_checks_see_a_circle_and_a_ui_import() -> None:
 # core's layers, lowest first: a module imports only from its own layer and those below.
 # The config's checks read the data and the models; runs are the folders and processes
 # the cache, caption and training jobs are launched into; the check and the memory
-# estimate read everything the run will; the actions and the headless CLI sit on top.
+# estimate (core.memory) read everything the run will; the actions and the headless CLI
+# sit on top. core.memory.advice, which words the settings that need less memory, is
+# read by the cache job and the trainer when the GPU runs out, so it sits with the config.
 LAYERS = (
     ("core.problems", "core.exits", "core.notices", "core.libraries", "core.fields",
      "core.files"),
     ("core.data", "core.models"),
-    ("core.config",),
+    ("core.config", "core.memory.advice"),
     ("core.runs",),
     ("core.startup",),
     ("core.cache", "core.caption", "core.merge"),
     ("core.train",),
-    ("core.check", "core.memory_estimate", "core.memory_report", "core.memory_step",
-     "core.memory_swap", "core.memory_fit", "core.memory_host"),
+    ("core.check", "core.memory"),
     ("core.ops", "core.headless", "core"),
 )
 
@@ -157,3 +158,19 @@ def test_the_layer_check_sees_an_upward_import() -> None:
     assert upward_imports({"core.data.index": {"core.config"}}) == [
         "core.data.index -> core.config"]
     assert upward_imports({"core.config.checks": {"core.data.index"}}) == []
+
+
+# What of the data layer the memory estimate may read: two pure rules of the config's
+# dataset keys (the square bucket of datasets.N.resolution, the control keys in order),
+# never an index of the images or the caches' state, which the check passes in
+# (estimate_memory's buckets and caches_built).
+MEMORY_READS_OF_DATA = ("core.data.buckets", "core.data.controls")
+
+
+def test_the_memory_estimate_walks_no_dataset_and_no_cache() -> None:
+    found = sorted(f"{module} -> {target}" for module, targets in core_graph().items()
+                   if module == "core.memory" or module.startswith("core.memory.")
+                   for target in targets
+                   if target == "core.cache" or target.startswith("core.cache.")
+                   or (target.startswith("core.data") and target not in MEMORY_READS_OF_DATA))
+    assert not found, "the memory estimate is told, it does not look: " + ", ".join(found)

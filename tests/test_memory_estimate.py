@@ -13,10 +13,10 @@ import torch
 from conftest import REPO, check_in_process, per_gpu_gib, write_shapes
 
 from core.config import Config, DatasetConfig, apply_overrides, load_config, resolved, save_config
-from core.memory_estimate import GIB, MemoryEstimate, MemoryPart, estimate_memory
+from core.memory.activations import StepShape, mmdit_activation_bytes, unet_activation_bytes
+from core.memory.estimate import GIB, MemoryEstimate, MemoryPart, estimate_memory
 from core.models.adapters import adapter_config
 from core.models.full_size import full_size_dir
-from core.models.memory_activations import StepShape, mmdit_activation_bytes, unet_activation_bytes
 from core.models.registry import get_family
 from core.models.tiny import materialize_tiny
 from core.presets import preset_path
@@ -65,7 +65,7 @@ def test_tiny_sd15_frozen_weights_are_the_loaded_models_bytes(workspace: Path, p
                                                               per_weight: int) -> None:
     cfg = load_config(preset_path("demo"))
     cfg.train.mixed_precision = precision
-    estimate = estimate_memory(resolved(cfg, workspace), workspace)
+    estimate = estimate_memory(resolved(cfg, workspace), workspace, caches_built=False)
     assert estimate is not None and estimate.unknown is None
     # The demo's base (its tokenizer has the demo's words, so its text encoder is larger).
     c = get_family("sd15").load(str(materialize_tiny("sd15-shapes", workspace)))
@@ -90,7 +90,7 @@ def test_lora_trainable_count_equals_peft_on_the_real_tiny_model(workspace: Path
 
     cfg = tiny_config(family, lora_rank=8, lora_targets=scope, optimizer="adamw", ema=True,
                       lora_kind=kind)
-    estimate = estimate_memory(resolved(cfg, workspace), workspace)
+    estimate = estimate_memory(resolved(cfg, workspace), workspace, caches_built=False)
     fam = get_family(family)
     denoiser = fam.load(str(workspace / "models" / f"tiny-{family}")).denoiser
     denoiser.requires_grad_(False)
@@ -115,8 +115,9 @@ def test_int8_stores_quantizable_weights_in_a_byte_plus_a_scale_per_row(workspac
     none = tiny_config("flux", mixed_precision="bf16")
     int8 = tiny_config("flux", mixed_precision="bf16")
     int8.model.quantize = "int8"
-    frozen = {name: part(estimate_memory(resolved(c, workspace), workspace).parts,
-                         "frozen weights") for name, c in (("none", none), ("int8", int8))}
+    frozen = {name: part(estimate_memory(resolved(c, workspace), workspace,
+                                         caches_built=False).parts, "frozen weights")
+              for name, c in (("none", none), ("int8", int8))}
     denoiser = get_family("flux").load(str(workspace / "models" / "tiny-flux")).denoiser
     weights = [m.weight for n, m in denoiser.named_modules() if quantizable(n, m)]
     assert weights
@@ -126,7 +127,7 @@ def test_int8_stores_quantizable_weights_in_a_byte_plus_a_scale_per_row(workspac
 
 def test_full_fine_tune_trains_the_whole_denoiser_in_fp32(workspace: Path) -> None:
     cfg = tiny_config("sd15", method="full", mixed_precision="bf16", optimizer="adamw8bit")
-    estimate = estimate_memory(resolved(cfg, workspace), workspace)
+    estimate = estimate_memory(resolved(cfg, workspace), workspace, caches_built=False)
     unet = get_family("sd15").load(str(workspace / "models" / "tiny-sd15")).denoiser
     params = sum(p.numel() for p in unet.parameters())
     assert part(estimate.parts, "frozen weights") == 0
@@ -149,7 +150,7 @@ def test_single_file_counts_the_tensors_in_its_header(workspace: Path, tmp_path:
                    torch.zeros(768)}, str(path))
     cfg = tiny_config("sd15", mixed_precision="fp16")
     cfg.model.path = str(path)
-    estimate = estimate_memory(resolved(cfg, workspace), workspace)
+    estimate = estimate_memory(resolved(cfg, workspace), workspace, caches_built=False)
     assert estimate.unknown is None
     assert part(estimate.parts, "frozen weights") == (320 * 4 * 9 + 4 * 320 * 9) * 2
     assert part(estimate.caching, "text encoders") == 768 * 2
@@ -179,7 +180,7 @@ def test_unbuilt_tiny_model_estimate_creates_nothing_in_the_workspace(tmp_path: 
     ws = tmp_path / "ws"
     (ws / "data").mkdir(parents=True)
     before = tree(ws)
-    estimate = estimate_memory(resolved(tiny_config("sd3"), ws), ws)
+    estimate = estimate_memory(resolved(tiny_config("sd3"), ws), ws, caches_built=False)
     assert estimate.unknown is None and estimate.total_bytes > 0
     assert tree(ws) == before
 
@@ -190,7 +191,7 @@ def test_hub_model_not_in_the_cache_is_unknown_not_a_guess(tmp_path: Path,
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
     cfg = tiny_config("flux")
     cfg.model.path = "nobody/not-a-cached-model"
-    estimate = estimate_memory(resolved(cfg, tmp_path), tmp_path)
+    estimate = estimate_memory(resolved(cfg, tmp_path), tmp_path, caches_built=False)
     assert estimate.parts == [] and estimate.lines()[0].startswith("memory: unknown (")
     assert "not in the HF cache" in estimate.lines()[0]
 
@@ -208,7 +209,8 @@ def test_an_invalid_key_is_named_and_the_estimate_is_left_out(workspace: Path,
     report = run_check(cfg, workspace)
     assert [p.where for p in errors(report.problems)] == ["train.lora_rank"]
     assert not [line for line in report.lines() if line.startswith("memory")], report.lines()
-    assert estimate_memory(resolved(cfg, workspace), workspace) is None  # the UI's call too
+    # the UI's call too
+    assert estimate_memory(resolved(cfg, workspace), workspace, caches_built=False) is None
 
 
 @pytest.mark.parametrize("resolution, size, trains_at", [
@@ -229,7 +231,7 @@ def test_activations_are_estimated_at_the_bucket_the_run_trains_at(
     assert f"activations estimated from {trains_at}," in line, line
     if resolution == 72:  # the same figures as a dataset at 64
         at_64 = tiny_config("sd15")
-        assert estimate_memory(resolved(at_64, workspace), workspace).parts == \
+        assert estimate_memory(resolved(at_64, workspace), workspace, caches_built=False).parts == \
             report.memory.parts
 
 
@@ -290,7 +292,7 @@ def flux_estimate(quantize: str) -> MemoryEstimate:
         "model.path=random:flux", f"model.quantize={quantize}", "datasets.0.resolution=512",
         "train.batch_size=1", "train.gradient_checkpointing=true",
         "train.mixed_precision=bf16"])
-    estimate = estimate_memory(resolved(cfg, REPO), REPO)
+    estimate = estimate_memory(resolved(cfg, REPO), REPO, caches_built=False)
     assert estimate is not None and estimate.unknown is None, estimate
     return estimate
 
@@ -319,7 +321,7 @@ def test_kontext_counts_the_control_tokens_and_its_preset_fits_24gb() -> None:
 
     cfg = apply_overrides(load_config(preset_path("flux-kontext-lora")),
                           ["model.path=random:flux_kontext"])
-    estimate = estimate_memory(resolved(cfg, REPO), REPO)
+    estimate = estimate_memory(resolved(cfg, REPO), REPO, caches_built=False)
     assert estimate is not None and estimate.unknown is None, estimate
     assert "1024x1024 + 1 control image" in estimate.shape
     assert 12 * GIB < estimate.total_bytes < 22 * GIB
@@ -331,7 +333,7 @@ def test_qwen_image_edit_preset_fits_24gb_at_its_resolution_and_says_what_does_n
     def gib(resolution: int) -> float:
         cfg = apply_overrides(load_config(preset_path("qwen-image-edit-lora")), [
             "model.path=random:qwen_image_edit", f"datasets.0.resolution={resolution}"])
-        estimate = estimate_memory(resolved(cfg, REPO), REPO)
+        estimate = estimate_memory(resolved(cfg, REPO), REPO, caches_built=False)
         assert estimate is not None and estimate.unknown is None, estimate
         return estimate.total_bytes / GIB
 
@@ -369,7 +371,7 @@ def test_the_configs_are_read_once_until_they_change(tmp_path: Path, monkeypatch
     meta device again; an edited config.json is read afresh."""
     import shutil
 
-    from core.models import memory_model
+    from core.memory import model_counts as memory_model
 
     monkeypatch.setenv("DT_CACHE_DIR", str(tmp_path / "cache"))  # this test's own
     built = []
@@ -406,7 +408,7 @@ def test_an_unbuilt_tiny_models_sizes_are_kept_without_building_it_again(
     """A new person's page estimates the demo before its tiny model is built: the sizes
     counted then are kept under the model's name, so the next estimate (every page
     open, every form fill) neither builds the model in a temporary folder nor counts."""
-    from core.models import memory_model
+    from core.memory import model_counts as memory_model
 
     monkeypatch.setenv("DT_CACHE_DIR", str(tmp_path / "cache"))
     built = []
@@ -485,7 +487,7 @@ def test_the_validation_phase_grows_with_its_resolution_and_goes_without_prompts
 
 @pytest.mark.slow
 def test_activation_formula_matches_a_fake_tensor_measurement_of_full_size_sd15() -> None:
-    """The calibration of memory_activations.py, pinned on its cheapest case: full-size
+    """The calibration of core/memory/activations.py, pinned on its cheapest case: full-size
     SD1.5 at 512 px, batch 1, no checkpointing (fake tensors: seconds, no memory). The
     formula errs high, by at most the 20% it achieved over all families
     (bench/activations.py)."""
@@ -509,7 +511,7 @@ def test_without_a_gpu_the_line_leads_with_the_ram_of_a_cpu_run(
     """The machine the UI runs on has no GPU (forced, so a GPU box checks it too): the
     run goes on its CPU, so the first line is RAM without a CUDA context; the per-GPU
     figure follows for whoever plans a GPU run."""
-    import core.memory_estimate as memory
+    import core.memory.estimate as memory
 
     monkeypatch.setattr(memory, "cuda_available", lambda: False)
     cfg = resolved(load_config(preset_path("demo")), workspace)
@@ -555,7 +557,7 @@ def test_frames_multiply_a_video_familys_activations_not_a_still_familys(tmp_pat
     frame, its 512 text tokens do not (at 448 px: 784 image tokens a frame), so the
     activations grow between 5 and 9-fold; a still-image family ignores frames."""
     from core.config import load_config
-    from core.memory_estimate import estimate_memory
+    from core.memory.estimate import estimate_memory
     from core.presets import preset_path
 
     def activations(preset: str, frames: int) -> int:
@@ -575,7 +577,7 @@ def test_wan22_ti2v_latents_are_16x_smaller_per_side(tiny_workspace: Path) -> No
     """TI2V-5B's VAE makes a latent of 16x16 pixels, Wan 2.1's of 8x8: at 1024 px the
     same transformer sees 1,024 image tokens, not 4,096, beside the 512 text tokens."""
     from core.config import load_config
-    from core.memory_estimate import estimate_memory
+    from core.memory.estimate import estimate_memory
     from core.presets import preset_path
 
     def activations(path: str) -> int:
@@ -594,7 +596,7 @@ def test_a_two_expert_model_loads_both_and_trains_what_model_experts_says(
     """Wan 2.2 A14B keeps both experts loaded: twice one expert's frozen weights; "both"
     trains a LoRA on each, "high_noise" on one."""
     from core.config import load_config
-    from core.memory_estimate import estimate_memory
+    from core.memory.estimate import estimate_memory
     from core.presets import preset_path
 
     def parts(path: str, experts: str) -> dict[str, int]:
@@ -607,3 +609,16 @@ def test_a_two_expert_model_loads_both_and_trains_what_model_experts_says(
                        parts("tiny:wan22", "high_noise"))
     assert both["frozen weights"] == 2 * one["frozen weights"] == high["frozen weights"]
     assert both["trainable"] == 2 * one["trainable"] == 2 * high["trainable"]
+
+
+def test_a_family_states_what_the_estimate_reads_in_family_memory() -> None:
+    """The estimate reads family.memory (a MemorySpec) alone: a family that still sets
+    one of the members it replaced would be read by nothing, and its estimate would
+    quietly lose its packing or layout (a family folder merged after the move)."""
+    from core.models.registry import families
+
+    replaced = ("extra_text_tokens", "latent_packing", "activation_layout",
+                "extra_stream_bytes")
+    stray = [f"{family.name}.{name}" for family in families() for name in replaced
+             if hasattr(family, name)]
+    assert not stray, "set these in memory = MemorySpec(...): " + ", ".join(stray)

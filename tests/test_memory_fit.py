@@ -1,4 +1,4 @@
-"""The fix that makes a plan fit (core/memory_fit.py): every change it names, applied
+"""The fix that makes a plan fit (core/memory/fit.py): every change it names, applied
 together, brings each phase 1.5 GiB under the card, as the card presets keep; the cache
 build over the card alone asks for streamed text encoders and no swap; a swap that
 would pin more than the machine's RAM is no fit. The check prints it as --set items."""
@@ -11,8 +11,8 @@ import pytest
 from conftest import write_shapes
 
 from core.config import apply_overrides, load_config, resolved
-from core.memory_estimate import estimate_memory
-from core.memory_fit import FIT_MARGIN
+from core.memory.estimate import estimate_memory
+from core.memory.fit import FIT_MARGIN
 from core.presets import preset_path
 
 GIB = 1024 ** 3

@@ -30,9 +30,9 @@ def _host_warnings(report) -> list[str]:
 def _whole_load(monkeypatch) -> None:
     """The estimate of a denoiser loaded whole into RAM first (what a source the streamed
     load does not cover gets; random: models stream)."""
-    import core.memory_host
+    import core.memory.host
 
-    monkeypatch.setattr(core.memory_host, "stream_fallback", lambda cfg: "not streamed")
+    monkeypatch.setattr(core.memory.host, "stream_fallback", lambda cfg: "not streamed")
 
 
 def test_the_host_line_is_the_loading_peak_with_the_pinned_blocks_named(

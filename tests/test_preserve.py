@@ -169,7 +169,7 @@ def test_the_check_notes_the_preserved_datasets(tmp_path: Path):
 
 def test_the_memory_estimate_counts_the_preserved_output(tiny_workspace: Path):
     from core.config import resolved
-    from core.memory_estimate import estimate_memory
+    from core.memory.estimate import estimate_memory
 
     def parts(preserve: str) -> dict[str, int]:
         cfg = Config()

@@ -278,7 +278,7 @@ def test_the_backward_keeps_the_dequantized_weights_the_estimate_counts(
     The memory estimate's "dequantized weights" part counts them, every quantized layer's:
     an upper bound."""
     from core.config import resolved
-    from core.memory_estimate import estimate_memory
+    from core.memory.estimate import estimate_memory
     from core.train.setup import add_trainable
 
     family = get_family("flux")

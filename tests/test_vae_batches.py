@@ -10,8 +10,9 @@ from pathlib import Path
 from conftest import REPO
 
 from core.cache.build import _chunks
-from core.cache.plan import VaeJob, vae_batch_size
-from core.models.memory_activations import vae_encode_bytes, validation_bytes
+from core.cache.plan import VaeJob
+from core.memory.activations import vae_encode_bytes, validation_bytes
+from core.models.modules import vae_batch_size
 
 GIB = 1024 ** 3
 

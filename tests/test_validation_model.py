@@ -177,7 +177,7 @@ def test_the_estimates_validation_phase_adds_the_validation_model() -> None:
     from conftest import REPO
 
     from core.config import apply_overrides, load_config, resolved
-    from core.memory_estimate import estimate_memory
+    from core.memory.estimate import estimate_memory
     from core.presets import preset_path
 
     def validation(*overrides: str) -> dict[str, int]:

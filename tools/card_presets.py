@@ -124,7 +124,7 @@ def fitted(preset: CardPreset, workspace: Path):
     """(config, estimate): the smallest model.blocks_to_swap with the estimate at least
     MARGIN_GIB under the card."""
     from core.config import apply_overrides, load_config, resolved
-    from core.memory_estimate import estimate_memory
+    from core.memory.estimate import estimate_memory
     from core.presets import preset_path
 
     cfg = apply_overrides(load_config(preset_path(preset.base)),

@@ -140,7 +140,7 @@ def memory_fix_button(lines: MemoryLines) -> Any:
 
 
 def apply_memory_fix(form: Form, lines: MemoryLines) -> dict[Any, Any]:
-    """The form's fields for every change of the fit, together (core/memory_fit.py)."""
+    """The form's fields for every change of the fit, together (core/memory/fit.py)."""
     if lines.fix is None:
         return {}
     return {form.fields[key]: value for key, value in lines.fix.changes.items()

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any, TypeVar
 
-from core.cache.plan import FLIPPED, MaskJob, TextJob, VaeJob, vae_batch_size
+from core.cache.plan import FLIPPED, MaskJob, TextJob, VaeJob
 from core.cache.store import atomic_save, entry_lock, is_fresh
 from core.data.images import BadImage, load_rgb
+from core.models.modules import vae_batch_size
 from core.problems import Problem, warning
 
 T = TypeVar("T")

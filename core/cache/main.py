@@ -66,7 +66,7 @@ def load_for_caching(config: Path, workspace: Path
                      ) -> tuple[Config, ModelFamily, Components, ProcessGroup] | None:
     from accelerate import PartialState
 
-    from core.config.memory_advice import out_of_memory_becomes
+    from core.memory.advice import out_of_memory_becomes
     from core.models.loading import resolve_dtype
     from core.models.modules import avoid_cudnn_attention, cap_gpu_memory, move_encoders
     from core.startup import load_model, load_resolved_config, process_group
@@ -109,7 +109,7 @@ def _build(args: argparse.Namespace) -> int:
 
     quiet_library_notices()  # cache.log shows what the user needs
     from core.cache.store import CacheWriteError
-    from core.config.memory_advice import out_of_memory_becomes
+    from core.memory.advice import out_of_memory_becomes
     from core.models.loading import ModelLoadError
 
     try:

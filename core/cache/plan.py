@@ -52,22 +52,6 @@ class VaeJob:
         return self.bucket + ((len(self.frames),) if self.frames else ())
 
 
-# A VAE encode batch holds at most this many pixels (frames counted, up to the 4 a causal
-# video VAE encodes at once): 4 images at 512 px, 1 at 1024 px. Its activations grow with
-# the pixels, not the speed (a 1024 px image already fills a GPU): on an H200, Qwen-Image's
-# VAE held 10.7 GiB encoding 4 images at 1024 px beside its 15.4 GiB text encoder, over a
-# 24 GB card, where one at a time holds 2.7 (docs/memory.md).
-VAE_BATCH_PIXELS = 4 * 512 * 512
-VAE_MAX_BATCH = 4
-
-
-def vae_batch_size(width: int, height: int, frames: int = 1,
-                   limit: int = VAE_MAX_BATCH) -> int:
-    """How many items of this shape the cache builder encodes at once (at least one)."""
-    pixels = width * height * max(1, min(frames, 4))
-    return max(1, min(limit, VAE_BATCH_PIXELS // max(pixels, 1)))
-
-
 @dataclass(frozen=True)
 class TextJob:
     caption: str

@@ -41,7 +41,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from core.models.capabilities import AudioSpec, EditSpec, FirstImageSpec
+from core.models.capabilities import AudioSpec, EditSpec, FirstImageSpec, MemorySpec
 from core.models.components import Components, NoiseSample
 from core.models.defaults import FamilyDefaults
 from core.models.geometry import Geometry
@@ -64,15 +64,13 @@ class ModelFamily(Protocol):
     audio: AudioSpec | None
     edit: EditSpec | None
     first_image: FirstImageSpec | None
+    memory: MemorySpec  # the memory estimate's; empty by default
     train_guidance: float | None
     max_sequence_length: int | None
     list_prompt_embeds: bool
     pipeline_mask_kwarg: str | None
     text_encoder_lora_targets: list[str] | None
     diffusers_lokr: bool
-    extra_text_tokens: int
-    latent_packing: int
-    activation_layout: Any
     train_scheduler: str | None
     bang_padded_tokenizers: tuple[str, ...]
     single_file_markers: tuple[str, ...]
@@ -109,9 +107,6 @@ class ModelFamily(Protocol):
 
     def trained_denoisers(self, cfg: Any, loaded: int) -> int:
         """How many loaded denoisers the run trains (FamilyDefaults')."""
-
-    def extra_stream_bytes(self, config: dict[str, Any], shape: Any) -> int:
-        """A second token stream's activations for the estimate (FamilyDefaults')."""
 
     def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",
              config: str | None = None) -> Components:

@@ -160,20 +160,23 @@ class RandomSpec:
 
 @dataclass(frozen=True)
 class MemorySpec:
-    """What the memory estimate needs to know beyond the configs.
+    """What the memory estimate (core/memory/) needs to know beyond the configs.
 
     `extra_text_tokens`: tokens attended beside the padded max_sequence_length (SD3's
     CLIP tokens); `latent_packing`: the latent patch the family packs before the
-    transformer (Flux-style 2x2: 2); `activation_layout(config)`: a transformer config
-    the MMDiT activation formula cannot read as is -> (MMDiT-shaped config, patch size);
-    `extra_stream_bytes(config, shape)`: activations of a second token stream beside the
-    image tokens (LTX-2's audio); `text_encoder_kind`: "llm" where a text encoder is a
-    decoder language model (its activations are estimated as such), "" otherwise."""
+    transformer (Flux-style 2x2, core/models/flow.py's pack_2x2: 2);
+    `activation_layout(config)`: a transformer config the MMDiT activation formula
+    cannot read as is -> (MMDiT-shaped config, patch size); `extra_stream(config,
+    shape)`: a second token stream the denoiser runs beside the image tokens (LTX-2's
+    audio) -> (its MMDiT-shaped config, its step shape), estimated with the MMDiT
+    formula at the family's text tokens, a token per latent; `text_encoder_kind`: "llm"
+    where a text encoder is a decoder language model (read at the family's text
+    length, not its context window), "" otherwise."""
 
     extra_text_tokens: int = 0
     latent_packing: int = 1
     activation_layout: Callable[[dict[str, Any]], tuple[dict[str, Any], int]] | None = None
-    extra_stream_bytes: Callable[[dict[str, Any], Any], int] | None = None
+    extra_stream: Callable[[dict[str, Any], Any], tuple[dict[str, Any], Any]] | None = None
     text_encoder_kind: str = ""
 
 

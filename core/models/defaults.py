@@ -61,14 +61,6 @@ class FamilyDefaults:
     text_encoder_lora_targets: list[str] | None = None
     # Whether diffusers' load_lora_weights of this pipeline loads LoKr (core/models/adapters.py).
     diffusers_lokr: bool = False
-    # Memory estimate (core/memory_estimate.py): text tokens attended beside the padded
-    # max_sequence_length (SD3's CLIP tokens), and the latent patch the family packs
-    # itself before the transformer (Flux-style 2x2 packing: 2; its configs say 1).
-    extra_text_tokens: int = 0
-    latent_packing: int = 1
-    # A transformer config the MMDiT activation formula cannot read as is: a staticmethod
-    # config -> (MMDiT-shaped config, patch size) (Z-Image), or None.
-    activation_layout: Any = None
     # random:<family> (core/models/full_size/build.py): the scheduler class training
     # uses (None: the one model_index.json names) and the CLIP tokenizers that pad with
     # "!" as OpenCLIP's do in the real model (the others pad with end-of-text).
@@ -141,12 +133,6 @@ class FamilyDefaults:
     def config_problems(self, cfg: Any) -> list[Any]:
         """This family's own checks of a Config at --stage check (Problems)."""
         return []
-
-    def extra_stream_bytes(self, config: dict[str, Any], shape: Any) -> int:
-        """The memory estimate's activations of a second token stream the denoiser runs
-        beside the image tokens (LTX-2's audio), for the transformer `config` and the
-        step `shape` (memory_activations.StepShape); 0 for a family with none."""
-        return 0
 
     def configure_run(self, c: Components, cfg: Any) -> None:
         """The run's settings a family reads from the Config onto its loaded model, before

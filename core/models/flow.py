@@ -60,7 +60,7 @@ def pack_2x2(noisy: Any, family: str, vae: Any) -> tuple[Any, Any, Callable[[Any
     """Flux-style latent packing (Flux, Chroma; their pipelines share these helpers):
     latents [B, C, h, w] as 2x2-patch tokens [B, h*w/4, 4C], their img_ids, and the
     function that unpacks the transformer's output back to [B, C, h, w]. The memory
-    estimate counts the same packing (`latent_packing` = 2)."""
+    estimate counts the same packing (`memory.latent_packing` = 2)."""
     from diffusers import FluxPipeline
 
     b, ch, h, w = noisy.shape

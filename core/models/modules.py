@@ -1,5 +1,7 @@
 """What every family does to its loaded torch modules: freeze them after loading, look
-under the wrappers training puts around the denoiser, and encode images into latents.
+under the wrappers training puts around the denoiser, and encode images into latents
+(`vae_batch_size`: how many at once, which the cache builder and the memory estimate
+both read).
 
 Nothing heavy at module level: the trainer imports `unwrap` from here before it needs torch.
 """
@@ -143,6 +145,23 @@ def unwrap(model: Any) -> Any:
         if inner is None:
             return model
         model = inner
+
+
+# A VAE encode batch holds at most this many pixels (frames counted, up to the 4 a causal
+# video VAE encodes at once): 4 images at 512 px, 1 at 1024 px. Its activations grow with
+# the pixels, not the speed (a 1024 px image already fills a GPU): on an H200, Qwen-Image's
+# VAE held 10.7 GiB encoding 4 images at 1024 px beside its 15.4 GiB text encoder, over a
+# 24 GB card, where one at a time holds 2.7 (docs/memory.md).
+VAE_BATCH_PIXELS = 4 * 512 * 512
+VAE_MAX_BATCH = 4
+
+
+def vae_batch_size(width: int, height: int, frames: int = 1,
+                   limit: int = VAE_MAX_BATCH) -> int:
+    """How many items of this shape the cache builder encodes at once (at least one); the
+    memory estimate's caching phase counts the same batch."""
+    pixels = width * height * max(1, min(frames, 4))
+    return max(1, min(limit, VAE_BATCH_PIXELS // max(pixels, 1)))
 
 
 def encode_latents(vae: Any, pixels: Any, generator: Any = None) -> Any:

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 
 from core.check import CheckReport, run_check
 from core.config import Config, apply_overrides, load_config, resolved
-from core.memory_fit import FIT_KEYS, FitPlan
+from core.memory.fit import FIT_KEYS, FitPlan
 from core.ops.errors import OpError
 from core.presets import PRESETS_DIR, gated_note, is_demo, list_presets, preset_path
 from core.problems import ConfigError, Hint, Problem, blocking, error, errors
 
 if TYPE_CHECKING:
-    from core.memory_estimate import MemoryEstimate
+    from core.memory.estimate import MemoryEstimate
 
 __all__ = ["FIT_KEYS", "PRESETS_DIR", "CheckReport", "FitPlan", "check", "check_model_source",
            "estimate_memory",
@@ -90,13 +90,14 @@ def check_model_source(path: str, family: str, where: str = "model.path",
 
 
 def estimate_memory(cfg: Config, workspace: Path,
-                    buckets: list[tuple[int, int]] | None = None,
-                    caches_built: bool | None = None) -> MemoryEstimate | None:
+                    buckets: list[tuple[int, int]] | None = None, *,
+                    caches_built: bool) -> MemoryEstimate | None:
     """The memory a run of `cfg` (resolved) needs, or None when the model cannot be read
-    without a download (core/memory_estimate.py). Reads only."""
-    from core.memory_estimate import estimate_memory as estimate
+    without a download (core/memory/estimate.py); `caches_built`: every cache of `cfg`
+    is built (`caches_complete`), so there is no caching phase. Reads only."""
+    from core.memory.estimate import estimate_memory as estimate
 
-    return estimate(cfg, workspace, buckets, caches_built)
+    return estimate(cfg, workspace, buckets, caches_built=caches_built)
 
 
 def estimate_inputs(cfg: Config) -> str:

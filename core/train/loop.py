@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.config import Config, prompt_text
-from core.config.memory_advice import out_of_memory_becomes
+from core.memory.advice import out_of_memory_becomes
 from core.models.adapters import LYCORIS_ONLY_NOTE
 from core.models.modules import unwrap
 from core.models.training_adapter import adapters_taken_out

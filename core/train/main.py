@@ -146,8 +146,8 @@ def run(args: argparse.Namespace, own_process: bool = False) -> int:
     from accelerate.utils import set_seed
 
     from core.config.guidance_target import guidance_target_line
-    from core.config.memory_advice import out_of_memory_text
     from core.config.preserve import preserve_line
+    from core.memory.advice import out_of_memory_text
     from core.models.modules import is_out_of_memory
     from core.train.agreement import RanksDisagree, check_same_start, ranks_of
     from core.train.loop import Loop

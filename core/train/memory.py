@@ -3,7 +3,7 @@ holds (CUDA) or the process's resident memory (CPU), at named phases of a run.
 
 CUDA figures are the caching allocator's *allocated* bytes (tensors), not what
 nvidia-smi shows (that adds the allocator's reserve and the CUDA context), because the
-allocated figure is what the estimate in core/memory_estimate.py predicts and what
+allocated figure is what the estimate in core/memory/estimate.py predicts and what
 changes with the config. Host figures come from /proc/self/status, so no psutil.
 """
 

@@ -94,10 +94,10 @@ def build_random(family: str, dtype: Any = None, device: Any = "cpu",
     (core/models/stream_load.py), the same weights a layer at a time."""
     import torch
 
-    from core.models.loading import resolve_dtype
     from core.models.modules import freeze
     from core.models.registry import get_family
     from core.models.stream_load import random_denoiser
+    from core.models.weights import resolve_dtype
 
     require_family(family)
     dtype = resolve_dtype(dtype) or torch.float32

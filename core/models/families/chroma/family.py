@@ -55,6 +55,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import MemorySpec
 from core.models.families.flux.family import LORA_TARGETS as FLUX_LORA_TARGETS
 from core.models.flow import FlowFamily, pack_2x2
 from core.models.modules import unwrap
@@ -75,7 +76,7 @@ class ChromaFamily(FlowFamily):
     text_encoder_count = 1
     pipeline_class_name = "ChromaPipeline"
     max_sequence_length = 512
-    latent_packing = 2  # 2x2 latent patches packed before the transformer
+    memory = MemorySpec(latent_packing=2)  # 2x2 latent patches packed before the transformer
     # The ChromaPipeline argument validation gives the text mask to (core/train/validation.py).
     pipeline_mask_kwarg = "prompt_attention_mask"
 

@@ -50,6 +50,7 @@ import functools
 from typing import Any
 
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import MemorySpec
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
 from core.models.modules import unwrap
@@ -78,6 +79,17 @@ def pipeline_class() -> Any:
     return ErnieImageTrainingPipeline
 
 
+def activation_layout(config: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """The transformer config as the memory estimate's MMDiT formula reads it: each
+    block one joint block over image and text tokens at hidden_size, and the 2x2
+    patchify of the VAE's latents as the patch."""
+    heads = int(config.get("num_attention_heads", 32))
+    return ({"num_attention_heads": heads,
+             "attention_head_dim": int(config.get("hidden_size", 4096)) // heads,
+             "num_layers": int(config.get("num_layers", 36))},
+            int(config.get("patch_size", 1) or 1) * 2)
+
+
 class ErnieImageFamily(FlowFamily):
     name = "ernie_image"
     geometry = Geometry(latent_channels=32)  # FLUX.2's VAE
@@ -97,20 +109,11 @@ class ErnieImageFamily(FlowFamily):
     single_file_default_config = "baidu/ERNIE-Image"
     # The pipeline cuts no prompt; the memory estimate counts this many text tokens.
     max_sequence_length = 512
-    latent_packing = 2  # the VAE's 2x2 patchify before the transformer
+    # The VAE's 2x2 patchify before the transformer; Ministral 3 (a decoder LM) reads text.
+    memory = MemorySpec(latent_packing=2, activation_layout=activation_layout,
+                        text_encoder_kind="llm")
     timestep_sampling = "uniform"
     list_prompt_embeds = True  # the pipeline takes a list of [L, D] embeddings
-
-    @staticmethod
-    def activation_layout(config: dict[str, Any]) -> tuple[dict[str, Any], int]:
-        """The transformer config as the memory estimate's MMDiT formula reads it: each
-        block one joint block over image and text tokens at hidden_size, and the 2x2
-        patchify of the VAE's latents as the patch."""
-        heads = int(config.get("num_attention_heads", 32))
-        return ({"num_attention_heads": heads,
-                 "attention_head_dim": int(config.get("hidden_size", 4096)) // heads,
-                 "num_layers": int(config.get("num_layers", 36))},
-                int(config.get("patch_size", 1) or 1) * 2)
 
     # ------------------------------------------------------------ loading
 

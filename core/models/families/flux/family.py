@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import MemorySpec
 from core.models.flow import FlowFamily, pack_2x2
 from core.models.modules import unwrap
 from core.models.routing import RoutingSpec, Slot
@@ -56,7 +57,7 @@ class FluxFamily(FlowFamily):
     text_encoder_count = 2
     pipeline_class_name = "FluxPipeline"
     max_sequence_length = 512
-    latent_packing = 2  # 2x2 latent patches packed before the transformer
+    memory = MemorySpec(latent_packing=2)  # 2x2 latent patches packed before the transformer
     block_lists = ("transformer_blocks", "single_transformer_blocks")
     # train.token_routing: both kinds of block take (hidden_states, encoder_hidden_states,
     # temb, image_rotary_emb) and give (encoder_hidden_states, hidden_states); the rotary

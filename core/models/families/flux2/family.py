@@ -48,6 +48,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import MemorySpec
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
 from core.models.modules import freeze, unwrap
@@ -85,7 +86,8 @@ class Flux2Family(FlowFamily):
     text_encoder_count = 1
     pipeline_class_name = KLEIN  # save_lora_weights: both pipelines share Flux2LoraLoaderMixin
     max_sequence_length = 512
-    latent_packing = 2  # 2x2 latent patches packed before the transformer
+    # 2x2 latent patches packed before the transformer; Qwen3 (klein), Mistral3 (dev).
+    memory = MemorySpec(latent_packing=2, text_encoder_kind="llm")
     train_guidance = 1.0
     # dev (_DevValidation) drops the negative; klein's pipeline uses it only undistilled.
     negative_prompt_note = ("only FLUX.2 klein base models use it (classifier-free "

@@ -49,6 +49,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import MemorySpec
 from core.models.families.flux2.family import Flux2Family
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
@@ -88,7 +89,8 @@ class Flux3Family(FlowFamily):
     # The text window the memory estimate counts: a long caption's. Encoding uses the
     # pipeline's own window (text_settings: a multiple of 80, at most 8192).
     max_sequence_length = 512
-    latent_packing = 2  # 2x2 latent patches, packed in encode_images (as FLUX.2)
+    # 2x2 latent patches, packed in encode_images (as FLUX.2); Qwen3-VL reads the text.
+    memory = MemorySpec(latent_packing=2, text_encoder_kind="llm")
     negative_prompt_note = ("only the FLUX.3 base uses it (classifier-free guidance); the "
                             "step-distilled checkpoint draws without it")
 

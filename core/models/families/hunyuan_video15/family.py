@@ -62,6 +62,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import MemorySpec
 from core.models.comfyui_names import Fused, ModuleNames
 from core.models.families.hunyuan_video15.i2v import (
     FIRST_IMAGE,
@@ -104,6 +105,15 @@ def condition_channels(noisy: Any) -> Any:
     return noisy.new_zeros(b, ch + 1, frames, h, w)
 
 
+def activation_layout(config: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """The memory estimate's MMDiT formula over the dual-stream blocks (patch 1: a
+    token per latent voxel). Not calibrated on a measured run."""
+    return ({"num_attention_heads": int(config.get("num_attention_heads", 16)),
+             "attention_head_dim": int(config.get("attention_head_dim", 128)),
+             "num_layers": int(config.get("num_layers", 54))},
+            int(config.get("patch_size", 1)))
+
+
 class HunyuanVideo15Family(FlowFamily):
     name = "hunyuan_video15"
     block_lists = ("transformer_blocks",)
@@ -122,7 +132,8 @@ class HunyuanVideo15Family(FlowFamily):
     # ByT5's 256 glyph tokens and the 729 image tokens (SigLIP's, real in image-to-video;
     # zeros the validation pipeline still carries through every block in text-to-video).
     max_sequence_length = 1000
-    extra_text_tokens = 256 + 729
+    memory = MemorySpec(extra_text_tokens=256 + 729, activation_layout=activation_layout,
+                        text_encoder_kind="llm")
     timestep_sampling = "uniform"
     # tiny:hunyuan_video15_i2v, a random image-to-video model (tiny_i2v/ says why it goes
     # through here).
@@ -245,15 +256,6 @@ class HunyuanVideo15Family(FlowFamily):
         hidden = torch.cat([noisy, condition], dim=1)
         return model(hidden_states=hidden, timestep=sample.timesteps.to(noisy.device, dtype),
                      image_embeds=image, return_dict=False, **text)[0]
-
-    @staticmethod
-    def activation_layout(config: dict[str, Any]) -> tuple[dict[str, Any], int]:
-        """The memory estimate's MMDiT formula over the dual-stream blocks (patch 1: a
-        token per latent voxel). Not calibrated on a measured run."""
-        return ({"num_attention_heads": int(config.get("num_attention_heads", 16)),
-                 "attention_head_dim": int(config.get("attention_head_dim", 128)),
-                 "num_layers": int(config.get("num_layers", 54))},
-                int(config.get("patch_size", 1)))
 
     def lora_target_modules(self, scope: str = "attention") -> Any:
         """A regular expression peft matches against the whole module name (a list would

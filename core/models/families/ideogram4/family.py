@@ -39,6 +39,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import MemorySpec
 from core.models.comfyui_names import Fused, ModuleNames, save_fused_comfy
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
@@ -67,7 +68,7 @@ class Ideogram4Family(FlowFamily):
     # The longest prompt the text cache takes (the pipeline pads to 2048, its default;
     # only the real tokens are kept, text.py).
     max_sequence_length = 2048
-    latent_packing = 2
+    memory = MemorySpec(latent_packing=2, text_encoder_kind="llm")  # Qwen3-VL
     logit_std = LOGIT_STD
     negative_prompt_note = ("Ideogram 4 guides with its unconditional transformer, which "
                             "takes no text: there is no negative prompt")

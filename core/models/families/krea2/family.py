@@ -52,6 +52,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import MemorySpec
 from core.models.families.qwen_image.family import QwenImageFamily
 from core.models.flow import FlowFamily
 from core.models.modules import unwrap
@@ -135,7 +136,8 @@ class Krea2Family(QwenImageFamily):
     pipeline_prefix = "Krea2"
     pipeline_class_name = "Krea2Pipeline"
     max_sequence_length = 512
-    latent_packing = 2  # the transformer config has no patch size: it takes 2x2 tokens
+    # The transformer config has no patch size: it takes 2x2 tokens. Qwen3-VL reads text.
+    memory = MemorySpec(latent_packing=2, text_encoder_kind="llm")
     pipeline_mask_kwarg = "prompt_embeds_mask"
 
     # ------------------------------------------------------------ loading

@@ -46,6 +46,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import MemorySpec
 from core.models.families.ltx2.audio import AUDIO, FRAME_RATE, audio_length
 from core.models.families.ltx2.i2v import (
     FIRST_IMAGE,
@@ -93,6 +94,31 @@ class LTX2Components(Components):
     first_image: bool = False  # model.ltx2_mode = "image_to_video" (configure_run)
 
 
+def activation_layout(config: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """The memory estimate's MMDiT formula over the video stream (1x1 patches; the audio
+    stream's are `audio_stream`). Not calibrated."""
+    return ({"num_attention_heads": int(config.get("num_attention_heads", 32)),
+             "attention_head_dim": int(config.get("attention_head_dim", 128)),
+             "num_layers": int(config.get("num_layers", 48))}, 1)
+
+
+def audio_stream(config: dict[str, Any], shape: Any) -> tuple[dict[str, Any], Any]:
+    """The memory estimate's audio stream beside the video's: its tokens at its own width,
+    in every block, for the transformer `config` and the step `shape` (a StepShape). The
+    real audio VAE gives 25 latents a second (16 kHz, hop 160, 4 mel frames a latent) of
+    video at the pipeline's 24 fps."""
+    import dataclasses
+    import math
+
+    frames = (shape.latent_frames - 1) * LTX2Family.geometry.temporal_compression + 1
+    tokens = math.ceil(frames / FRAME_RATE * AUDIO_LATENTS_PER_SECOND)
+    audio = {"num_attention_heads": int(config.get("audio_num_attention_heads", 32)),
+             "attention_head_dim": int(config.get("audio_attention_head_dim", 64)),
+             "num_layers": int(config.get("num_layers", 48))}
+    return audio, dataclasses.replace(shape, latent_height=tokens, latent_width=1,
+                                      latent_frames=1, image_sequences=1)
+
+
 class LTX2Family(FlowFamily):
     name = "ltx2"
     block_lists = ("transformer_blocks",)
@@ -104,6 +130,9 @@ class LTX2Family(FlowFamily):
     text_encoder_count = 1
     pipeline_class_name = "LTX2Pipeline"
     max_sequence_length = MAX_SEQUENCE_LENGTH
+    # Gemma 3 reads the prompt; the audio stream runs beside the video tokens.
+    memory = MemorySpec(activation_layout=activation_layout, extra_stream=audio_stream,
+                        text_encoder_kind="llm")
     pipeline_mask_kwarg = "prompt_attention_mask"
     # tiny:ltx23, a random LTX-2.3 (tiny23/); random:ltx2:2.3 is full_size_2.3/
     trained_tiny = ((TINY_23, "core.models.families.ltx2.tiny23"),)
@@ -254,32 +283,6 @@ class LTX2Family(FlowFamily):
         if not isinstance(sample, AudioVideoSample):
             return super().loss(c, prediction, sample)
         return joint_loss(video_per_item(prediction, sample), sample)
-
-    @staticmethod
-    def activation_layout(config: dict[str, Any]) -> tuple[dict[str, Any], int]:
-        """The memory estimate's MMDiT formula over the video stream (1x1 patches; the
-        audio stream's are `extra_stream_bytes`). Not calibrated."""
-        return ({"num_attention_heads": int(config.get("num_attention_heads", 32)),
-                 "attention_head_dim": int(config.get("attention_head_dim", 128)),
-                 "num_layers": int(config.get("num_layers", 48))}, 1)
-
-    def extra_stream_bytes(self, config: dict[str, Any], shape: Any) -> int:
-        """The audio stream's activations: the MMDiT formula over its tokens at its own
-        width, in every block. The real audio VAE gives 25 latents a second (16 kHz, hop
-        160, 4 mel frames a latent) of video at the pipeline's 24 fps."""
-        import dataclasses
-        import math
-
-        from core.models.memory_activations import mmdit_activation_bytes
-
-        frames = (shape.latent_frames - 1) * self.geometry.temporal_compression + 1
-        tokens = math.ceil(frames / FRAME_RATE * AUDIO_LATENTS_PER_SECOND)
-        audio = {"num_attention_heads": int(config.get("audio_num_attention_heads", 32)),
-                 "attention_head_dim": int(config.get("audio_attention_head_dim", 64)),
-                 "num_layers": int(config.get("num_layers", 48))}
-        stream = dataclasses.replace(shape, latent_height=tokens, latent_width=1,
-                                     latent_frames=1, image_sequences=1)
-        return mmdit_activation_bytes(audio, stream, MAX_SEQUENCE_LENGTH, 1)
 
     def lora_target_modules(self, scope: str = "attention") -> list[str]:
         return ATTENTION + (FEED_FORWARD if scope == "all" else [])

@@ -46,6 +46,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import MemorySpec
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
 from core.models.modules import encode_causal_latents, unwrap
@@ -117,6 +118,7 @@ class QwenImageFamily(FlowFamily):
     text_encoder_count = 1
     pipeline_class_name = "QwenImagePipeline"
     max_sequence_length = 512
+    memory = MemorySpec(text_encoder_kind="llm")  # Qwen2.5-VL
     timestep_sampling = "uniform"
 
     def random_qwen_tokenizer(self, folder: Any) -> Any:

@@ -53,7 +53,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import EditSpec, controls_as_targets
+from core.models.capabilities import EditSpec, MemorySpec, controls_as_targets
 from core.models.families.qwen_image.family import QwenImageFamily
 from core.models.families.qwen_image_edit.validation import (
     EDIT,
@@ -124,7 +124,7 @@ class QwenImageEditFamily(QwenImageFamily):
     # edit pipelines do not truncate to) and a reference's vision tokens, 1369 at the
     # plain pipeline's 1024x1024 (37x37 merged 28-pixel patches) and its two markers; the
     # Plus models' three 384x384 references take fewer (3 x 196 and their markers).
-    extra_text_tokens = 1371
+    memory = MemorySpec(extra_text_tokens=1371, text_encoder_kind="llm")
     # tiny:qwen_image_edit_plus, a random QwenImageEditPlusPipeline (2511-shaped).
     trained_tiny = (("qwen_image_edit_plus", "core.models.families.qwen_image_edit.tiny_plus"),)
 

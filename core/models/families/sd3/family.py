@@ -18,6 +18,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import MemorySpec
 from core.models.flow import FlowFamily
 from core.models.modules import unwrap
 from core.models.routing import RoutingSpec, Slot
@@ -43,7 +44,7 @@ class SD3Family(FlowFamily):
     text_encoder_count = 3
     pipeline_class_name = "StableDiffusion3Pipeline"
     max_sequence_length = 256
-    extra_text_tokens = 77  # the CLIP tokens the transformer attends to beside T5's
+    memory = MemorySpec(extra_text_tokens=77)  # the CLIP tokens attended beside T5's
     bang_padded_tokenizers = ("tokenizer_2",)  # OpenCLIP's pads with "!"
 
     # ------------------------------------------------------------ loading

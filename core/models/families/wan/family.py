@@ -66,6 +66,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import MemorySpec
 from core.models.families.wan.comfy import save_comfy
 from core.models.families.wan.expert_checks import BOTH, expert_problems, run_refusal
 from core.models.families.wan.i2v import (
@@ -101,6 +102,16 @@ def experts_of(c: Components) -> Any:
     return model if isinstance(model, WanExperts) else None
 
 
+def activation_layout(config: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """The memory estimate's MMDiT formula over Wan's blocks: self-attention over the
+    video tokens (patch 2 in space; the frames multiply the tokens), one block per
+    layer. Not calibrated on a measured Wan run."""
+    return ({"num_attention_heads": int(config.get("num_attention_heads", 12)),
+             "attention_head_dim": int(config.get("attention_head_dim", 128)),
+             "num_layers": int(config.get("num_layers", 30))},
+            int(list(config.get("patch_size", [1, 2, 2]))[-1]))
+
+
 class WanFamily(FlowFamily):
     name = "wan"
     block_lists = ("blocks",)
@@ -123,6 +134,7 @@ class WanFamily(FlowFamily):
     text_encoder_count = 1
     pipeline_class_name = "WanPipeline"
     max_sequence_length = 512
+    memory = MemorySpec(activation_layout=activation_layout)
     timestep_sampling = "uniform"
     # tiny:wan22, a random two-expert Wan 2.2 (tiny22/ says why it goes through here).
     trained_tiny = (("wan22", "core.models.families.wan.tiny22"),
@@ -306,16 +318,6 @@ class WanFamily(FlowFamily):
 
         steps = int(c.noise_scheduler.config.get("num_train_timesteps", 1000))
         return draw_within(draw, n, lambda sigmas: experts.holds(sigmas * steps))
-
-    @staticmethod
-    def activation_layout(config: dict[str, Any]) -> tuple[dict[str, Any], int]:
-        """The memory estimate's MMDiT formula over Wan's blocks: self-attention over the
-        video tokens (patch 2 in space; the frames multiply the tokens), one block per
-        layer. Not calibrated on a measured Wan run."""
-        return ({"num_attention_heads": int(config.get("num_attention_heads", 12)),
-                 "attention_head_dim": int(config.get("attention_head_dim", 128)),
-                 "num_layers": int(config.get("num_layers", 30))},
-                int(list(config.get("patch_size", [1, 2, 2]))[-1]))
 
     def lora_target_modules(self, scope: str = "attention") -> list[str]:
         return ATTENTION + (FEED_FORWARD if scope == "all" else [])

@@ -47,12 +47,27 @@ from __future__ import annotations
 from typing import Any
 
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import MemorySpec
 from core.models.flow import FlowFamily
 from core.models.modules import unwrap
 
 # diffusers' train_dreambooth_lora_z_image.py default (its --lora_layers).
 LORA_TARGETS = ["attention.to_q", "attention.to_k", "attention.to_v", "attention.to_out.0"]
 FEED_FORWARD = ["feed_forward.w1", "feed_forward.w2", "feed_forward.w3"]
+
+
+def activation_layout(config: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """The transformer config as the memory estimate's MMDiT formula reads it
+    (core/memory/estimate.py), and its patch size: each main layer counts as one block
+    over image and text tokens, and the two refiner stacks (one over the image
+    tokens, one over the text) as one such block per refiner layer. Not calibrated
+    on a measured Z-Image run: by count its SwiGLU feed-forward (8/3 width, three
+    projections) keeps about a tenth more than the MMDiT block the formula assumes."""
+    dim, heads = int(config.get("dim", 3840)), int(config.get("n_heads", 30))
+    layers = int(config.get("n_layers", 30)) + int(config.get("n_refiner_layers", 2))
+    patch = int(list(config.get("all_patch_size", [2]))[0])
+    return ({"num_attention_heads": heads, "attention_head_dim": dim // heads,
+             "num_layers": layers}, patch)
 
 
 class ZImageFamily(FlowFamily):
@@ -70,6 +85,7 @@ class ZImageFamily(FlowFamily):
     text_encoder_count = 1
     pipeline_class_name = "ZImagePipeline"
     max_sequence_length = 512
+    memory = MemorySpec(activation_layout=activation_layout, text_encoder_kind="llm")  # Qwen3
     timestep_sampling = "uniform"
     # ZImagePipeline takes a list of per-prompt [L, D] embeddings, not a padded batch
     # (core/train/validation.py reads this).
@@ -132,20 +148,6 @@ class ZImageFamily(FlowFamily):
         t = (n_train - sample.timesteps.to(device).float()) / n_train
         out = model(list(noisy.unsqueeze(2).unbind(0)), t, captions, return_dict=False)[0]
         return -torch.stack(out, dim=0).squeeze(2)
-
-    @staticmethod
-    def activation_layout(config: dict[str, Any]) -> tuple[dict[str, Any], int]:
-        """The transformer config as the memory estimate's MMDiT formula reads it
-        (core/memory_estimate.py), and its patch size: each main layer counts as one block
-        over image and text tokens, and the two refiner stacks (one over the image
-        tokens, one over the text) as one such block per refiner layer. Not calibrated
-        on a measured Z-Image run: by count its SwiGLU feed-forward (8/3 width, three
-        projections) keeps about a tenth more than the MMDiT block the formula assumes."""
-        dim, heads = int(config.get("dim", 3840)), int(config.get("n_heads", 30))
-        layers = int(config.get("n_layers", 30)) + int(config.get("n_refiner_layers", 2))
-        patch = int(list(config.get("all_patch_size", [2]))[0])
-        return ({"num_attention_heads": heads, "attention_head_dim": dim // heads,
-                 "num_layers": layers}, patch)
 
     def lora_target_modules(self, scope: str = "attention") -> list[str]:
         return LORA_TARGETS + (FEED_FORWARD if scope == "all" else [])

@@ -15,14 +15,14 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from core.memory_host import host_limit
-from core.memory_report import GIB, FitPlan
-from core.memory_swap import machine_ram_bytes
+from core.memory.host import host_limit
+from core.memory.report import GIB, FitPlan
+from core.memory.swap import machine_ram_bytes
 
 if TYPE_CHECKING:
     from core.config import Config
-    from core.memory_report import MemoryEstimate
-    from core.models.memory_model import ModelSizes
+    from core.memory.model_counts import ModelSizes
+    from core.memory.report import MemoryEstimate
 
 FIT_MARGIN = 3 * GIB // 2
 # What a fit may change (the Training tab's button writes these fields).

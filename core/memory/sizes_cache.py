@@ -4,10 +4,10 @@ Counting a model's parameters means building it on the meta device, and importin
 diffusers and transformers for that takes 4 to 7 CPU-seconds: most of what
 `--stage check` costs, paid again by every headless run and every `app.py` start. The
 counts depend only on the configs, the run's adapter settings, the libraries' versions
-and this package's counting code, so they are kept under a key made of all of them:
-an edited config.json, another rank, a library upgrade or a change to core/models/
-reads the model again, and nothing stale is ever used. A single-file checkpoint is
-keyed by its path, size and modification time as well.
+and the counting code, so they are kept under a key made of all of them: an edited
+config.json, another rank, a library upgrade or a change to core/models/ or
+core/memory/ reads the model again, and nothing stale is ever used. A single-file
+checkpoint is keyed by its path, size and modification time as well.
 
 Where: $DT_CACHE_DIR, else $XDG_CACHE_HOME/diffusion-finetuner, else
 ~/.cache/diffusion-finetuner (`memory-sizes/<key>.json`, a few KB each). A cache that
@@ -29,7 +29,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 CACHE_ENV = "DT_CACHE_DIR"
 LIBRARIES = ("diffusers", "transformers", "peft", "torch", "accelerate")
-CODE = Path(__file__).resolve().parent  # core/models: the counting code and families
+# The families (core/models) and the counting code (this package: model_counts.py).
+CODE = (Path(__file__).resolve().parent.parent / "models", Path(__file__).resolve().parent)
 
 
 def cache_dir() -> Path:
@@ -43,9 +44,10 @@ def cache_dir() -> Path:
 @functools.lru_cache(maxsize=1)
 def _code_and_libraries() -> str:
     digest = hashlib.sha256()
-    for path in sorted(CODE.rglob("*.py")):
-        digest.update(str(path.relative_to(CODE)).encode())
-        digest.update(path.read_bytes())
+    for folder in CODE:
+        for path in sorted(folder.rglob("*.py")):
+            digest.update(str(path.relative_to(folder.parent)).encode())
+            digest.update(path.read_bytes())
     for name in LIBRARIES:
         try:
             digest.update(f"{name}={metadata.version(name)}".encode())
@@ -96,7 +98,7 @@ def plain(sizes: Any) -> dict[str, Any]:
 
 def sizes_from_plain(data: dict[str, Any]) -> Any:
     """ModelSizes again from `plain`'s dict."""
-    from core.models.memory_model import BlockSize, ComponentSize, DenoiserSize, ModelSizes
+    from core.memory.model_counts import BlockSize, ComponentSize, DenoiserSize, ModelSizes
 
     def denoiser(d: dict[str, Any] | None) -> DenoiserSize | None:
         if d is None:
@@ -116,7 +118,7 @@ def kept_key(path: str, family: str, workspace: Path, settings: tuple[Any, ...])
     says why). An unbuilt tiny model is keyed by its name: its configs come from this
     package's code, which every key holds, so no build is needed to find them. Imports
     neither diffusers nor torch."""
-    from core.models.memory_model import config_source
+    from core.memory.model_counts import config_source
     from core.models.source import model_source
     from core.models.tiny import tiny_is_built
 
@@ -139,9 +141,9 @@ def cached_sizes(key: str | None) -> Any:
 
 
 def read_and_keep(source: Any, settings: tuple[Any, ...], key: str | None) -> Any:
-    """memory_model.read_sizes of `source` (a ConfigSource) with these adapter
+    """model_counts.read_sizes of `source` (a ConfigSource) with these adapter
     `settings`, kept on the disk under `key` for the next process."""
-    from core.models.memory_model import read_sizes
+    from core.memory.model_counts import read_sizes
 
     data = plain(read_sizes(source, *settings))
     if key is not None:

@@ -8,8 +8,8 @@ does the denoiser come to the GPU, with what trains it; between steps a validati
 brings the VAE back to decode. The per-GPU figure is the largest phase. A CPU run
 (launch.cpu) holds every part in RAM at once.
 
-core/models/memory_model.py reads the sizes (meta-device components from their configs);
-core/models/memory_activations.py holds the activation formulas and their coefficients.
+core/memory/model_counts.py reads the sizes (meta-device components from their configs);
+core/memory/activations.py holds the activation formulas and their coefficients.
 This module reads the whole config and the caches' state, so it sits above both, beside
 the check, not in core/models.
 """
@@ -19,42 +19,38 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.config.memory_advice import lower_memory_settings
 from core.config.optimizers import OPTIMIZERS
 from core.config.prompts import largest_size
-from core.memory_host import host_encoders, loading_parts, training_host_parts
-from core.memory_report import CUDA_CONTEXT, GIB, MemoryEstimate, MemoryPart
-from core.memory_step import FP32, preserve_bytes, shape_text, step_frames, step_pixels, step_shape
-from core.memory_swap import host_parts, swapped_bytes
-from core.models.gpu_probe import cuda_available, detect_gpu
+from core.memory.advice import lower_memory_settings
+from core.memory.gpu_probe import cuda_available, detect_gpu
+from core.memory.host import host_encoders, loading_parts, training_host_parts
+from core.memory.report import CUDA_CONTEXT, GIB, MemoryEstimate, MemoryPart
+from core.memory.step import FP32, preserve_bytes, shape_text, step_frames, step_pixels, step_shape
+from core.memory.swap import host_parts, swapped_bytes
 from core.models.quantize import frozen_bytes
 from core.models.registry import family_or_defaults
 from core.notices import quiet_libraries
 
 if TYPE_CHECKING:
     from core.config import Config
-    from core.models.memory_activations import StepShape
-    from core.models.memory_model import ComponentSize, DenoiserSize, ModelSizes
+    from core.memory.activations import StepShape
+    from core.memory.model_counts import ComponentSize, DenoiserSize, ModelSizes
 
 # CUDA context, cuBLAS/cuDNN workspaces and allocator slack, per process. Calibrated on:
 # nothing yet (a typical figure); recalibrate from measured H100 runs.
 CUDA_CONTEXT_BYTES = GIB // 2
 # Captions are encoded this many at a time (core/cache/build.py's text batch_size); images
-# as many as core.cache.plan.vae_batch_size allows for their size.
+# as many as core.models.modules.vae_batch_size allows for their size.
 CACHE_TEXT_BATCH = 16
 CLIP_TOKENS = 77
-# Decoder LMs used as text encoders (Z-Image's and FLUX.2-klein's Qwen3, FLUX.2-dev's
-# Mistral3, Qwen2.5-VL's text model saved alone): padded to the family's text length, not
-# read at their context window.
-LLM_ENCODERS = ("qwen3", "mistral3", "qwen2_5_vl_text")
 
 
 # ---------------------------------------------------------------- the estimate
 
 
 def estimate_memory(cfg: Config, workspace: Path,
-                    buckets: list[tuple[int, int]] | None = None,
-                    caches_built: bool | None = None) -> MemoryEstimate | None:
+                    buckets: list[tuple[int, int]] | None = None, *,
+                    caches_built: bool) -> MemoryEstimate | None:
     """The per-GPU estimate for `cfg` (paths resolved). When the model's configs cannot
     be read without a download (a hub id not in the HF cache) or at all, an estimate
     whose `unknown` says why, and no parts. None when a key it reads is invalid (the check
@@ -63,10 +59,11 @@ def estimate_memory(cfg: Config, workspace: Path,
     `buckets`: the (width, height) of every image the run trains on, as the check
     assigns them; the activations are estimated at the largest. Without them, at each
     dataset's square bucket (its resolution rounded down to a multiple of 64). With every
-    cache built (`caches_built`, looked up when None) there is no caching phase to
-    estimate."""
-    from core.models.memory_model import UnknownModel, config_source
-    from core.models.memory_sizes_cache import cached_sizes, kept_key, read_and_keep
+    cache built (`caches_built`: the caller looks that up, core/cache/status.py) there is
+    no caching phase to estimate; the estimate reads no dataset and no cache itself.
+    `workspace`: where tiny models are built and random ones resolved."""
+    from core.memory.model_counts import UnknownModel, config_source
+    from core.memory.sizes_cache import cached_sizes, kept_key, read_and_keep
 
     if _invalid_for_estimate(cfg):
         return None
@@ -91,10 +88,6 @@ def estimate_memory(cfg: Config, workspace: Path,
     if not cfg.launch.cpu and not cuda_available() and not estimate.planned:
         estimate.ram = [p for p in estimate.parts if p.name != CUDA_CONTEXT] + [
             p for p in estimate.caching if p.name in ("text encoders", "VAE")]
-    if caches_built is None:
-        from core.cache.status import caches_complete
-
-        caches_built = caches_complete(cfg, workspace)
     if caches_built:
         estimate.caching = []
     return estimate
@@ -171,8 +164,8 @@ def _plan_swap(cfg: Config, sizes: ModelSizes, estimate: MemoryEstimate, wbytes:
                replan: Any) -> None:
     """model.blocks_to_swap's share: the pinned host memory and the block count; and when
     the estimate is over its card, the settings that fit as the first advice
-    (core/memory_fit.py)."""
-    from core.memory_fit import fitting_plan
+    (core/memory/fit.py)."""
+    from core.memory.fit import fitting_plan
 
     experts = [sizes.denoiser] + ([sizes.second_expert] if sizes.second_expert else [])
     estimate.host = host_parts(cfg, swapped_bytes(cfg, experts, wbytes)[0], len(experts))
@@ -194,7 +187,7 @@ def validation_parts(cfg: Config, sizes: ModelSizes, training: list[MemoryPart],
     than one process, the VAE comes to decode, and the sampling and decode at
     the largest validation size take their own share; validation.model's denoiser with
     the run's LoRA comes beside the trained one, whole (block swap does not reach it)."""
-    from core.models import memory_activations as act
+    from core.memory import activations as act
 
     processes = cfg.launch.num_processes * cfg.launch.num_machines
     kept = [p if p.name != "gradients" else MemoryPart(p.name, p.bytes // 2)
@@ -291,58 +284,72 @@ def text_tokens(family: str) -> int:
     from core.models.registry import get_family
 
     spec = get_family(family)
-    return int(spec.max_sequence_length or 0) + spec.extra_text_tokens
+    return int(spec.max_sequence_length or 0) + spec.memory.extra_text_tokens
 
 
 def activation_bytes(sizes: ModelSizes, shape: StepShape) -> int:
-    from core.models import memory_activations as act
+    from core.memory import activations as act
     from core.models.registry import get_family
 
     d = sizes.denoiser
     if d.kind == "unet":
         return act.unet_activation_bytes(d.config, shape)
     # A family whose transformer config is not MMDiT-shaped (Z-Image) says how it counts.
-    family = get_family(sizes.family)
-    layout = family.activation_layout
-    if layout is not None:
-        config, patch = layout(d.config)
+    memory = get_family(sizes.family).memory
+    if memory.activation_layout is not None:
+        config, patch = memory.activation_layout(d.config)
     else:  # Flux, Chroma and FLUX.2 pack 2x2 latent patches themselves (patch_size 1)
         config = d.config
-        patch = int(d.config.get("patch_size", 1) or 1) * family.latent_packing
+        patch = int(d.config.get("patch_size", 1) or 1) * memory.latent_packing
     return (act.mmdit_activation_bytes(config, shape, text_tokens(sizes.family), patch)
-            + family.extra_stream_bytes(d.config, shape))
+            + extra_stream_bytes(sizes.family, d.config, shape))
+
+
+def extra_stream_bytes(family: str, config: dict[str, Any], shape: StepShape) -> int:
+    """The activations of a second token stream the family's denoiser (transformer
+    `config`) runs beside the image tokens (LTX-2's audio): the MMDiT formula over it, a
+    token per latent; 0 for a family with none."""
+    from core.memory import activations as act
+    from core.models.registry import get_family
+
+    stream = get_family(family).memory.extra_stream
+    if stream is None:
+        return 0
+    stream_config, stream_shape = stream(config, shape)
+    return act.mmdit_activation_bytes(stream_config, stream_shape, text_tokens(family), 1)
 
 
 def caching_activation_bytes(cfg: Config, sizes: ModelSizes,
                              pixels: tuple[int, int] | None = None) -> int:
     """The larger of a VAE encode batch (of the largest bucket, `pixels`) and one text
     encoder's batch (they take turns)."""
-    from core.models import memory_activations as act
+    from core.memory import activations as act
 
     width, height = pixels or step_pixels(cfg)
     wbytes = weight_bytes(cfg.train.mixed_precision)
     peaks = [0]
     if sizes.vae is not None:
-        from core.cache.plan import vae_batch_size
+        from core.models.modules import vae_batch_size
 
         # a causal video VAE encodes a clip 4 frames at a time (AutoencoderKLWan._encode)
         frames = min(step_frames(cfg), 4)
         peaks.append(act.vae_encode_bytes(sizes.vae.config, height, width,
                                           vae_batch_size(width, height, frames) * frames,
                                           _vae_bytes(cfg, sizes.vae, wbytes)))
+    from core.models.registry import get_family
+
+    memory = get_family(sizes.family).memory
     for encoder in sizes.text_encoders:
         t5 = encoder.config.get("model_type") == "t5"
-        # LLM encoders and vision-language models (Qwen-Image's Qwen2.5-VL, which keeps
-        # its language model's sizes apart) read the family's text length, not their
-        # context window.
-        lm = encoder.config.get("model_type") in LLM_ENCODERS
+        # A decoder LM (the family says so: Z-Image's Qwen3) and a vision-language model
+        # (Qwen-Image's Qwen2.5-VL, which keeps its language model's sizes apart) read
+        # the family's text length, not their context window.
+        lm = memory.text_encoder_kind == "llm"
         text_config = encoder.config.get("text_config") or {}
         tokens = text_tokens(sizes.family) if t5 or lm or text_config else int(
             encoder.config.get("max_position_embeddings", CLIP_TOKENS))
         if t5:  # the T5 encoder reads only its own tokens (SD3's CLIP ones come beside)
-            from core.models.registry import get_family
-
-            tokens -= get_family(sizes.family).extra_text_tokens
+            tokens -= memory.extra_text_tokens
         peaks.append(act.text_encode_bytes({**encoder.config, **text_config}, tokens,
                                            CACHE_TEXT_BATCH, wbytes, eager_scores=t5))
     return max(peaks)

@@ -1,7 +1,7 @@
 """model.blocks_to_swap in the memory estimate: the swapped blocks leave the per-GPU figure
 for pinned host memory, two blocks' worth of buffers stay in flight on the GPU, and when a
 config does not fit its card the smallest count that does is named (core/check.py and the
-Training tab show it; core/memory_estimate.py calls these).
+Training tab show it; core/memory/estimate.py calls these).
 
 What swaps is what core/models/block_swap.py swaps: the frozen tensors of the first N
 blocks of each block stack (one stack per transformer: a two-expert Wan 2.2 swaps N of
@@ -14,15 +14,15 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from core.memory_host import per_machine
-from core.memory_report import GIB, MemoryPart
+from core.memory.host import per_machine
+from core.memory.report import GIB, MemoryPart
 from core.models.quantize import frozen_bytes
 from core.problems import Problem, error, warning
 
 if TYPE_CHECKING:
     from core.config import Config
-    from core.memory_report import MemoryEstimate
-    from core.models.memory_model import DenoiserSize
+    from core.memory.model_counts import DenoiserSize
+    from core.memory.report import MemoryEstimate
 
 KEY = "model.blocks_to_swap"
 

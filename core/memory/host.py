@@ -20,14 +20,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from core.config.streaming import stream_fallback
-from core.memory_report import GIB, MemoryPart
+from core.memory.report import GIB, MemoryPart
 from core.models.quantize import frozen_bytes
 from core.problems import Problem, warning
 
 if TYPE_CHECKING:
     from core.config import Config
-    from core.memory_report import MemoryEstimate
-    from core.models.memory_model import ModelSizes
+    from core.memory.model_counts import ModelSizes
+    from core.memory.report import MemoryEstimate
 
 # The trainer process itself: the interpreter, torch and its CUDA libraries, the data
 # loader. Measured: 1.6 GiB beside Qwen-Image's weights on an H200 machine (2026-11-28).

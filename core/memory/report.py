@@ -1,6 +1,6 @@
 """The memory estimate as `--stage check` and the Training tab print it: its parts per
 phase (training, building the caches, a validation round) and the `memory:` lines. The
-figures come from core/memory_estimate.py."""
+figures come from core/memory/estimate.py."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class MemoryPart:
 
 @dataclass
 class FitPlan:
-    """The settings with which an estimate fits its card (core/memory_fit.py)."""
+    """The settings with which an estimate fits its card (core/memory/fit.py)."""
 
     changes: dict[str, Any] = field(default_factory=dict)  # "section.key" -> value
     per_gpu_bytes: int = 0  # the estimate with the changes
@@ -59,13 +59,13 @@ class MemoryEstimate:
     # machine), the most blocks a stack has (None: the family has none), and the
     # smallest count with which the estimate fits its card (None: fits, or none does).
     host: list[MemoryPart] = field(default_factory=list)
-    # Host memory per machine (core/memory_host.py): once everything is loaded, and
+    # Host memory per machine (core/memory/host.py): once everything is loaded, and
     # while training (the pinned `host` parts among them). Empty for a CPU run.
     host_loading: list[MemoryPart] = field(default_factory=list)
     host_training: list[MemoryPart] = field(default_factory=list)
     max_blocks: int | None = None
     # The settings with which the estimate fits its card with the presets' margin, when
-    # it does not fit (core/memory_fit.py): the Training tab's button, the check's --set.
+    # it does not fit (core/memory/fit.py): the Training tab's button, the check's --set.
     fit: FitPlan | None = None
     planned: bool = False  # device_total_bytes is launch.gpu_memory_gib's, not found here
 

@@ -1,5 +1,5 @@
 """The largest step a run takes, as the memory estimate reckons it: its pixels, its
-frames (a video family's clips) and its shape in latents (core/memory_estimate.py)."""
+frames (a video family's clips) and its shape in latents (core/memory/estimate.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from core.config import Config
-    from core.models.memory_activations import StepShape
-    from core.models.memory_model import ModelSizes
+    from core.memory.activations import StepShape
+    from core.memory.model_counts import ModelSizes
 
 FP32 = 4
 
@@ -31,8 +31,8 @@ def step_shape(cfg: Config, sizes: ModelSizes, pixels: tuple[int, int] | None = 
                ) -> StepShape:
     """The largest step (`pixels`, else step_pixels(cfg)) in latents, the batch and
     dtype."""
+    from core.memory.activations import StepShape
     from core.models.geometry import vae_geometry
-    from core.models.memory_activations import StepShape
     from core.models.registry import family_or_defaults
 
     width, height = pixels or step_pixels(cfg)

@@ -66,6 +66,7 @@ def test_a_still_images_entry_records_each_key_it_depends_on(tmp_path: Path) -> 
     cfg = Config(datasets=[ds])
     cfg.text_cache.dir = str(tmp_path / "text")
     meta = plan_caches(cfg, {"family": "sd15"}).datasets[0].vae_jobs[0].meta
-    clip_keys = ("frames", "fps", "clips", "clip_count", "clip_stride", "audio")  # a clip's (audio: ltx2's)
+    # a clip's keys (audio: ltx2's)
+    clip_keys = ("frames", "fps", "clips", "clip_count", "clip_stride", "audio")
     still = [k for k in IN_ENTRY_METADATA if k not in clip_keys and not k.startswith("control")]
     assert {IN_ENTRY_METADATA[k] for k in still} <= meta.keys()

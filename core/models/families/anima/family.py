@@ -51,7 +51,9 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import MemorySpec
 from core.models.comfyui_names import ModuleNames, save_named_comfy
+from core.models.families.wan.family import activation_layout as wan_activation_layout
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
 from core.models.modules import encode_causal_latents, freeze, unwrap
@@ -98,14 +100,10 @@ class AnimaFamily(FlowFamily):
     # validation.model on Anima Turbo: 10 steps, no guidance (checks.py)
     distilled_validation = (10, 1.0)
 
-    @staticmethod
-    def activation_layout(config: dict[str, Any]) -> tuple[dict[str, Any], int]:
-        """The memory estimate's MMDiT formula over the Cosmos blocks, as Wan's (the same
-        block: self-attention over the image tokens, cross-attention to the text, an
-        MLP; patch 2 in space). Not calibrated on a measured Anima run."""
-        from core.models.families.wan.family import WanFamily
-
-        return WanFamily.activation_layout(config)
+    # The estimate's MMDiT formula over the Cosmos blocks is Wan's (the same block:
+    # self-attention over the image tokens, cross-attention to the text, an MLP; patch 2
+    # in space); not calibrated on a measured Anima run. Qwen3 is a decoder LM.
+    memory = MemorySpec(activation_layout=wan_activation_layout, text_encoder_kind="llm")
 
     def random_qwen_tokenizer(self, folder: Path) -> Any:
         from core.models.tiny.qwen3 import qwen_tokenizer

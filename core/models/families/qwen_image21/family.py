@@ -130,7 +130,6 @@ class QwenImage21Family(QwenImageFamily):
     single_file_rank = 55
     pipeline_prefix = "QwenImage21"
     pipeline_class_name = "QwenImage21Pipeline"
-    latent_packing = 1  # unpatched: one token per latent pixel
     # validation.model on Qwen-Image 2.1 Turbo: the Turbo blocks' 8 steps, no guidance
     # (the pipeline samples its shipped sample_sigmas, whatever the step count)
     distilled_validation = (8, 1.0)

@@ -75,14 +75,10 @@ class ModelFamily(Protocol):
     activation_layout: Any
     train_scheduler: str | None
     bang_padded_tokenizers: tuple[str, ...]
-    single_file_markers: tuple[str, ...]
-    single_file_rank: int
-    single_file_layout_of: str
     pipeline_prefix: str
     trained_tiny: tuple[tuple[str, str], ...]
     distilled_validation: tuple[int, float] | None
     negative_prompt_note: str
-    checkpoint_text_encoders: tuple[tuple[str, str, str], ...]
     block_lists: tuple[str, ...]
     routing: RoutingSpec | None
 
@@ -94,8 +90,6 @@ class ModelFamily(Protocol):
 
     def start_parking(self, denoiser: Any, device: Any, held_elsewhere: set[int]) -> None:
         """The parked modules' turn-taking (FamilyDefaults')."""
-
-    def single_file_problems(self, config: str, prediction_type: str) -> list[Any]: ...
 
     def random_qwen_tokenizer(self, folder: Path) -> Any: ...
 

@@ -74,14 +74,7 @@ class FamilyDefaults:
     train_scheduler: str | None = None
     bang_padded_tokenizers: tuple[str, ...] = ()
 
-    # Original-format single files (core/models/loading.py): key fragments that mark this
-    # family's checkpoints, and the order families are tried in (lower first: the most
-    # specific, whose keys include another family's). model_index.json `_class_name`
-    # prefix of its diffusers pipelines ("" : none).
-    single_file_markers: tuple[str, ...] = ()
-    single_file_rank: int = 100
-    # The family whose single files have this layout too (Kontext's are FLUX.1's).
-    single_file_layout_of: str = ""
+    # model_index.json `_class_name` prefix of its diffusers pipelines ("" : none).
     pipeline_prefix: str = ""
 
     # Trained tiny models (`tiny:<name>`): (name, module whose build() loads its weights).
@@ -92,11 +85,6 @@ class FamilyDefaults:
     # Why validation draws without a negative prompt (validation.negative_prompt, --n), as
     # the check's warning ends it ("FLUX.1 is guidance-distilled..."); "": it uses it.
     negative_prompt_note: str = ""
-    # The merged model as one original-layout (A1111/ComfyUI) checkpoint file
-    # (core/models/ldm_checkpoint.py, merged.safetensors): each text encoder's (component
-    # folder, key prefix, "clip" | "open_clip"); empty: no such layout (a transformer
-    # family's ComfyUI files split the model), and merge writes merged/ alone.
-    checkpoint_text_encoders: tuple[tuple[str, str, str], ...] = ()
 
     # The denoiser's repeated blocks, its nn.ModuleLists' names in forward order (Flux: double,
     # then single): what model.blocks_to_swap streams from host memory (block_swap.py) and the
@@ -122,11 +110,6 @@ class FamilyDefaults:
     def start_parking(self, denoiser: Any, device: Any, held_elsewhere: set[int]) -> None:
         """Put the parked modules' turn-taking in place (block_swap.ModuleParking), once
         the adapter is on; `held_elsewhere`: tensors the block swappers keep."""
-
-    def single_file_problems(self, config: str, prediction_type: str) -> list[Any]:
-        """--stage check of a usable single-file model.path of this family: warnings
-        about what diffusers' default configs for it mean (Problems)."""
-        return []
 
     def random_qwen_tokenizer(self, folder: Path) -> Any:
         """random:<family>: the tiny Qwen tokenizer (and template) of a family whose real

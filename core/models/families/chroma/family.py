@@ -55,6 +55,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import SingleFileSpec
 from core.models.families.flux.family import LORA_TARGETS as FLUX_LORA_TARGETS
 from core.models.flow import FlowFamily, pack_2x2
 from core.models.modules import unwrap
@@ -69,8 +70,7 @@ class ChromaFamily(FlowFamily):
     block_lists = ("transformer_blocks", "single_transformer_blocks")
     # Original-format single files and diffusers folders (core/models/loading.py).
     # Flux's block names plus its approximator (diffusers' own "chroma" detection key)
-    single_file_markers = ("distilled_guidance_layer.",)
-    single_file_rank = 10
+    single_file = SingleFileSpec(markers=("distilled_guidance_layer.",), rank=10)
     pipeline_prefix = "Chroma"
     text_encoder_count = 1
     pipeline_class_name = "ChromaPipeline"

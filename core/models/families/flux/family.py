@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import SingleFileSpec
 from core.models.flow import FlowFamily, pack_2x2
 from core.models.modules import unwrap
 from core.models.routing import RoutingSpec, Slot
@@ -50,8 +51,7 @@ LORA_TARGETS = [
 class FluxFamily(FlowFamily):
     name = "flux"
     # Original-format single files and diffusers folders (core/models/loading.py).
-    single_file_markers = ("double_blocks.",)
-    single_file_rank = 30
+    single_file = SingleFileSpec(markers=("double_blocks.",), rank=30)
     pipeline_prefix = "Flux"
     text_encoder_count = 2
     pipeline_class_name = "FluxPipeline"

@@ -48,6 +48,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import SingleFileSpec
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
 from core.models.modules import freeze, unwrap
@@ -78,8 +79,7 @@ class Flux2Family(FlowFamily):
     block_lists = ("transformer_blocks", "single_transformer_blocks")
     # Original-format single files and diffusers folders (core/models/loading.py).
     # before flux: FLUX.2 has double_blocks too
-    single_file_markers = ("single_stream_modulation.",)
-    single_file_rank = 20
+    single_file = SingleFileSpec(markers=("single_stream_modulation.",), rank=20)
     pipeline_prefix = "Flux2"
     diffusers_lokr = True  # its pipeline loads LoKr files (core/models/adapters.py)
     text_encoder_count = 1

@@ -62,6 +62,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import SingleFileSpec
 from core.models.comfyui_names import Fused, ModuleNames
 from core.models.families.hunyuan_video15.i2v import (
     FIRST_IMAGE,
@@ -114,8 +115,7 @@ class HunyuanVideo15Family(FlowFamily):
     pipeline_prefix = "HunyuanVideo15"
     # An original file (its ByT5 projection) is named as this family, before Flux's
     # "double_blocks." claims it, so the refusal below is the one a user sees.
-    single_file_markers = ("byt5_in.",)
-    single_file_rank = 25
+    single_file = SingleFileSpec(markers=("byt5_in.",), rank=25)
     text_encoder_count = 2
     pipeline_class_name = "HunyuanVideo15Pipeline"
     # The memory estimate's text tokens: Qwen's 1000 (the most a prompt gives) beside

@@ -52,6 +52,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import SingleFileSpec
 from core.models.families.qwen_image.family import QwenImageFamily
 from core.models.flow import FlowFamily
 from core.models.modules import unwrap
@@ -130,8 +131,7 @@ class Krea2Family(QwenImageFamily):
     # subset of the image tokens can be routed past a block (train.token_routing).
     routing = None
     # ComfyUI / Krea's original names (comfy/model_detection.py's Krea 2 marker).
-    single_file_markers = ("txtfusion.projector.",)
-    single_file_rank = 50
+    single_file = SingleFileSpec(markers=("txtfusion.projector.",), rank=50)
     pipeline_prefix = "Krea2"
     pipeline_class_name = "Krea2Pipeline"
     max_sequence_length = 512

@@ -46,6 +46,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import SingleFileSpec
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
 from core.models.modules import encode_causal_latents, unwrap
@@ -111,8 +112,7 @@ class QwenImageFamily(FlowFamily):
                           rope_part=0, per_token=(Slot(6, "modulate_index", ndim=2),), output=1)
     # Original-format single files and diffusers folders (core/models/loading.py).
     # its text RMSNorm (diffusers and ComfyUI names)
-    single_file_markers = ("txt_norm.",)
-    single_file_rank = 60
+    single_file = SingleFileSpec(markers=("txt_norm.",), rank=60)
     pipeline_prefix = "QwenImage"
     text_encoder_count = 1
     pipeline_class_name = "QwenImagePipeline"

@@ -53,7 +53,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import EditSpec, controls_as_targets
+from core.models.capabilities import EditSpec, SingleFileSpec, controls_as_targets
 from core.models.families.qwen_image.family import QwenImageFamily
 from core.models.families.qwen_image_edit.validation import (
     EDIT,
@@ -114,8 +114,7 @@ class QwenImageEditFamily(QwenImageFamily):
     name = "qwen_image_edit"
     # Its transformer files have Qwen-Image's keys (qwen_image claims them); folders are
     # told apart by model_index.json: the longest prefix wins over "QwenImage".
-    single_file_markers = ()
-    single_file_rank = 100
+    single_file = SingleFileSpec()
     pipeline_prefix = "QwenImageEdit"
     pipeline_class_name = EDIT
     edit = EditSpec(references=3, text_reads_references=True, encode_controls=encode_controls,

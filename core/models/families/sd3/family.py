@@ -18,6 +18,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import SingleFileSpec
 from core.models.flow import FlowFamily
 from core.models.modules import unwrap
 from core.models.routing import RoutingSpec, Slot
@@ -37,8 +38,7 @@ class SD3Family(FlowFamily):
     # blocks, so there is no rotary table to narrow.
     routing = RoutingSpec(hidden=Slot(0, "hidden_states"), output=1)
     # Original-format single files and diffusers folders (core/models/loading.py).
-    single_file_markers = ("joint_blocks.",)
-    single_file_rank = 40
+    single_file = SingleFileSpec(markers=("joint_blocks.",), rank=40)
     pipeline_prefix = "StableDiffusion3"
     text_encoder_count = 3
     pipeline_class_name = "StableDiffusion3Pipeline"

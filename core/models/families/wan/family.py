@@ -66,6 +66,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import SingleFileSpec
 from core.models.families.wan.comfy import save_comfy
 from core.models.families.wan.expert_checks import BOTH, expert_problems, run_refusal
 from core.models.families.wan.i2v import (
@@ -115,8 +116,7 @@ class WanFamily(FlowFamily):
                         latent_channels=16, spatial_multiple=16)
     first_image = FIRST_IMAGE  # a WanImageToVideoPipeline folder (i2v.py)
     # Original-format single files (the diffusion model alone) and diffusers folders.
-    single_file_markers = ("head.modulation",)
-    single_file_rank = 40
+    single_file = SingleFileSpec(markers=("head.modulation",), rank=40)
     pipeline_prefix = "Wan"
     transformer_class_name = "WanTransformer3DModel"
     single_file_default_config = "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"

@@ -47,6 +47,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import SingleFileSpec
 from core.models.flow import FlowFamily
 from core.models.modules import unwrap
 
@@ -63,8 +64,7 @@ class ZImageFamily(FlowFamily):
     # Original-format single files and diffusers folders (core/models/loading.py).
     # main blocks modulate with adaLN_modulation.0 (Lumina2's, alike otherwise, with .1),
     # in both its original and diffusers layouts
-    single_file_markers = ("layers.0.adaLN_modulation.0.weight",)
-    single_file_rank = 50
+    single_file = SingleFileSpec(markers=("layers.0.adaLN_modulation.0.weight",), rank=50)
     pipeline_prefix = "ZImage"
     diffusers_lokr = True  # its pipeline loads LoKr files (core/models/adapters.py)
     text_encoder_count = 1

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from core.config import ValidationConfig
+from core.models.capabilities import ValidationSpec
 from core.models.registry import get_family
 from core.train.validation import encode_validation_prompts, generate_validation_images
 
@@ -106,11 +107,11 @@ def test_a_distilled_checkpoint_samples_with_its_own_steps_and_guidance():
 
 def test_a_distilled_validation_model_draws_with_its_own_settings(trained, tmp_path: Path,
                                                                   monkeypatch):
-    """Through validation: a 'turbo' checkpoint of a family declaring distilled_validation
+    """Through validation: a 'turbo' checkpoint of a family declaring validation.distilled
     draws with its steps and guidance where validation.steps and guidance_scale are defaults."""
 
     family, comps, other = trained
-    monkeypatch.setattr(get_family("sd15"), "distilled_validation", (3, 1.0))
+    monkeypatch.setattr(get_family("sd15"), "validation", ValidationSpec(distilled=(3, 1.0)))
     turbo = tmp_path / "tiny-sd15-turbo"
     turbo.symlink_to(other, target_is_directory=True)
     defaults = ValidationConfig()
@@ -235,7 +236,7 @@ def test_the_check_warns_of_settings_that_hide_a_distilled_checkpoints_own(
 
     from core.check import run_check
 
-    monkeypatch.setattr(get_family("sd15"), "distilled_validation", (3, 1.0))
+    monkeypatch.setattr(get_family("sd15"), "validation", ValidationSpec(distilled=(3, 1.0)))
     turbo = tmp_path / "tiny-sd15-turbo"
     turbo.symlink_to(trained[2], target_is_directory=True)
 

@@ -66,8 +66,6 @@ class ModelFamily(Protocol):
     first_image: FirstImageSpec | None
     train_guidance: float | None
     max_sequence_length: int | None
-    list_prompt_embeds: bool
-    pipeline_mask_kwarg: str | None
     text_encoder_lora_targets: list[str] | None
     diffusers_lokr: bool
     extra_text_tokens: int
@@ -77,8 +75,6 @@ class ModelFamily(Protocol):
     bang_padded_tokenizers: tuple[str, ...]
     pipeline_prefix: str
     trained_tiny: tuple[tuple[str, str], ...]
-    distilled_validation: tuple[int, float] | None
-    negative_prompt_note: str
     block_lists: tuple[str, ...]
     routing: RoutingSpec | None
 

@@ -52,10 +52,6 @@ class FamilyDefaults:
     train_guidance: float | None = None
     # Text tokens the prompt is padded to (T5/Qwen); None where the tokenizer decides.
     max_sequence_length: int | None = None
-    # Validation hands the pipeline a list of per-prompt embeds (Z-Image), not a tensor.
-    list_prompt_embeds: bool = False
-    # The pipeline keyword validation passes the text mask as (Chroma), or None.
-    pipeline_mask_kwarg: str | None = None
     # Text-encoder modules train.text_encoder_lora adapts; None: not supported.
     text_encoder_lora_targets: list[str] | None = None
     # Whether diffusers' load_lora_weights of this pipeline loads LoKr (core/models/adapters.py).
@@ -79,12 +75,7 @@ class FamilyDefaults:
 
     # Trained tiny models (`tiny:<name>`): (name, module whose build() loads its weights).
     trained_tiny: tuple[tuple[str, str], ...] = ()
-    # A distilled checkpoint's (steps, guidance) for validation.model; None: none known.
-    distilled_validation: tuple[int, float] | None = None
 
-    # Why validation draws without a negative prompt (validation.negative_prompt, --n), as
-    # the check's warning ends it ("FLUX.1 is guidance-distilled..."); "": it uses it.
-    negative_prompt_note: str = ""
 
     # The denoiser's repeated blocks, its nn.ModuleLists' names in forward order (Flux: double,
     # then single): what model.blocks_to_swap streams from host memory (block_swap.py) and the

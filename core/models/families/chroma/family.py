@@ -16,7 +16,7 @@ diffusers' own pipeline the padding is not masked at all (diffusers issues #1211
 #13619, open as of diffusers 0.42). Chroma was trained with the padding masked (its
 trainer, lodestone-rock/flow, and ComfyUI's Chroma model mask it), so training and
 validation here pass a boolean mask: the keep-set is the pipeline's, the meaning is
-Chroma's. Validation calls the pipeline with that mask (`pipeline_mask_kwarg`); a
+Chroma's. Validation calls the pipeline with that mask (`validation.mask_kwarg`); a
 boolean mask stays boolean through the pipeline.
 
 diffusers' ChromaTransformer2DModel drops the mask in its single-stream blocks when
@@ -55,7 +55,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import SingleFileSpec
+from core.models.capabilities import SingleFileSpec, ValidationSpec
 from core.models.families.flux.family import LORA_TARGETS as FLUX_LORA_TARGETS
 from core.models.flow import FlowFamily, pack_2x2
 from core.models.modules import unwrap
@@ -77,7 +77,7 @@ class ChromaFamily(FlowFamily):
     max_sequence_length = 512
     latent_packing = 2  # 2x2 latent patches packed before the transformer
     # The ChromaPipeline argument validation gives the text mask to (core/train/validation.py).
-    pipeline_mask_kwarg = "prompt_attention_mask"
+    validation = ValidationSpec(mask_kwarg="prompt_attention_mask")
 
     # ------------------------------------------------------------ loading
 

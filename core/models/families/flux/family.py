@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import SingleFileSpec
+from core.models.capabilities import SingleFileSpec, ValidationSpec
 from core.models.flow import FlowFamily, pack_2x2
 from core.models.modules import unwrap
 from core.models.routing import RoutingSpec, Slot
@@ -65,8 +65,9 @@ class FluxFamily(FlowFamily):
                           text=Slot(1, "encoder_hidden_states"), output=1)
     train_guidance = 1.0
     # Validation passes guidance_scale as the distilled guidance and no true_cfg_scale.
-    negative_prompt_note = ("FLUX.1 models are guidance-distilled and validation draws "
-                            "them without a negative prompt: it is ignored; leave it empty")
+    validation = ValidationSpec(negative_prompt_note=(
+        "FLUX.1 models are guidance-distilled and validation draws them without a "
+        "negative prompt: it is ignored; leave it empty"))
 
     # ------------------------------------------------------------ loading
 

@@ -48,7 +48,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import SingleFileSpec
+from core.models.capabilities import SingleFileSpec, ValidationSpec
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
 from core.models.modules import freeze, unwrap
@@ -74,8 +74,6 @@ LORA_EXTRA = ["attn.add_k_proj", "attn.add_q_proj", "attn.add_v_proj", "attn.to_
 class Flux2Family(FlowFamily):
     name = "flux2"
     geometry = Geometry(latent_channels=32)  # its own 32-channel VAE
-    # validation.model on a step-distilled klein: 4 steps at guidance 1 (its model card)
-    distilled_validation = (4, 1.0)
     block_lists = ("transformer_blocks", "single_transformer_blocks")
     # Original-format single files and diffusers folders (core/models/loading.py).
     # before flux: FLUX.2 has double_blocks too
@@ -88,9 +86,12 @@ class Flux2Family(FlowFamily):
     latent_packing = 2  # 2x2 latent patches packed before the transformer
     train_guidance = 1.0
     # dev (_DevValidation) drops the negative; klein's pipeline uses it only undistilled.
-    negative_prompt_note = ("only FLUX.2 klein base models use it (classifier-free "
-                            "guidance); guidance-distilled dev and step-distilled klein "
-                            "draw without it")
+    # validation.model on a step-distilled klein: 4 steps at guidance 1 (its model card)
+    validation = ValidationSpec(
+        negative_prompt_note=("only FLUX.2 klein base models use it (classifier-free "
+                              "guidance); guidance-distilled dev and step-distilled klein "
+                              "draw without it"),
+        distilled=(4, 1.0))
 
     def random_settings(self, c: Components) -> None:
         from core.models.full_size.spec import model_index

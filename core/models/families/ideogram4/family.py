@@ -39,6 +39,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import ValidationSpec
 from core.models.comfyui_names import Fused, ModuleNames, save_fused_comfy
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
@@ -69,8 +70,9 @@ class Ideogram4Family(FlowFamily):
     max_sequence_length = 2048
     latent_packing = 2
     logit_std = LOGIT_STD
-    negative_prompt_note = ("Ideogram 4 guides with its unconditional transformer, which "
-                            "takes no text: there is no negative prompt")
+    validation = ValidationSpec(negative_prompt_note=(
+        "Ideogram 4 guides with its unconditional transformer, which takes no text: there "
+        "is no negative prompt"))
 
     def random_qwen_tokenizer(self, folder: Path) -> Any:
         from core.models.families.ideogram4.tiny import vl_tokenizer

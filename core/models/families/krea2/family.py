@@ -52,7 +52,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import SingleFileSpec
+from core.models.capabilities import SingleFileSpec, ValidationSpec
 from core.models.families.qwen_image.family import QwenImageFamily
 from core.models.flow import FlowFamily
 from core.models.modules import unwrap
@@ -123,9 +123,6 @@ def pad_text(embeds: Any, mask: Any, length: int) -> tuple[Any, Any]:
 
 class Krea2Family(QwenImageFamily):
     name = "krea2"
-    # validation.model on Krea 2 Turbo: 8 steps, no guidance (its model card; the
-    # pipeline guides whenever the scale is > 0)
-    distilled_validation = (8, 0.0)
     block_lists = ("transformer_blocks",)
     # Its blocks run text and image tokens as one sequence under one key mask: no
     # subset of the image tokens can be routed past a block (train.token_routing).
@@ -136,7 +133,9 @@ class Krea2Family(QwenImageFamily):
     pipeline_class_name = "Krea2Pipeline"
     max_sequence_length = 512
     latent_packing = 2  # the transformer config has no patch size: it takes 2x2 tokens
-    pipeline_mask_kwarg = "prompt_embeds_mask"
+    # validation.model on Krea 2 Turbo: 8 steps, no guidance (its model card; the
+    # pipeline guides whenever the scale is > 0)
+    validation = ValidationSpec(mask_kwarg="prompt_embeds_mask", distilled=(8, 0.0))
 
     # ------------------------------------------------------------ loading
 

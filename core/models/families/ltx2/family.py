@@ -42,6 +42,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import ValidationSpec
 from core.models.families.ltx2.audio import AUDIO, FRAME_RATE, audio_length
 from core.models.families.ltx2.i2v import (
     FIRST_IMAGE,
@@ -92,7 +93,7 @@ class LTX2Family(FlowFamily):
     text_encoder_count = 1
     pipeline_class_name = "LTX2Pipeline"
     max_sequence_length = MAX_SEQUENCE_LENGTH
-    pipeline_mask_kwarg = "prompt_attention_mask"
+    validation = ValidationSpec(mask_kwarg="prompt_attention_mask")
 
     # ------------------------------------------------------------ loading
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import SingleFileSpec
+from core.models.capabilities import SingleFileSpec, ValidationSpec
 from core.models.flow import FlowFamily
 from core.models.modules import unwrap
 
@@ -58,8 +58,6 @@ FEED_FORWARD = ["feed_forward.w1", "feed_forward.w2", "feed_forward.w3"]
 
 class ZImageFamily(FlowFamily):
     name = "z_image"
-    # validation.model on Z-Image-Turbo: 9 steps, no guidance (its model card)
-    distilled_validation = (9, 0.0)
     block_lists = ("layers",)  # the refiners before them stay on the GPU
     # Original-format single files and diffusers folders (core/models/loading.py).
     # main blocks modulate with adaLN_modulation.0 (Lumina2's, alike otherwise, with .1),
@@ -72,8 +70,9 @@ class ZImageFamily(FlowFamily):
     max_sequence_length = 512
     timestep_sampling = "uniform"
     # ZImagePipeline takes a list of per-prompt [L, D] embeddings, not a padded batch
-    # (core/train/validation.py reads this).
-    list_prompt_embeds = True
+    # (core/train/validation.py reads this); validation.model on Z-Image-Turbo: 9 steps,
+    # no guidance (its model card).
+    validation = ValidationSpec(list_prompt_embeds=True, distilled=(9, 0.0))
 
     def random_qwen_tokenizer(self, folder: Any) -> Any:
         """random:z_image's tokenizer: the tiny build's (core/models/full_size/build.py)."""

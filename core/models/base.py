@@ -41,7 +41,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from core.models.capabilities import AudioSpec, EditSpec, FirstImageSpec
+from core.models.capabilities import (
+    AudioSpec,
+    EditSpec,
+    ExpertSpec,
+    FirstImageSpec,
+    RandomSpec,
+    SingleFileSpec,
+    ValidationSpec,
+)
 from core.models.components import Components, NoiseSample
 from core.models.defaults import FamilyDefaults
 from core.models.geometry import Geometry
@@ -60,10 +68,15 @@ class ModelFamily(Protocol):
     # Optional members with defaults in FamilyDefaults (see there).
     geometry: Geometry
     video: bool
-    # Capabilities (core/models/capabilities.py), None where the family has none.
+    # Capabilities (core/models/capabilities.py), None where the family has none; the
+    # always-present ones (single_file, random, validation) have empty defaults.
     audio: AudioSpec | None
     edit: EditSpec | None
     first_image: FirstImageSpec | None
+    experts: ExpertSpec | None
+    single_file: SingleFileSpec
+    random: RandomSpec
+    validation: ValidationSpec
     train_guidance: float | None
     max_sequence_length: int | None
     text_encoder_lora_targets: list[str] | None
@@ -78,15 +91,6 @@ class ModelFamily(Protocol):
     block_lists: tuple[str, ...]
     routing: RoutingSpec | None
 
-    def denoiser_stacks(self, denoiser: Any) -> list[list[Any]]:
-        """The denoiser's swappable block stacks (FamilyDefaults')."""
-
-    def parked_modules(self, denoiser: Any) -> list[Any]:
-        """Modules that wait on the host while another runs (FamilyDefaults')."""
-
-    def start_parking(self, denoiser: Any, device: Any, held_elsewhere: set[int]) -> None:
-        """The parked modules' turn-taking (FamilyDefaults')."""
-
     def random_qwen_tokenizer(self, folder: Path) -> Any: ...
 
     def random_settings(self, c: Components) -> None: ...
@@ -97,8 +101,6 @@ class ModelFamily(Protocol):
     def configure_run(self, c: Components, cfg: Any) -> None:
         """The run's family-read settings onto the loaded model (FamilyDefaults')."""
 
-    def trained_denoisers(self, cfg: Any, loaded: int) -> int:
-        """How many loaded denoisers the run trains (FamilyDefaults')."""
 
     def extra_stream_bytes(self, config: dict[str, Any], shape: Any) -> int:
         """A second token stream's activations for the estimate (FamilyDefaults')."""

@@ -79,28 +79,11 @@ class FamilyDefaults:
 
     # The denoiser's repeated blocks, its nn.ModuleLists' names in forward order (Flux: double,
     # then single): what model.blocks_to_swap streams from host memory (block_swap.py) and the
-    # estimate sizes; none: a UNet (the check refuses it). `routing`: see core/models/routing.py.
+    # estimate sizes; none: a UNet (the check refuses it). A model with several denoisers
+    # gives one stack per denoiser (`experts.stacks`, core/models/blocks.py reads both).
+    # `routing`: see core/models/routing.py.
     block_lists: tuple[str, ...] = ()
     routing: RoutingSpec | None = None
-
-    def denoiser_stacks(self, denoiser: Any) -> list[list[Any]]:
-        """The loaded denoiser's block stacks, one list of blocks (forward order) per
-        transformer: `block_lists` of the unwrapped denoiser; a two-expert model one per
-        expert. Empty when the family declares none."""
-        from core.models.modules import unwrap
-
-        model = unwrap(denoiser)
-        stack = [block for name in self.block_lists for block in getattr(model, name)]
-        return [stack] if stack else []
-
-    def parked_modules(self, denoiser: Any) -> list[Any]:
-        """Modules of the denoiser that can wait in host memory while another runs
-        (model.offload_inactive_expert: Wan 2.2's low-noise expert); none by default."""
-        return []
-
-    def start_parking(self, denoiser: Any, device: Any, held_elsewhere: set[int]) -> None:
-        """Put the parked modules' turn-taking in place (block_swap.ModuleParking), once
-        the adapter is on; `held_elsewhere`: tensors the block swappers keep."""
 
     def random_qwen_tokenizer(self, folder: Path) -> Any:
         """random:<family>: the tiny Qwen tokenizer (and template) of a family whose real
@@ -126,8 +109,3 @@ class FamilyDefaults:
         the trainer adds what it trains (Wan 2.2: model.experts, which expert trains):
         `load` gets no Config. Raises ValueError, naming the key, for a setting the loaded
         model cannot take."""
-
-    def trained_denoisers(self, cfg: Any, loaded: int) -> int:
-        """How many of the `loaded` denoisers (Wan 2.2: two experts) the run trains, for
-        the memory estimate: all by default."""
-        return loaded

@@ -82,11 +82,16 @@ def test_another_checkpoint_with_the_runs_lora(trained, tmp_path: Path):
 
 def test_a_distilled_checkpoint_samples_with_its_own_steps_and_guidance():
     from core.models.base import Components
+    from core.models.families.flux2.family import Flux2Components
     from core.train.validation_model import sampling_settings
 
     def comps(source: str, distilled: bool = False) -> Components:
-        return Components("z_image", source, "", None, None, [], [], None,
-                          is_distilled=distilled)
+        """A model named `source`; `distilled`: one whose Components say is_distilled
+        (FLUX.2's)."""
+        if distilled:
+            return Flux2Components("flux2", source, "", None, None, [], [], None,
+                                   is_distilled=True)
+        return Components("z_image", source, "", None, None, [], [], None)
 
     turbo = sampling_settings(ValidationConfig(), "z_image", comps("Tongyi-MAI/Z-Image-Turbo"))
     assert (turbo.steps, turbo.guidance_scale) == (9, 0.0)

@@ -84,16 +84,10 @@ class ModelFamily(Protocol):
     extra_text_tokens: int
     latent_packing: int
     activation_layout: Any
-    train_scheduler: str | None
-    bang_padded_tokenizers: tuple[str, ...]
     pipeline_prefix: str
     trained_tiny: tuple[tuple[str, str], ...]
     block_lists: tuple[str, ...]
     routing: RoutingSpec | None
-
-    def random_qwen_tokenizer(self, folder: Path) -> Any: ...
-
-    def random_settings(self, c: Components) -> None: ...
 
     def config_problems(self, cfg: Any) -> list[Any]:
         """This family's own checks of a Config at --stage check (Problems)."""

@@ -3,7 +3,6 @@ StableDiffusionFamily and FlowFamily inherit; the protocol is core/models/base.p
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from core.models.capabilities import (
@@ -64,11 +63,6 @@ class FamilyDefaults:
     # A transformer config the MMDiT activation formula cannot read as is: a staticmethod
     # config -> (MMDiT-shaped config, patch size) (Z-Image), or None.
     activation_layout: Any = None
-    # random:<family> (core/models/full_size/build.py): the scheduler class training
-    # uses (None: the one model_index.json names) and the CLIP tokenizers that pad with
-    # "!" as OpenCLIP's do in the real model (the others pad with end-of-text).
-    train_scheduler: str | None = None
-    bang_padded_tokenizers: tuple[str, ...] = ()
 
     # model_index.json `_class_name` prefix of its diffusers pipelines ("" : none).
     pipeline_prefix: str = ""
@@ -84,15 +78,6 @@ class FamilyDefaults:
     # `routing`: see core/models/routing.py.
     block_lists: tuple[str, ...] = ()
     routing: RoutingSpec | None = None
-
-    def random_qwen_tokenizer(self, folder: Path) -> Any:
-        """random:<family>: the tiny Qwen tokenizer (and template) of a family whose real
-        model has a Qwen2 tokenizer, written to `folder` and loaded."""
-        raise NotImplementedError(f"{self.name}: no tiny Qwen tokenizer for random:")
-
-    def random_settings(self, c: Components) -> None:
-        """random:<family>: the per-family Components settings `load` would set (a random
-        model is built without a pipeline)."""
 
     def config_problems(self, cfg: Any) -> list[Any]:
         """This family's own checks of a Config at --stage check (Problems)."""

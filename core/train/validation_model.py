@@ -113,7 +113,9 @@ def checkpoint_sampling(family: str, other: Components) -> tuple[int, float] | N
     """(steps, guidance_scale) the checkpoint `other` samples with, when it is a distilled
     one of a family that declares `validation.distilled`; None: validation.steps and
     guidance_scale as they are."""
-    distilled = other.is_distilled or "turbo" in Path(other.source).name.lower()
+    # A family whose model_index.json says is_distilled keeps it on its Components.
+    flagged = bool(getattr(other, "is_distilled", False))
+    distilled = flagged or "turbo" in Path(other.source).name.lower()
     return _distilled(family) if distilled else None
 
 

@@ -131,8 +131,7 @@ class ChromaFamily(FlowFamily):
 
     def validation_pipeline(self, c: Components) -> Any:
         """A ChromaPipeline sharing the loaded modules (its own scheduler). Its default
-        max_sequence_length (512) is the training one; if c.max_sequence_length was
-        changed, pass the same value when calling it. Called with prompt strings it builds
+        max_sequence_length (512) is the training one. Called with prompt strings it builds
         diffusers' float mask; pass `prompt_attention_mask` (a boolean one, as
         encode_prompts gives) to mask as training does."""
         from diffusers import ChromaPipeline

@@ -62,7 +62,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import SingleFileSpec
+from core.models.capabilities import RandomSpec, SingleFileSpec, class_tokenizer
 from core.models.comfyui_names import Fused, ModuleNames
 from core.models.families.hunyuan_video15.i2v import (
     FIRST_IMAGE,
@@ -105,6 +105,17 @@ def condition_channels(noisy: Any) -> Any:
     return noisy.new_zeros(b, ch + 1, frames, h, w)
 
 
+def random_tokenizer(cls: str, folder: Path, bang_padded: bool) -> Any:
+    """random:hunyuan_video15's tokenizers: the tiny build's Qwen one, with this
+    pipeline's template, and the real byte-level ByT5 (`class_tokenizer`)."""
+    if not cls.startswith("Qwen2"):
+        return class_tokenizer(cls, folder, bang_padded)
+    from core.models.families.hunyuan_video15.tiny import TEMPLATE_DROP, template_prefix
+    from core.models.tiny.qwen import TEMPLATE_SUFFIX, qwen_tokenizer
+
+    return qwen_tokenizer(folder, template_prefix(), TEMPLATE_SUFFIX, TEMPLATE_DROP)
+
+
 class HunyuanVideo15Family(FlowFamily):
     name = "hunyuan_video15"
     block_lists = ("transformer_blocks",)
@@ -124,17 +135,10 @@ class HunyuanVideo15Family(FlowFamily):
     max_sequence_length = 1000
     extra_text_tokens = 256 + 729
     timestep_sampling = "uniform"
+    random = RandomSpec(tokenizer=random_tokenizer)
     # tiny:hunyuan_video15_i2v, a random image-to-video model (tiny_i2v/ says why it goes
     # through here).
     trained_tiny = (("hunyuan_video15_i2v", "core.models.families.hunyuan_video15.tiny_i2v"),)
-
-    def random_qwen_tokenizer(self, folder: Path) -> Any:
-        """random:hunyuan_video15's Qwen tokenizer: the tiny build's, with this
-        pipeline's template."""
-        from core.models.families.hunyuan_video15.tiny import TEMPLATE_DROP, template_prefix
-        from core.models.tiny.qwen import TEMPLATE_SUFFIX, qwen_tokenizer
-
-        return qwen_tokenizer(folder, template_prefix(), TEMPLATE_SUFFIX, TEMPLATE_DROP)
 
     # ------------------------------------------------------------ loading
 
@@ -193,8 +197,7 @@ class HunyuanVideo15Family(FlowFamily):
         c = Components(
             family=self.name, source=source, fingerprint=fp, vae=pipe.vae,
             denoiser=pipe.transformer, text_encoders=[pipe.text_encoder, pipe.text_encoder_2],
-            tokenizers=[pipe.tokenizer, pipe.tokenizer_2], noise_scheduler=pipe.scheduler,
-            max_sequence_length=self.max_sequence_length)
+            tokenizers=[pipe.tokenizer, pipe.tokenizer_2], noise_scheduler=pipe.scheduler)
         return i2v_components(c, pipe, source)
 
     # ------------------------------------------------------------ text and pixels

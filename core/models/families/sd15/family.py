@@ -22,7 +22,7 @@ from typing import Any
 from core.models import loading
 from core.models.adapters import DIFFUSERS_KINDS, adapter_kind
 from core.models.base import Components, FamilyDefaults, NoiseSample
-from core.models.capabilities import SingleFileSpec
+from core.models.capabilities import RandomSpec, SingleFileSpec
 from core.models.geometry import Geometry
 from core.models.lora_files import (
     adapter_weights,
@@ -66,7 +66,7 @@ class StableDiffusionFamily(FamilyDefaults):
     text_encoder_lora_targets = TEXT_ENCODER_LORA_TARGETS  # train.text_encoder_lora
     # Training's scheduler, built from the folder's scheduler config whatever inference
     # scheduler the index names (random:<family> builds it alike).
-    train_scheduler = "DDPMScheduler"
+    random = RandomSpec(scheduler="DDPMScheduler")
 
     # ------------------------------------------------------------ loading
 

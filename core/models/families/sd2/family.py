@@ -10,6 +10,7 @@ StableDiffusionFamily's; `_check_loaded` there tells SD1 from SD2 by the text wi
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from core.models.capabilities import SingleFileSpec
@@ -37,7 +38,9 @@ class StableDiffusion2Family(StableDiffusionFamily):
         checkpoint_text_encoders=(("text_encoder", "cond_stage_model.model.", "open_clip"),))
     pipeline_prefix = "StableDiffusion"
     prediction = "v_prediction"
-    bang_padded_tokenizers = ("tokenizer",)  # OpenCLIP's pads with "!"
+    # sd15's scheduler; OpenCLIP's tokenizer pads with "!"
+    random = dataclasses.replace(StableDiffusionFamily.random,
+                                 bang_padded_tokenizers=("tokenizer",))
 
 
 FAMILY = StableDiffusion2Family()

@@ -8,6 +8,7 @@ to the latents' pixel size and (0, 0), which is what inference uses.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from core.models import loading
@@ -37,7 +38,9 @@ class StableDiffusionXLFamily(StableDiffusionFamily):
         ("text_encoder_2", "conditioner.embedders.1.model.", "open_clip")))
     pipeline_prefix = "StableDiffusionXL"
     prediction = "epsilon"
-    bang_padded_tokenizers = ("tokenizer_2",)  # OpenCLIP's pads with "!"
+    # sd15's scheduler; OpenCLIP's tokenizer pads with "!"
+    random = dataclasses.replace(StableDiffusionFamily.random,
+                                 bang_padded_tokenizers=("tokenizer_2",))
     text_encoder_count = 2
     pipeline_class_name = "StableDiffusionXLPipeline"
 

@@ -44,16 +44,24 @@ also fuses to_q/to_k/to_v into its qkv weight). The tiny model: tiny.py.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import SingleFileSpec, ValidationSpec
+from core.models.capabilities import RandomSpec, SingleFileSpec, ValidationSpec
 from core.models.flow import FlowFamily
 from core.models.modules import unwrap
 
 # diffusers' train_dreambooth_lora_z_image.py default (its --lora_layers).
 LORA_TARGETS = ["attention.to_q", "attention.to_k", "attention.to_v", "attention.to_out.0"]
 FEED_FORWARD = ["feed_forward.w1", "feed_forward.w2", "feed_forward.w3"]
+
+
+def random_tokenizer(cls: str, folder: Path, bang_padded: bool) -> Any:
+    """random:z_image's Qwen3 tokenizer: the tiny build's."""
+    from core.models.tiny.qwen3 import qwen_tokenizer
+
+    return qwen_tokenizer(folder)
 
 
 class ZImageFamily(FlowFamily):
@@ -73,12 +81,7 @@ class ZImageFamily(FlowFamily):
     # (core/train/validation.py reads this); validation.model on Z-Image-Turbo: 9 steps,
     # no guidance (its model card).
     validation = ValidationSpec(list_prompt_embeds=True, distilled=(9, 0.0))
-
-    def random_qwen_tokenizer(self, folder: Any) -> Any:
-        """random:z_image's tokenizer: the tiny build's (core/models/full_size/build.py)."""
-        from core.models.tiny.qwen3 import qwen_tokenizer
-
-        return qwen_tokenizer(folder)
+    random = RandomSpec(tokenizer=random_tokenizer)
 
     # ------------------------------------------------------------ loading
 

@@ -3,6 +3,7 @@ compilation take them (core/train/swapping.py, routing.py, compiling.py)."""
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from core.models.modules import unwrap
@@ -21,5 +22,11 @@ def denoiser_stacks(family: ModelFamily, denoiser: Any) -> list[list[Any]]:
         if stacks is not None:
             return stacks
     model = unwrap(denoiser)
-    stack = [block for name in family.block_lists for block in getattr(model, name)]
+    stack = [block for name in family.block_lists for block in blocks_at(model, name)]
     return [stack] if stack else []
+
+
+def blocks_at(model: Any, name: str) -> Any:
+    """The block list `name` of `block_lists` names in `model`: an attribute, or a dotted
+    path through submodules (a ModuleDict's entry: FLUX.3's "mode_blocks.image")."""
+    return functools.reduce(getattr, name.split("."), model)

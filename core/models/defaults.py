@@ -73,7 +73,8 @@ class FamilyDefaults:
 
     # The denoiser's repeated blocks, its nn.ModuleLists' names in forward order (Flux: double,
     # then single): what model.blocks_to_swap streams from host memory (block_swap.py) and the
-    # estimate sizes; none: a UNet (the check refuses it). A model with several denoisers
+    # estimate sizes (a dotted name reaches into a submodule: FLUX.3's "mode_blocks.image");
+    # none: a UNet (the check refuses it). A model with several denoisers
     # gives one stack per denoiser (`experts.stacks`, core/models/blocks.py reads both).
     # `routing`: see core/models/routing.py.
     block_lists: tuple[str, ...] = ()

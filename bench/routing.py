@@ -79,6 +79,7 @@ def step(model: Any, optimizer: Any, router: Any, fraction: float,
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
+    from core.models.blocks import denoiser_stacks
     from core.models.registry import get_family
     from core.models.routing import install
 
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         torch.set_num_threads(args.threads)
     family = get_family("wan")
     model = lora_model(scaled_config(args.layers), args.checkpointing)
-    router = install(family.routing, model, family.denoiser_stacks(model), args.fraction)
+    router = install(family.routing, model, denoiser_stacks(family, model), args.fraction)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     shape = (1, 16, args.frames, args.side, args.side)
     times: dict[float, list[tuple[float, float]]] = {0.0: [], args.fraction: []}

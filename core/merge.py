@@ -1,8 +1,8 @@
 """`--stage merge` and the Runs tab's *Merge LoRA into base*: the run's final LoRA fused
 into its base model, saved as `<output.dir>/merged/`, a diffusers folder that loads with
 `DiffusionPipeline.from_pretrained` and draws what base + LoRA draws; for a family with
-an original single-file layout (sd15, sd2, sdxl: `checkpoint_text_encoders`) also
-`<output.dir>/merged.safetensors`, the same weights as one A1111/ComfyUI checkpoint.
+an original single-file layout (sd15, sd2, sdxl: `single_file.checkpoint_text_encoders`)
+also `<output.dir>/merged.safetensors`, the same weights as one A1111/ComfyUI checkpoint.
 
 The base loads through the family (core.startup.load_model, as the trainer loads it, in
 its stored dtype, unquantized), diffusers' `load_lora_weights` reads the run's
@@ -133,7 +133,7 @@ def write_checkpoint(cfg: Config, folder: RunFolder) -> Path | None:
     from core.models.ldm_checkpoint import write_single_file
     from core.models.registry import get_family
 
-    layout = get_family(cfg.model.family).checkpoint_text_encoders
+    layout = get_family(cfg.model.family).single_file.checkpoint_text_encoders
     if not layout:
         return None
     return write_single_file(folder.merged, layout, folder.merged_checkpoint)

@@ -15,7 +15,7 @@ def write_single_file(folder: Path, family: str, out: Path) -> Path:
     import torch
 
     return ldm_checkpoint.write_single_file(
-        folder, get_family(family).checkpoint_text_encoders, out, torch.float16)
+        folder, get_family(family).single_file.checkpoint_text_encoders, out, torch.float16)
 
 
 SDXL_TEXT_2_WIDTH = 48

@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 
 from core.config import Config, save_config, validate_config
 from core.models.block_swap import install, place_denoiser, stream_layers
+from core.models.blocks import denoiser_stacks
 from core.models.registry import get_family
 from core.models.tiny import resolve_model_path
 from core.train.setup import add_trainable
@@ -95,7 +96,7 @@ def test_swapped_blocks_run_on_their_device_copies_copied_once_each_way(flux_fol
     expected_loss, expected_grads = forward_backward(family, reference)
 
     family, c = lora_flux(flux_folder)
-    [blocks] = family.denoiser_stacks(c.denoiser)
+    [blocks] = denoiser_stacks(family, c.denoiser)
     count = len(blocks)  # every block (the tiny Flux has one double and one single)
     mover = PoisonedHostMover()
     [swapper] = install([blocks], count, "cpu", mover)
@@ -123,7 +124,7 @@ def test_swapped_blocks_run_on_their_device_copies_copied_once_each_way(flux_fol
 def test_no_grad_passes_copy_each_block_once(flux_folder):
     """The eval and validation run the blocks forward only: one copy per swapped block."""
     family, c = lora_flux(flux_folder)
-    [blocks] = family.denoiser_stacks(c.denoiser)
+    [blocks] = denoiser_stacks(family, c.denoiser)
     mover = PoisonedHostMover()
     [swapper] = install([blocks], len(blocks), "cpu", mover)
     mover.poison(swapper)
@@ -165,16 +166,16 @@ def test_placement_keeps_the_swapped_blocks_on_the_host_and_quantizes_them(flux_
 
     family = get_family("flux")
     c = family.load(str(flux_folder), dtype=torch.bfloat16, device="cpu")
-    stacks = family.denoiser_stacks(c.denoiser)
+    stacks = denoiser_stacks(family, c.denoiser)
     place_denoiser(c.denoiser, stacks, 1, "none", "meta")  # "meta": a device not the CPU
     blocks = stacks[0]
     assert {p.device.type for p in blocks[0].parameters()} == {"cpu"}
     assert {p.device.type for b in blocks[1:] for p in b.parameters()} == {"meta"}
     assert c.denoiser.x_embedder.weight.device.type == "meta"
-    assert family.denoiser_stacks(c.denoiser) == stacks  # every block back in its place
+    assert denoiser_stacks(family, c.denoiser) == stacks  # every block back in its place
 
     c = family.load(str(flux_folder), dtype=torch.bfloat16, device="cpu")
-    stacks = family.denoiser_stacks(c.denoiser)
+    stacks = denoiser_stacks(family, c.denoiser)
     place_denoiser(c.denoiser, stacks, 1, "int8", "cpu")
     for block in stacks[0]:  # quantized, the swapped one as the others
         assert is_traceable_wrapper_subclass(block.attn.to_q.weight)

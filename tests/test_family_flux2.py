@@ -319,7 +319,7 @@ def tiny_dev_text() -> tuple:
 def test_dev_text_guidance_and_validation_follow_flux2pipeline(folder: Path) -> None:
     from diffusers import FlowMatchEulerDiscreteScheduler, Flux2Pipeline, Flux2Transformer2DModel
 
-    from core.models.base import Components
+    from core.models.families.flux2.family import Flux2Components
 
     encoder, tok = tiny_dev_text()
     klein = FLUX2.load(str(folder))
@@ -328,10 +328,11 @@ def test_dev_text_guidance_and_validation_follow_flux2pipeline(folder: Path) -> 
         patch_size=1, in_channels=32, num_layers=1, num_single_layers=1, attention_head_dim=16,
         num_attention_heads=2, joint_attention_dim=48, axes_dims_rope=(4, 4, 4, 4),
         guidance_embeds=True).eval()
-    c = Components(family="flux2", source="dev", fingerprint="dev", vae=klein.vae,
-                   denoiser=transformer, text_encoders=[encoder], tokenizers=[tok],
-                   noise_scheduler=FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True),
-                   max_sequence_length=512, guidance=1.0, pipeline_class="Flux2Pipeline")
+    c = Flux2Components(
+        family="flux2", source="dev", fingerprint="dev", vae=klein.vae, denoiser=transformer,
+        text_encoders=[encoder], tokenizers=[tok],
+        noise_scheduler=FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True),
+        guidance=1.0, pipeline_class="Flux2Pipeline")
     texts = FLUX2.encode_prompts(c, PROMPTS)
     with torch.no_grad():
         expected = Flux2Pipeline._get_mistral_3_small_prompt_embeds(encoder, tok, PROMPTS)

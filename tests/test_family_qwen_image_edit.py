@@ -315,18 +315,17 @@ def test_a_saved_pipeline_names_the_stock_processor_and_loads(folders: dict,
 
 def test_random_settings_let_the_encoder_find_the_images(folders: dict) -> None:
     """random:qwen_image_edit pairs the real encoder config (vision ids of the real
-    vocabulary) with the tiny tokenizer and has no processor: random_settings points the
-    config at the tokenizer's ids, and the text is the loaded model's."""
+    vocabulary) with the tiny tokenizer and has no processor: its random.settings points
+    the config at the tokenizer's ids, and the text is the loaded model's."""
     from core.models.base import Components
 
     loaded = EDIT.load(str(folders["edit"]))
     want = EDIT.edit.encode_prompts_with_images(loaded, PROMPTS[:1], [pictures(1)])[0]
     fresh = EDIT.load(str(folders["edit"]))
-    c = Components(**{k: getattr(fresh, k) for k in Components.__dataclass_fields__})
-    c.pipeline_class = None
-    config = c.text_encoders[0].config
+    plain = Components(**{k: getattr(fresh, k) for k in Components.__dataclass_fields__})
+    config = plain.text_encoders[0].config
     config.image_token_id, config.vision_start_token_id = 151655, 151652  # the real ones
-    EDIT.random_settings(c)
+    c = EDIT.random.settings(plain)
     assert c.pipeline_class == "QwenImageEditPipeline"
     got = EDIT.edit.encode_prompts_with_images(c, PROMPTS[:1], [pictures(1)])[0]
     torch.testing.assert_close(got["prompt_embeds"], want["prompt_embeds"])

@@ -143,6 +143,7 @@ def test_compiled_blocks_share_graphs_and_serve_every_token_count(
     import torch._dynamo
     from torch._dynamo.utils import counters
 
+    from core.models.blocks import denoiser_stacks
     from core.train.compiling import BACKEND_ENV, compile_blocks
     from tests.conftest import tiny_with_blocks
 
@@ -152,7 +153,7 @@ def test_compiled_blocks_share_graphs_and_serve_every_token_count(
     counters.clear()
     said: list[str] = []
     compile_blocks(family, c.denoiser, "blocks", said.append)
-    [stack] = family.denoiser_stacks(c.denoiser)
+    [stack] = denoiser_stacks(family, c.denoiser)
     assert len(stack) == 4 and all(b._compiled_call_impl is not None for b in stack)
     assert c.denoiser._compiled_call_impl is None  # not the whole model
     texts = family.encode_prompts(c, ["a red circle"])

@@ -72,7 +72,7 @@ def pixels(n: int, size: int = 64, seed: int = 0) -> torch.Tensor:
 
 
 def generate(pipe, c, prompt: str = "a red circle"):
-    kwargs = {"max_sequence_length": c.max_sequence_length}
+    kwargs = {"max_sequence_length": FAMILIES[c.family].sequence_length(c)}
     out = pipe(prompt, num_inference_steps=2, height=64, width=64, output_type="np",
                generator=torch.Generator().manual_seed(0), **kwargs)
     return torch.from_numpy(out.images[0])

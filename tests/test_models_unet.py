@@ -71,8 +71,9 @@ def test_registry_lists_families_without_importing_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout.strip()
     assert out == ("['sd15', 'sd2', 'sdxl', 'sd3', 'flux', 'flux_kontext', 'flux2', "
-                   "'flux3', 'ideogram4', 'chroma', 'z_image', 'qwen_image', 'qwen_image_edit', "
-                   "'qwen_image21', 'krea2', 'ernie_image', 'anima', 'wan', 'ltx2', 'hunyuan_video15'] False")
+                   "'flux3', 'ideogram4', 'chroma', 'z_image', 'qwen_image', "
+                   "'qwen_image_edit', 'qwen_image21', 'krea2', 'ernie_image', 'anima', "
+                   "'wan', 'ltx2', 'hunyuan_video15'] False")
     assert list_families() == list(FAMILY_NAMES)
 
 

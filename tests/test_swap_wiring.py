@@ -19,6 +19,7 @@ from conftest import small_config, tiny_with_blocks, train_events
 from core.config import save_config
 from core.models import block_swap
 from core.models.block_swap import install
+from core.models.blocks import denoiser_stacks
 from core.models.registry import get_family
 from core.models.tiny import resolve_model_path
 
@@ -82,7 +83,7 @@ def test_the_next_block_is_copied_while_the_one_before_runs(tiny_workspace: Path
     ahead of it runs (copies in order 0, 1, 2, 3), in the checkpointed backward's
     recomputed forwards in the reverse order."""
     family, c = tiny_with_blocks(tiny_workspace, "flux", num_layers=2, num_single_layers=2)
-    [blocks] = family.denoiser_stacks(c.denoiser)
+    [blocks] = denoiser_stacks(family, c.denoiser)
     assert len(blocks) == 4
     mover = OrderMover()
     [swapper] = install([blocks], 4, "cpu", mover)
@@ -119,7 +120,7 @@ def test_the_idle_expert_is_back_on_its_host_copies_after_the_switch(
     c = family.load(str(resolve_model_path("tiny:wan22", tiny_workspace)),
                     dtype=torch.float32, device="cpu")
     experts = c.denoiser
-    family.start_parking(experts, "cpu", set())
+    family.experts.start_parking(experts, "cpu", set())
     parking = experts.parking
     texts = family.encode_prompts(c, ["a red circle"])
     batch = {k: torch.stack([t[k] for t in texts]) for k in texts[0]}

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 
+from core.models.blocks import denoiser_stacks
 from core.models.registry import get_family
 from core.models.routing import TokenRouter, install
 from tests.conftest import check_in_process, small_config, train_events
@@ -41,7 +42,7 @@ def wan_inputs() -> dict[str, torch.Tensor]:
 
 
 def routed(model: Any, family: Any, fraction: float) -> TokenRouter:
-    return install(family.routing, model, family.denoiser_stacks(model), fraction)
+    return install(family.routing, model, denoiser_stacks(family, model), fraction)
 
 
 def tokens_seen(blocks: Any) -> dict[int, list[int]]:
@@ -208,7 +209,7 @@ def test_checkpointed_block_swapped_and_compiled_blocks_route_alike() -> None:
     for a, b in zip(plain, _grads(wan_model(), 0.5, checkpointing=False), strict=True):
         assert torch.allclose(a, b, atol=1e-6)  # recomputed forwards drew nothing new
     swapped = _grads(wan_model(), 0.5,
-                     lambda m: install_swap(WAN.denoiser_stacks(m), 3, "cpu"))
+                     lambda m: install_swap(denoiser_stacks(WAN, m), 3, "cpu"))
     for a, b in zip(plain, swapped, strict=True):
         assert torch.allclose(a, b, atol=1e-6)
     compiled = _grads(wan_model(), 0.5, lambda m: [b.compile(dynamic=True, backend="aot_eager")

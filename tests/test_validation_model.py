@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from core.config import ValidationConfig
+from core.models.capabilities import ValidationSpec
 from core.models.registry import get_family
 from core.train.validation import encode_validation_prompts, generate_validation_images
 
@@ -81,11 +82,16 @@ def test_another_checkpoint_with_the_runs_lora(trained, tmp_path: Path):
 
 def test_a_distilled_checkpoint_samples_with_its_own_steps_and_guidance():
     from core.models.base import Components
+    from core.models.families.flux2.family import Flux2Components
     from core.train.validation_model import sampling_settings
 
     def comps(source: str, distilled: bool = False) -> Components:
-        return Components("z_image", source, "", None, None, [], [], None,
-                          is_distilled=distilled)
+        """A model named `source`; `distilled`: one whose Components say is_distilled
+        (FLUX.2's)."""
+        if distilled:
+            return Flux2Components("flux2", source, "", None, None, [], [], None,
+                                   is_distilled=True)
+        return Components("z_image", source, "", None, None, [], [], None)
 
     turbo = sampling_settings(ValidationConfig(), "z_image", comps("Tongyi-MAI/Z-Image-Turbo"))
     assert (turbo.steps, turbo.guidance_scale) == (9, 0.0)
@@ -106,11 +112,11 @@ def test_a_distilled_checkpoint_samples_with_its_own_steps_and_guidance():
 
 def test_a_distilled_validation_model_draws_with_its_own_settings(trained, tmp_path: Path,
                                                                   monkeypatch):
-    """Through validation: a 'turbo' checkpoint of a family declaring distilled_validation
+    """Through validation: a 'turbo' checkpoint of a family declaring validation.distilled
     draws with its steps and guidance where validation.steps and guidance_scale are defaults."""
 
     family, comps, other = trained
-    monkeypatch.setattr(get_family("sd15"), "distilled_validation", (3, 1.0))
+    monkeypatch.setattr(get_family("sd15"), "validation", ValidationSpec(distilled=(3, 1.0)))
     turbo = tmp_path / "tiny-sd15-turbo"
     turbo.symlink_to(other, target_is_directory=True)
     defaults = ValidationConfig()
@@ -235,7 +241,7 @@ def test_the_check_warns_of_settings_that_hide_a_distilled_checkpoints_own(
 
     from core.check import run_check
 
-    monkeypatch.setattr(get_family("sd15"), "distilled_validation", (3, 1.0))
+    monkeypatch.setattr(get_family("sd15"), "validation", ValidationSpec(distilled=(3, 1.0)))
     turbo = tmp_path / "tiny-sd15-turbo"
     turbo.symlink_to(trained[2], target_is_directory=True)
 

@@ -11,8 +11,12 @@ KEY = "model.blocks_to_swap"
 
 
 def parks_inactive_expert(cfg: Config) -> bool:
-    """model.offload_inactive_expert resolved: "auto" is on when blocks swap (the base
-    does not fit the card), as the trainer and the memory estimate both read it."""
+    """model.offload_inactive_expert (a key of the families with experts, as Wan's
+    options.py declares it) resolved: "auto" is on when blocks swap (the base does not
+    fit the card), as the trainer and the memory estimate both read it; off for a family
+    without experts."""
+    if family_or_defaults(cfg.model.family).experts is None:
+        return False
     choice = cfg.model.offload_inactive_expert
     return choice == "on" or (choice == "auto" and cfg.model.blocks_to_swap > 0)
 

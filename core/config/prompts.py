@@ -130,7 +130,7 @@ def prompt_problems(cfg: Any) -> list[Problem]:
 def negative_prompt_problems(cfg: Any, family: Any) -> list[Problem]:
     """A negative prompt (validation.negative_prompt or a prompt's --n) that the run
     would ignore: the family's validation draws without one (its
-    `negative_prompt_note` says why), or guidance at 1 or below turns it off."""
+    `validation.negative_prompt_note` says why), or guidance at 1 or below turns it off."""
     flagged = [i + 1 for i, entry in enumerate(cfg.prompts) if "n" in split_flags(entry)[1]]
     used = bool(cfg.negative_prompt) or bool(flagged)
     if not used or not cfg.prompts:
@@ -138,8 +138,9 @@ def negative_prompt_problems(cfg: Any, family: Any) -> list[Problem]:
     where = "validation.negative_prompt" if cfg.negative_prompt else "validation.prompts"
     said = "" if cfg.negative_prompt else \
         f" (--n of prompt {', '.join(str(n) for n in flagged)})"
-    if family.negative_prompt_note:
-        return [Problem("warning", where, f"is set{said} but {family.negative_prompt_note}")]
+    if family.validation.negative_prompt_note:
+        note = family.validation.negative_prompt_note
+        return [Problem("warning", where, f"is set{said} but {note}")]
     if cfg.negative_prompt and cfg.guidance_scale <= 1:
         return [Problem("warning", where, (
             f"is set but validation.guidance_scale = {cfg.guidance_scale:g} turns "

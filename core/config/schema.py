@@ -90,12 +90,6 @@ class SharedModelConfig:
                                   "(0: off), so a base larger than the card trains; needs "
                                   "gradient checkpointing and a LoRA. The check names the "
                                   "smallest count that fits the card (docs/memory.md).")
-    offload_inactive_expert: str = _f(
-        "auto", label="Offload the idle expert", choices=("auto", "on", "off"), video=True,
-        advanced=True,
-        help="Two-expert models (Wan 2.2 A14B): the expert a step does not use waits in "
-             "host memory and is copied in when a step needs it, so one expert's weights "
-             "are on the GPU, not both. auto: on when model.blocks_to_swap is above 0.")
     stream_text_encoders: bool = _f(False, label="Stream text encoders", advanced=True,
                                     help="While the text cache is built, keep the text "
                                          "encoders' layers in host memory and copy each to "

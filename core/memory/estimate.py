@@ -253,7 +253,7 @@ def training_parts(cfg: Config, d: DenoiserSize, wbytes: int,
     expert (`second`) is loaded too, and trains where the family says it does."""
     experts = [d] if second is None else [d, second]
     family = family_or_defaults(cfg.model.family)
-    trained = experts[:family.trained_denoisers(cfg, len(experts))]  # same shapes
+    trained = experts[:family.experts.trained(cfg, len(experts))] if family.experts else experts
     if cfg.train.method == "lora":
         frozen = sum(frozen_bytes(e, cfg.model.quantize, wbytes) for e in experts)
         params = sum(e.lora for e in trained)

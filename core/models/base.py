@@ -41,7 +41,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from core.models.capabilities import AudioSpec, EditSpec, FirstImageSpec, MemorySpec
+from core.models.capabilities import (
+    AudioSpec,
+    EditSpec,
+    ExpertSpec,
+    FirstImageSpec,
+    MemorySpec,
+    RandomSpec,
+    SingleFileSpec,
+    ValidationSpec,
+)
 from core.models.components import Components, NoiseSample
 from core.models.defaults import FamilyDefaults
 from core.models.geometry import Geometry
@@ -60,44 +69,24 @@ class ModelFamily(Protocol):
     # Optional members with defaults in FamilyDefaults (see there).
     geometry: Geometry
     video: bool
-    # Capabilities (core/models/capabilities.py), None where the family has none.
+    # Capabilities (core/models/capabilities.py), None where the family has none; the
+    # always-present ones (single_file, random, validation) have empty defaults.
     audio: AudioSpec | None
     edit: EditSpec | None
     first_image: FirstImageSpec | None
     memory: MemorySpec  # the memory estimate's; empty by default
+    experts: ExpertSpec | None
+    single_file: SingleFileSpec
+    random: RandomSpec
+    validation: ValidationSpec
     train_guidance: float | None
     max_sequence_length: int | None
-    list_prompt_embeds: bool
-    pipeline_mask_kwarg: str | None
     text_encoder_lora_targets: list[str] | None
     diffusers_lokr: bool
-    train_scheduler: str | None
-    bang_padded_tokenizers: tuple[str, ...]
-    single_file_markers: tuple[str, ...]
-    single_file_rank: int
-    single_file_layout_of: str
     pipeline_prefix: str
     trained_tiny: tuple[tuple[str, str], ...]
-    distilled_validation: tuple[int, float] | None
-    negative_prompt_note: str
-    checkpoint_text_encoders: tuple[tuple[str, str, str], ...]
     block_lists: tuple[str, ...]
     routing: RoutingSpec | None
-
-    def denoiser_stacks(self, denoiser: Any) -> list[list[Any]]:
-        """The denoiser's swappable block stacks (FamilyDefaults')."""
-
-    def parked_modules(self, denoiser: Any) -> list[Any]:
-        """Modules that wait on the host while another runs (FamilyDefaults')."""
-
-    def start_parking(self, denoiser: Any, device: Any, held_elsewhere: set[int]) -> None:
-        """The parked modules' turn-taking (FamilyDefaults')."""
-
-    def single_file_problems(self, config: str, prediction_type: str) -> list[Any]: ...
-
-    def random_qwen_tokenizer(self, folder: Path) -> Any: ...
-
-    def random_settings(self, c: Components) -> None: ...
 
     def config_problems(self, cfg: Any) -> list[Any]:
         """This family's own checks of a Config at --stage check (Problems)."""
@@ -105,8 +94,6 @@ class ModelFamily(Protocol):
     def configure_run(self, c: Components, cfg: Any) -> None:
         """The run's family-read settings onto the loaded model (FamilyDefaults')."""
 
-    def trained_denoisers(self, cfg: Any, loaded: int) -> int:
-        """How many loaded denoisers the run trains (FamilyDefaults')."""
 
     def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",
              config: str | None = None) -> Components:

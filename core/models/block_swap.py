@@ -1,8 +1,8 @@
 """model.blocks_to_swap: the first N of the denoiser's repeated blocks live in host memory
 and come to the GPU one block ahead of use, so a base larger than the card trains.
 
-How it works, for one stack of blocks (ModelFamily.denoiser_stacks: the family declares
-them; nothing here names a family):
+How it works, for one stack of blocks (core/models/blocks.py's `denoiser_stacks`: the
+family declares them; nothing here names a family):
 - Placement (`place_denoiser`): the swapped blocks stay on the CPU (quantized on the GPU
   one at a time first, when model.quantize asks) while everything else goes to the GPU.
 - `BlockSwapper` keeps each swapped block's frozen tensors (base weights and buffers) in

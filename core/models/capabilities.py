@@ -140,6 +140,24 @@ class SingleFileSpec:
     checkpoint_text_encoders: tuple[tuple[str, str, str], ...] = ()
 
 
+def class_tokenizer(cls: str, folder: Path, bang_padded: bool) -> Any:
+    """random:<family>'s tokenizer of the class `cls` its model_index.json names: the
+    tiny T5 one, the real byte-level ByT5 (no files to fetch), else the tiny CLIP one,
+    padding with "!" where `bang_padded` (OpenCLIP's in the real models) and with
+    end-of-text otherwise; written to `folder` and loaded."""
+    if cls.startswith("T5"):
+        from core.models.tiny.t5 import t5_tokenizer
+
+        return t5_tokenizer(folder)[0]
+    if cls == "ByT5Tokenizer":
+        from transformers import ByT5Tokenizer
+
+        return ByT5Tokenizer()
+    from core.models.tiny.clip import EOS_TOKEN, clip_tokenizer
+
+    return clip_tokenizer(folder, pad_token="!" if bang_padded else EOS_TOKEN)
+
+
 @dataclass(frozen=True)
 class RandomSpec:
     """`random:<family>`: the full-size model built offline with random weights
@@ -147,15 +165,16 @@ class RandomSpec:
 
     `scheduler`: the scheduler class training uses (None: the one model_index.json
     names); `bang_padded_tokenizers`: CLIP tokenizers that pad with "!" as OpenCLIP's do;
-    `tokenizer(folder)`: the family's own tiny tokenizer (a Qwen2 one and its template),
-    written to `folder` and loaded, for components whose class the shared builders do not
-    make; `settings(c)`: the per-family
-    Components settings `load` would set (a random model is built without a pipeline)."""
+    `tokenizer(cls, folder, bang_padded)`: each tokenizer of the class `cls`, written to
+    `folder` and loaded (`class_tokenizer` by default; a family whose real model has
+    another tokenizer, as a Qwen2 one with its template, gives its own); `settings(c)`:
+    the family's Components as `load` makes them (its subclass and own settings), from
+    the shared ones a random model is built as (without a pipeline)."""
 
     scheduler: str | None = None
     bang_padded_tokenizers: tuple[str, ...] = ()
-    tokenizer: Callable[[Path], Any] | None = None
-    settings: Callable[[Components], None] | None = None
+    tokenizer: Callable[[str, Path, bool], Any] = class_tokenizer
+    settings: Callable[[Components], Components] | None = None
 
 
 @dataclass(frozen=True)

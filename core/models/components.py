@@ -3,8 +3,9 @@ values every family's functions pass around (core/models/base.py describes the t
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 
 @dataclass
@@ -19,15 +20,29 @@ class Components:
     text_encoders: list[Any]
     tokenizers: list[Any]
     noise_scheduler: Any
-    # Per-family settings, set by `load`, read by that family only (a test may change them).
-    max_sequence_length: int | None = None  # sd3/flux: T5 tokens the text is padded to
-    has_t5: bool = False  # sd3: whether the T5 encoder was loaded (it may be left out)
-    guidance: float | None = None  # flux: guidance value given to a distilled model
-    pipeline_class: str | None = None  # flux2: Flux2KleinPipeline or Flux2Pipeline (dev)
-    is_distilled: bool = False  # flux2: a step-distilled klein (model_index.json)
+    # A family's own settings are fields of its Components subclass, in its folder (set
+    # by `load` and `random.settings`, read by that family only; a test may change them).
     flow: Any = None  # flow families: objectives.FlowTraining of the run (None: defaults)
-    companion: Any = None  # ideogram4: the frozen unconditional transformer validation loads
     denoiser_stream: Any = None  # a meta-device denoiser filled where it runs (stream_load.py)
+
+
+@dataclass
+class GuidedComponents(Components):
+    """A guidance-distilled family's model (its `train_guidance` set): the guidance value
+    its denoiser is given in training, which train.guidance sets (None: the family's
+    `train_guidance`)."""
+
+    guidance: float | None = None
+
+
+C = TypeVar("C", bound=Components)
+
+
+def extended(c: Components, cls: type[C], **own: Any) -> C:
+    """`c`'s shared fields as the family's Components subclass `cls`, with its own
+    fields `own` (the rest at their defaults)."""
+    shared = {f.name: getattr(c, f.name) for f in dataclasses.fields(Components)}
+    return cls(**shared, **own)
 
 
 @dataclass

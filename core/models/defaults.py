@@ -3,7 +3,6 @@ StableDiffusionFamily and FlowFamily inherit; the protocol is core/models/base.p
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from core.models.capabilities import (
@@ -53,82 +52,26 @@ class FamilyDefaults:
     train_guidance: float | None = None
     # Text tokens the prompt is padded to (T5/Qwen); None where the tokenizer decides.
     max_sequence_length: int | None = None
-    # Validation hands the pipeline a list of per-prompt embeds (Z-Image), not a tensor.
-    list_prompt_embeds: bool = False
-    # The pipeline keyword validation passes the text mask as (Chroma), or None.
-    pipeline_mask_kwarg: str | None = None
     # Text-encoder modules train.text_encoder_lora adapts; None: not supported.
     text_encoder_lora_targets: list[str] | None = None
     # Whether diffusers' load_lora_weights of this pipeline loads LoKr (core/models/adapters.py).
     diffusers_lokr: bool = False
-    # random:<family> (core/models/full_size/build.py): the scheduler class training
-    # uses (None: the one model_index.json names) and the CLIP tokenizers that pad with
-    # "!" as OpenCLIP's do in the real model (the others pad with end-of-text).
-    train_scheduler: str | None = None
-    bang_padded_tokenizers: tuple[str, ...] = ()
 
-    # Original-format single files (core/models/loading.py): key fragments that mark this
-    # family's checkpoints, and the order families are tried in (lower first: the most
-    # specific, whose keys include another family's). model_index.json `_class_name`
-    # prefix of its diffusers pipelines ("" : none).
-    single_file_markers: tuple[str, ...] = ()
-    single_file_rank: int = 100
-    # The family whose single files have this layout too (Kontext's are FLUX.1's).
-    single_file_layout_of: str = ""
+    # model_index.json `_class_name` prefix of its diffusers pipelines ("" : none).
     pipeline_prefix: str = ""
 
     # Trained tiny models (`tiny:<name>`): (name, module whose build() loads its weights).
     trained_tiny: tuple[tuple[str, str], ...] = ()
-    # A distilled checkpoint's (steps, guidance) for validation.model; None: none known.
-    distilled_validation: tuple[int, float] | None = None
 
-    # Why validation draws without a negative prompt (validation.negative_prompt, --n), as
-    # the check's warning ends it ("FLUX.1 is guidance-distilled..."); "": it uses it.
-    negative_prompt_note: str = ""
-    # The merged model as one original-layout (A1111/ComfyUI) checkpoint file
-    # (core/models/ldm_checkpoint.py, merged.safetensors): each text encoder's (component
-    # folder, key prefix, "clip" | "open_clip"); empty: no such layout (a transformer
-    # family's ComfyUI files split the model), and merge writes merged/ alone.
-    checkpoint_text_encoders: tuple[tuple[str, str, str], ...] = ()
 
     # The denoiser's repeated blocks, its nn.ModuleLists' names in forward order (Flux: double,
     # then single): what model.blocks_to_swap streams from host memory (block_swap.py) and the
-    # estimate sizes; none: a UNet (the check refuses it). `routing`: see core/models/routing.py.
+    # estimate sizes (a dotted name reaches into a submodule: FLUX.3's "mode_blocks.image");
+    # none: a UNet (the check refuses it). A model with several denoisers
+    # gives one stack per denoiser (`experts.stacks`, core/models/blocks.py reads both).
+    # `routing`: see core/models/routing.py.
     block_lists: tuple[str, ...] = ()
     routing: RoutingSpec | None = None
-
-    def denoiser_stacks(self, denoiser: Any) -> list[list[Any]]:
-        """The loaded denoiser's block stacks, one list of blocks (forward order) per
-        transformer: `block_lists` of the unwrapped denoiser; a two-expert model one per
-        expert. Empty when the family declares none."""
-        from core.models.modules import unwrap
-
-        model = unwrap(denoiser)
-        stack = [block for name in self.block_lists for block in getattr(model, name)]
-        return [stack] if stack else []
-
-    def parked_modules(self, denoiser: Any) -> list[Any]:
-        """Modules of the denoiser that can wait in host memory while another runs
-        (model.offload_inactive_expert: Wan 2.2's low-noise expert); none by default."""
-        return []
-
-    def start_parking(self, denoiser: Any, device: Any, held_elsewhere: set[int]) -> None:
-        """Put the parked modules' turn-taking in place (block_swap.ModuleParking), once
-        the adapter is on; `held_elsewhere`: tensors the block swappers keep."""
-
-    def single_file_problems(self, config: str, prediction_type: str) -> list[Any]:
-        """--stage check of a usable single-file model.path of this family: warnings
-        about what diffusers' default configs for it mean (Problems)."""
-        return []
-
-    def random_qwen_tokenizer(self, folder: Path) -> Any:
-        """random:<family>: the tiny Qwen tokenizer (and template) of a family whose real
-        model has a Qwen2 tokenizer, written to `folder` and loaded."""
-        raise NotImplementedError(f"{self.name}: no tiny Qwen tokenizer for random:")
-
-    def random_settings(self, c: Components) -> None:
-        """random:<family>: the per-family Components settings `load` would set (a random
-        model is built without a pipeline)."""
 
     def config_problems(self, cfg: Any) -> list[Any]:
         """This family's own checks of a Config at --stage check (Problems)."""
@@ -139,8 +82,3 @@ class FamilyDefaults:
         the trainer adds what it trains (Wan 2.2: model.experts, which expert trains):
         `load` gets no Config. Raises ValueError, naming the key, for a setting the loaded
         model cannot take."""
-
-    def trained_denoisers(self, cfg: Any, loaded: int) -> int:
-        """How many of the `loaded` denoisers (Wan 2.2: two experts) the run trains, for
-        the memory estimate: all by default."""
-        return loaded

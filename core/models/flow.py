@@ -103,12 +103,6 @@ class FlowFamily(FamilyDefaults):
     mode_scale = MODE_SCALE
     loss_weighting = "none"
 
-    def random_settings(self, c: Components) -> None:
-        """What `_components_from_pipeline` sets: the text length and, for a
-        guidance-distilled family, the guidance value."""
-        c.max_sequence_length = self.max_sequence_length
-        c.guidance = self.train_guidance
-
     # ------------------------------------------------------------ loading
 
     def _pipeline_class(self) -> Any:
@@ -204,14 +198,11 @@ class FlowFamily(FamilyDefaults):
         return Components(
             family=self.name, source=source, fingerprint=fp, vae=pipe.vae,
             denoiser=pipe.transformer, text_encoders=[pipe.text_encoder],
-            tokenizers=[pipe.tokenizer], noise_scheduler=pipe.scheduler,
-            max_sequence_length=self.max_sequence_length)
+            tokenizers=[pipe.tokenizer], noise_scheduler=pipe.scheduler)
 
     def sequence_length(self, c: Components) -> int:
-        """The T5 length this model's text is encoded at: the loaded model's setting, or
-        the family's when it was never set."""
-        if c.max_sequence_length is not None:
-            return c.max_sequence_length
+        """The text length (tokens) this model's prompts are encoded and padded at: the
+        family's `max_sequence_length`, its pipeline's own default."""
         return self.max_sequence_length
 
     # ------------------------------------------------------------ images

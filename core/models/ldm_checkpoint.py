@@ -3,7 +3,7 @@ checkpoints, the way people download them: one .safetensors holding the UNet
 (`model.diffusion_model.`), the VAE (`first_stage_model.`) and the text encoders
 (`cond_stage_model.` for SD1/SD2, `conditioner.embedders.N.` for SDXL): what `--stage
 merge` writes beside merged/ as merged.safetensors for a family with a
-`checkpoint_text_encoders` layout, and what the tests build single files from.
+`single_file.checkpoint_text_encoders` layout, and what the tests build single files from.
 
 The key mapping is the standard one of diffusers' scripts/convert_diffusers_to_original_
 stable_diffusion.py and convert_diffusers_to_original_sdxl.py. Those scripts hardcode the
@@ -188,7 +188,7 @@ def ldm_state_dict(folder: Path, text_encoders: tuple[tuple[str, str, str], ...]
                    ) -> dict[str, Any]:
     """Every weight of a diffusers UNet folder (sd15/sd2/sdxl) under its original name;
     `text_encoders`: the family's (component folder, key prefix, kind) per text encoder
-    (its `checkpoint_text_encoders`)."""
+    (its `single_file.checkpoint_text_encoders`)."""
     unet, unet_config = _component(folder, "unet")
     vae, vae_config = _component(folder, "vae")
     out = {f"model.diffusion_model.{k}": v for k, v in unet_to_ldm(unet, unet_config).items()}

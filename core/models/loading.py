@@ -113,11 +113,11 @@ def detect_checkpoint_family(keys: list[str]) -> str | None:
     """The family an original-format checkpoint looks like, from its key names."""
     from core.models.registry import families
 
-    # Each family's telltale key fragments (`single_file_markers`), the most specific
-    # families first (`single_file_rank`): SDXL also has the SD UNet keys, FLUX.2 and
+    # Each family's telltale key fragments (`single_file.markers`), the most specific
+    # families first (`single_file.rank`): SDXL also has the SD UNet keys, FLUX.2 and
     # Chroma have Flux's block names.
-    for family in sorted(families(), key=lambda f: f.single_file_rank):
-        if any(marker in k for marker in family.single_file_markers for k in keys):
+    for family in sorted(families(), key=lambda f: f.single_file.rank):
+        if any(marker in k for marker in family.single_file.markers for k in keys):
             return family.name
     return None
 
@@ -130,7 +130,7 @@ def check_file_family(path: str, family: str) -> str | None:
     header = safetensors_header(path)
     found = detect_checkpoint_family(list(header))
     if found is not None and found not in (family,
-                                           family_or_defaults(family).single_file_layout_of):
+                                           family_or_defaults(family).single_file.layout_of):
         raise ModelLoadError(path, f"looks like a {found} checkpoint, not {family}: set "
                              f"model.family = \"{found}\" or choose a {family} checkpoint")
     problem = (comfy_file.component_problem(list(header)) if found is None else None
@@ -323,7 +323,8 @@ def check_model_config(path: str, config: str, family: str,
         return [problem]
     from core.models.registry import get_family
 
-    return get_family(family).single_file_problems(config, prediction_type)
+    problems = get_family(family).single_file.problems
+    return problems(config, prediction_type) if problems else []
 
 
 def check_model_source(path: str, family: str, where: str = "model.path",

@@ -227,7 +227,7 @@ class _RoutedCall:
 
 def install(spec: RoutingSpec, model: Any, stacks: list[list[Any]],
             fraction: float) -> TokenRouter:
-    """Routing onto `model`'s block lists holding `stacks` (ModelFamily.denoiser_stacks,
+    """Routing onto `model`'s block lists holding `stacks` (core.models.blocks.denoiser_stacks,
     forward order): the router that arms it."""
     import torch
 

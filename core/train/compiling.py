@@ -31,7 +31,9 @@ def compile_blocks(family: ModelFamily, denoiser: Any, mode: str, say: Any) -> C
     the watch that reports the compiles, or None when nothing is compiled."""
     if mode == "off":
         return None
-    stacks = family.denoiser_stacks(denoiser)
+    from core.models.blocks import denoiser_stacks
+
+    stacks = denoiser_stacks(family, denoiser)
     if not stacks:  # the check refuses this first; a clear error all the same
         from core.train.errors import TrainingError
 

@@ -9,6 +9,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from core.config import Config
+from core.models.blocks import denoiser_stacks
 from core.models.modules import unwrap
 from core.train.errors import TrainingError
 
@@ -24,7 +25,7 @@ def start_routing(family: ModelFamily, denoiser: Any, cfg: Config,
     fraction = cfg.train.token_routing
     if not fraction:
         return None
-    stacks = family.denoiser_stacks(denoiser)
+    stacks = denoiser_stacks(family, denoiser)
     if family.routing is None or not stacks:  # the check refuses this first
         raise TrainingError(f"train.token_routing = {fraction:g}: {family.name} declares no "
                             "token routing; set train.token_routing = 0")

@@ -15,6 +15,7 @@ from core.cache.stage import build_caches
 from core.config import Config
 from core.config.streaming import stream_fallback
 from core.data.sampler import MultiDatasetSampler
+from core.models.components import GuidedComponents
 from core.models.loading import resolve_dtype
 from core.models.modules import (
     cast_encoders,
@@ -180,7 +181,8 @@ def apply_objective(family: ModelFamily, components: Components, cfg: Config) ->
         loss_weighting=None if t.loss_weighting == "auto" else t.loss_weighting)
     if not t.guidance:
         return
-    if not getattr(unwrap(components.denoiser).config, "guidance_embeds", False):
+    guided = isinstance(components, GuidedComponents)
+    if not guided or not getattr(unwrap(components.denoiser).config, "guidance_embeds", False):
         raise TrainingError(f"train.guidance = {t.guidance:g}, but {cfg.model.path} is not "
                             f"guidance-distilled (its {family.name} transformer has no "
                             "guidance embedding); set train.guidance = 0")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from core.config import Config
+from core.models.blocks import denoiser_stacks
 from core.train.errors import TrainingError
 
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ def swapped_stacks(family: ModelFamily, denoiser: Any, cfg: Config) -> list[list
     """The block stacks model.blocks_to_swap streams from host memory (none when 0)."""
     if not cfg.model.blocks_to_swap:
         return []
-    stacks = family.denoiser_stacks(denoiser)
+    stacks = denoiser_stacks(family, denoiser)
     if not stacks:  # the check refuses this first; a clear error all the same
         raise TrainingError(f"model.blocks_to_swap: {family.name} declares no blocks to "
                             "swap; set model.blocks_to_swap = 0")
@@ -26,10 +27,13 @@ def swapped_stacks(family: ModelFamily, denoiser: Any, cfg: Config) -> list[list
 
 
 def parked(family: ModelFamily, denoiser: Any, cfg: Config) -> list[Any]:
-    """The modules model.offload_inactive_expert keeps in host memory to start with."""
+    """The modules model.offload_inactive_expert keeps in host memory to start with
+    (a family with experts' idle ones)."""
     from core.config.block_swap import parks_inactive_expert
 
-    return family.parked_modules(denoiser) if parks_inactive_expert(cfg) else []
+    if family.experts is None or not parks_inactive_expert(cfg):
+        return []
+    return family.experts.parked(denoiser)
 
 
 def place_with_swap(family: ModelFamily, denoiser: Any, cfg: Config, device: Any) -> bool:
@@ -89,8 +93,8 @@ def start_swapping(family: ModelFamily, denoiser: Any, cfg: Config, device: Any,
     except ValueError as exc:
         raise TrainingError(str(exc)) from None
     parking = bool(parked(family, denoiser, cfg))
-    if parking:
-        family.start_parking(denoiser, device, held_ids(swappers))
+    if parking and family.experts is not None:
+        family.experts.start_parking(denoiser, device, held_ids(swappers))
         reporter.say("model.offload_inactive_expert: the expert a step does not use waits "
                      "in host memory")
     if swappers or parking:  # DDP syncs what trains; the frozen rest may be on the host

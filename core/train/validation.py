@@ -37,10 +37,10 @@ class ValidationTexts:
     prompts: list[dict[str, Any]]
     negative: dict[str, Any]
     # Pipelines that take a list of per-prompt [L, D] embeddings (Z-Image's), the
-    # family's `list_prompt_embeds`, rather than a batch tensor.
+    # family's `validation.list_prompt_embeds`, rather than a batch tensor.
     as_list: bool = False
     # The pipeline's argument for the text mask, for families whose denoiser takes one
-    # (the family's `pipeline_mask_kwarg`, e.g. Chroma's "prompt_attention_mask").
+    # (the family's `validation.mask_kwarg`, e.g. Chroma's "prompt_attention_mask").
     mask_kwarg: str | None = None
     # A text encoder that reads the control images (Qwen-Image-Edit) encodes the empty
     # prompt with each prompt's images, as its pipeline encodes the negative prompt: one
@@ -100,8 +100,8 @@ def encode_validation_prompts(family: ModelFamily, components: Components,
 
     def texts(encoded: list[dict[str, Any]], negatives: list[dict[str, Any]]) -> ValidationTexts:
         return ValidationTexts(prompts=encoded, negative=negatives[0],
-                               as_list=family.list_prompt_embeds,
-                               mask_kwarg=family.pipeline_mask_kwarg, negatives=negatives)
+                               as_list=family.validation.list_prompt_embeds,
+                               mask_kwarg=family.validation.mask_kwarg, negatives=negatives)
 
     if images:
         return texts(cpu(edit.encode_prompts_with_images(components, prompts, images)),

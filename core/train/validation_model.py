@@ -11,7 +11,7 @@ pipeline class) come with it, so the pipeline samples as that checkpoint does.
 
 Steps and guidance: when validation.steps and validation.guidance_scale are left at
 their defaults, a distilled checkpoint (its model_index.json's is_distilled, or "turbo"
-in its name) of a family that declares `distilled_validation` (its folder's family.py,
+in its name) of a family that declares `validation.distilled` (its folder's family.py,
 as the model card gives them) samples with those; a prompt's --s / --l still win.
 
 Not carried over to the other checkpoint: model.quantize (it loads in the base dtype,
@@ -84,7 +84,7 @@ def _distilled(family: str) -> tuple[int, float] | None:
     """The family's distilled checkpoints' (steps, guidance_scale), from its folder."""
     from core.models.registry import family_or_defaults
 
-    return family_or_defaults(family).distilled_validation
+    return family_or_defaults(family).validation.distilled
 
 
 def _named_distilled(path: str) -> bool:
@@ -111,9 +111,11 @@ def resolve(cfg: Any, workspace: Path) -> None:
 
 def checkpoint_sampling(family: str, other: Components) -> tuple[int, float] | None:
     """(steps, guidance_scale) the checkpoint `other` samples with, when it is a distilled
-    one of a family that declares `distilled_validation`; None: validation.steps and
+    one of a family that declares `validation.distilled`; None: validation.steps and
     guidance_scale as they are."""
-    distilled = other.is_distilled or "turbo" in Path(other.source).name.lower()
+    # A family whose model_index.json says is_distilled keeps it on its Components.
+    flagged = bool(getattr(other, "is_distilled", False))
+    distilled = flagged or "turbo" in Path(other.source).name.lower()
     return _distilled(family) if distilled else None
 
 

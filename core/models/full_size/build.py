@@ -48,31 +48,15 @@ def build_module(family: str, name: str, dtype: Any, device: Any = "cpu",
 
 
 def _tokenizers(family: str) -> list[Any]:
-    """The family's tokenizers, in component order, from the tiny builders; their files
-    live in a temporary folder only while they load."""
+    """The family's tokenizers, in component order, from its `random.tokenizer` builder;
+    their files live in a temporary folder only while they load."""
     from core.models.registry import get_family
-    from core.models.tiny.clip import EOS_TOKEN, clip_tokenizer
-    from core.models.tiny.t5 import t5_tokenizer
 
-    spec = get_family(family_of(family))
+    spec = get_family(family_of(family)).random
     names = sorted(n for n in component_specs(family) if n.startswith("tokenizer"))
-    out = []
     with tempfile.TemporaryDirectory(prefix="random-tokenizers-") as tmp:
-        for name in names:
-            cls = component_specs(family)[name][1]
-            if cls.startswith("T5"):
-                out.append(t5_tokenizer(Path(tmp) / name)[0])
-            elif cls == "ByT5Tokenizer":  # byte-level: the real one, no files to fetch
-                from transformers import ByT5Tokenizer
-
-                out.append(ByT5Tokenizer())
-            elif cls.startswith("Qwen2"):  # each Qwen family's tiny tokenizer and template
-                out.append(spec.random_qwen_tokenizer(Path(tmp) / name))
-            else:
-                # OpenCLIP's tokenizers pad with "!" in the real models, CLIP's with EOS.
-                pad = "!" if name in spec.bang_padded_tokenizers else EOS_TOKEN
-                out.append(clip_tokenizer(Path(tmp) / name, pad_token=pad))
-    return out
+        return [spec.tokenizer(component_specs(family)[name][1], Path(tmp) / name,
+                               name in spec.bang_padded_tokenizers) for name in names]
 
 
 def _scheduler(family: str) -> Any:
@@ -81,7 +65,7 @@ def _scheduler(family: str) -> Any:
     from core.models.registry import get_family
 
     config = component_config(family, "scheduler")
-    name = get_family(family_of(family)).train_scheduler or config["_class_name"]
+    name = get_family(family_of(family)).random.scheduler or config["_class_name"]
     return getattr(diffusers, name).from_config(config)
 
 
@@ -117,7 +101,8 @@ def build_random(family: str, dtype: Any = None, device: Any = "cpu",
         denoiser=modules[denoiser], text_encoders=[modules[n] for n in encoders],
         tokenizers=_tokenizers(family), noise_scheduler=_scheduler(family),
         denoiser_stream=stream)
-    get_family(family_of(family)).random_settings(c)  # what the family's `load` sets
+    settings = get_family(family_of(family)).random.settings
+    c = settings(c) if settings else c  # the family's Components, as its `load` gives them
     # A streamed denoiser has no storage to move yet (it is frozen and in eval mode).
     freeze((c.vae, *([] if stream else [c.denoiser]), *c.text_encoders), device)
     return c

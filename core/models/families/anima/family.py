@@ -51,7 +51,13 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import MemorySpec
+from core.models.capabilities import (
+    MemorySpec,
+    RandomSpec,
+    SingleFileSpec,
+    ValidationSpec,
+    class_tokenizer,
+)
 from core.models.comfyui_names import ModuleNames, save_named_comfy
 from core.models.families.wan.family import activation_layout as wan_activation_layout
 from core.models.flow import FlowFamily
@@ -85,36 +91,43 @@ def save_lora_weights(save_directory: str, transformer_lora_layers: dict[str, An
         lora_metadata={"transformer": transformer_lora_adapter_metadata})
 
 
+def random_tokenizer(cls: str, folder: Path, bang_padded: bool) -> Any:
+    """random:anima's tokenizers: the tiny Qwen3 one, and T5's (`class_tokenizer`)."""
+    if not cls.startswith("Qwen2"):
+        return class_tokenizer(cls, folder, bang_padded)
+    from core.models.tiny.qwen3 import qwen_tokenizer
+
+    return qwen_tokenizer(folder)
+
+
+def random_settings(c: Components) -> Components:
+    """random:anima as `load` gives it: the Cosmos transformer's padding resize in place
+    (cosmos_shim.py)."""
+    from core.models.families.anima.cosmos_shim import ensure_padding_resize
+
+    ensure_padding_resize()
+    return c
+
+
 class AnimaFamily(FlowFamily):
     name = "anima"
     # The Qwen-Image VAE: Wan's causal video VAE given one frame.
     geometry = Geometry(latent_channels=16, temporal_compression=4)
     block_lists = ("transformer_blocks",)
     # ComfyUI's Anima keys (comfy/model_detection.py: the LLM adapter inside the DiT).
-    single_file_markers = ("llm_adapter.blocks.",)
-    single_file_rank = 55
+    single_file = SingleFileSpec(markers=("llm_adapter.blocks.",), rank=55)
     pipeline_prefix = "Anima"
     pipeline_class_name = PIPELINE
     text_encoder_count = 2  # Qwen3 and the text conditioner (module docstring)
     max_sequence_length = 512  # the pipeline's default, and the conditioner's rows
     # validation.model on Anima Turbo: 10 steps, no guidance (checks.py)
-    distilled_validation = (10, 1.0)
+    validation = ValidationSpec(distilled=(10, 1.0))
+    random = RandomSpec(tokenizer=random_tokenizer, settings=random_settings)
 
     # The estimate's MMDiT formula over the Cosmos blocks is Wan's (the same block:
     # self-attention over the image tokens, cross-attention to the text, an MLP; patch 2
     # in space); not calibrated on a measured Anima run. Qwen3 is a decoder LM.
     memory = MemorySpec(activation_layout=wan_activation_layout, text_encoder_kind="llm")
-
-    def random_qwen_tokenizer(self, folder: Path) -> Any:
-        from core.models.tiny.qwen3 import qwen_tokenizer
-
-        return qwen_tokenizer(folder)
-
-    def random_settings(self, c: Components) -> None:
-        from core.models.families.anima.cosmos_shim import ensure_padding_resize
-
-        ensure_padding_resize()
-        super().random_settings(c)
 
     # ------------------------------------------------------------ loading
 
@@ -135,8 +148,7 @@ class AnimaFamily(FlowFamily):
             family=self.name, source=path, fingerprint=loading.fingerprint(path, kind),
             vae=pipe.vae, denoiser=pipe.transformer,
             text_encoders=[pipe.text_encoder, pipe.text_conditioner],
-            tokenizers=[pipe.tokenizer, pipe.t5_tokenizer], noise_scheduler=pipe.scheduler,
-            max_sequence_length=self.max_sequence_length)
+            tokenizers=[pipe.tokenizer, pipe.t5_tokenizer], noise_scheduler=pipe.scheduler)
         freeze((c.vae, *([] if denoiser is not None else [c.denoiser]), *c.text_encoders),
                device)
         return c

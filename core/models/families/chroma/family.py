@@ -16,7 +16,7 @@ diffusers' own pipeline the padding is not masked at all (diffusers issues #1211
 #13619, open as of diffusers 0.42). Chroma was trained with the padding masked (its
 trainer, lodestone-rock/flow, and ComfyUI's Chroma model mask it), so training and
 validation here pass a boolean mask: the keep-set is the pipeline's, the meaning is
-Chroma's. Validation calls the pipeline with that mask (`pipeline_mask_kwarg`); a
+Chroma's. Validation calls the pipeline with that mask (`validation.mask_kwarg`); a
 boolean mask stays boolean through the pipeline.
 
 diffusers' ChromaTransformer2DModel drops the mask in its single-stream blocks when
@@ -55,7 +55,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import MemorySpec
+from core.models.capabilities import MemorySpec, SingleFileSpec, ValidationSpec
 from core.models.families.flux.family import LORA_TARGETS as FLUX_LORA_TARGETS
 from core.models.flow import FlowFamily, pack_2x2
 from core.models.modules import unwrap
@@ -70,15 +70,14 @@ class ChromaFamily(FlowFamily):
     block_lists = ("transformer_blocks", "single_transformer_blocks")
     # Original-format single files and diffusers folders (core/models/loading.py).
     # Flux's block names plus its approximator (diffusers' own "chroma" detection key)
-    single_file_markers = ("distilled_guidance_layer.",)
-    single_file_rank = 10
+    single_file = SingleFileSpec(markers=("distilled_guidance_layer.",), rank=10)
     pipeline_prefix = "Chroma"
     text_encoder_count = 1
     pipeline_class_name = "ChromaPipeline"
     max_sequence_length = 512
     memory = MemorySpec(latent_packing=2)  # 2x2 latent patches packed before the transformer
     # The ChromaPipeline argument validation gives the text mask to (core/train/validation.py).
-    pipeline_mask_kwarg = "prompt_attention_mask"
+    validation = ValidationSpec(mask_kwarg="prompt_attention_mask")
 
     # ------------------------------------------------------------ loading
 
@@ -132,8 +131,7 @@ class ChromaFamily(FlowFamily):
 
     def validation_pipeline(self, c: Components) -> Any:
         """A ChromaPipeline sharing the loaded modules (its own scheduler). Its default
-        max_sequence_length (512) is the training one; if c.max_sequence_length was
-        changed, pass the same value when calling it. Called with prompt strings it builds
+        max_sequence_length (512) is the training one. Called with prompt strings it builds
         diffusers' float mask; pass `prompt_attention_mask` (a boolean one, as
         encode_prompts gives) to mask as training does."""
         from diffusers import ChromaPipeline

@@ -33,7 +33,7 @@ Guidance: the transformer takes none. ErnieImagePipeline guides whenever
 guidance_scale > 1 (`uncond + g * (cond - uncond)`; its default 4.0, 50 steps for the
 base); validation passes validation.guidance_scale and the negative prompt's embeddings.
 ERNIE-Image-Turbo samples in 8 steps at guidance 1.0 (its model card): recognised by name
-at check (checks.py: train on the base), and `distilled_validation` for validation.model.
+at check (checks.py: train on the base), and `validation.distilled` for validation.model.
 
 LoRA: no reference trainer; the blocks' attention projections (self_attention.to_q/k/v,
 to_out.0), "all" adds the GELU-gated feed-forward. Files through
@@ -47,10 +47,12 @@ load the transformer; model.config gives the rest.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import MemorySpec
+from core.models.capabilities import MemorySpec, SingleFileSpec, ValidationSpec
+from core.models.components import extended
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
 from core.models.modules import unwrap
@@ -88,20 +90,23 @@ def activation_layout(config: dict[str, Any]) -> tuple[dict[str, Any], int]:
              "attention_head_dim": int(config.get("hidden_size", 4096)) // heads,
              "num_layers": int(config.get("num_layers", 36))},
             int(config.get("patch_size", 1) or 1) * 2)
+@dataclass
+class ErnieImageComponents(Components):
+    """A loaded ERNIE-Image: whether it is the Turbo (checks.py `is_turbo`: its name or
+    index says so), which validation.model samples with `validation.distilled`."""
+
+    is_distilled: bool = False
 
 
 class ErnieImageFamily(FlowFamily):
     name = "ernie_image"
     geometry = Geometry(latent_channels=32)  # FLUX.2's VAE
-    # validation.model on ERNIE-Image-Turbo: 8 steps at guidance 1.0 (its model card)
-    distilled_validation = (8, 1.0)
     block_lists = ("layers",)
     # Its blocks run image and text tokens as one sequence under one key mask, the text
     # positions counted from the image's: no subset of image tokens can be routed.
     routing = None
     # ComfyUI's ERNIE-Image marker (comfy/model_detection.py), diffusers' names too.
-    single_file_markers = ("layers.0.mlp.linear_fc2.",)
-    single_file_rank = 50
+    single_file = SingleFileSpec(markers=("layers.0.mlp.linear_fc2.",), rank=50)
     pipeline_prefix = "ErnieImage"
     text_encoder_count = 1
     pipeline_class_name = "ErnieImagePipeline"
@@ -113,7 +118,9 @@ class ErnieImageFamily(FlowFamily):
     memory = MemorySpec(latent_packing=2, activation_layout=activation_layout,
                         text_encoder_kind="llm")
     timestep_sampling = "uniform"
-    list_prompt_embeds = True  # the pipeline takes a list of [L, D] embeddings
+    # The pipeline takes a list of [L, D] embeddings; validation.model on
+    # ERNIE-Image-Turbo: 8 steps at guidance 1.0 (its model card).
+    validation = ValidationSpec(list_prompt_embeds=True, distilled=(8, 1.0))
 
     # ------------------------------------------------------------ loading
 
@@ -124,8 +131,7 @@ class ErnieImageFamily(FlowFamily):
         from core.models.families.ernie_image.checks import is_turbo
 
         c = super()._components_from_pipeline(pipe, source, fp)
-        c.is_distilled = is_turbo(source)
-        return c
+        return extended(c, ErnieImageComponents, is_distilled=is_turbo(source))
 
     # ------------------------------------------------------------ text
 

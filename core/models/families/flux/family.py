@@ -22,7 +22,7 @@ train.timestep_sampling = "uniform" for the diffusers script's law.
 Guidance: guidance-distilled models (FLUX.1-dev, `guidance_embeds=True`) are given the
 guidance value `train_guidance` = 1.0 during training, as ai-toolkit and SimpleTuner
 do for LoRA training (diffusers' script uses 3.5; train.guidance, which sets a loaded
-model's `Components.guidance`, changes it).
+model's `GuidedComponents.guidance`, changes it).
 Models without guidance embeddings (FLUX.1-schnell) get None. Validation uses the
 pipeline's default guidance_scale unless the caller passes one.
 
@@ -34,7 +34,8 @@ from __future__ import annotations
 from typing import Any
 
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import MemorySpec
+from core.models.capabilities import MemorySpec, RandomSpec, SingleFileSpec, ValidationSpec
+from core.models.components import GuidedComponents, extended
 from core.models.flow import FlowFamily, pack_2x2
 from core.models.modules import unwrap
 from core.models.routing import RoutingSpec, Slot
@@ -47,12 +48,19 @@ LORA_TARGETS = [
     "ff.net.0.proj", "ff.net.2", "ff_context.net.0.proj", "ff_context.net.2",
 ]
 
+# The guidance value a guidance-distilled model (FLUX.1-dev) gets in training.
+TRAIN_GUIDANCE = 1.0
+
+
+def random_settings(c: Components) -> GuidedComponents:
+    """random:flux as `load` gives it: its guidance value, which train.guidance sets."""
+    return extended(c, GuidedComponents, guidance=TRAIN_GUIDANCE)
+
 
 class FluxFamily(FlowFamily):
     name = "flux"
     # Original-format single files and diffusers folders (core/models/loading.py).
-    single_file_markers = ("double_blocks.",)
-    single_file_rank = 30
+    single_file = SingleFileSpec(markers=("double_blocks.",), rank=30)
     pipeline_prefix = "Flux"
     text_encoder_count = 2
     pipeline_class_name = "FluxPipeline"
@@ -64,19 +72,21 @@ class FluxFamily(FlowFamily):
     # table (cos, sin) has a row per text token, then one per image token.
     routing = RoutingSpec(hidden=Slot(0, "hidden_states"), rope=Slot(3, "image_rotary_emb"),
                           text=Slot(1, "encoder_hidden_states"), output=1)
-    train_guidance = 1.0
+    train_guidance = TRAIN_GUIDANCE
+    random = RandomSpec(settings=random_settings)
     # Validation passes guidance_scale as the distilled guidance and no true_cfg_scale.
-    negative_prompt_note = ("FLUX.1 models are guidance-distilled and validation draws "
-                            "them without a negative prompt: it is ignored; leave it empty")
+    validation = ValidationSpec(negative_prompt_note=(
+        "FLUX.1 models are guidance-distilled and validation draws them without a "
+        "negative prompt: it is ignored; leave it empty"))
 
     # ------------------------------------------------------------ loading
 
     def _components_from_pipeline(self, pipe: Any, source: str, fp: str) -> Components:
-        return Components(
+        return GuidedComponents(
             family=self.name, source=source, fingerprint=fp, vae=pipe.vae,
             denoiser=pipe.transformer, text_encoders=[pipe.text_encoder, pipe.text_encoder_2],
             tokenizers=[pipe.tokenizer, pipe.tokenizer_2], noise_scheduler=pipe.scheduler,
-            max_sequence_length=self.max_sequence_length, guidance=self.train_guidance)
+            guidance=self.train_guidance)
 
     # ------------------------------------------------------------ text
 
@@ -136,8 +146,7 @@ class FluxFamily(FlowFamily):
 
     def validation_pipeline(self, c: Components) -> Any:
         """A FluxPipeline sharing the loaded modules (its own scheduler). Its default
-        max_sequence_length (512) is the training one; if c.max_sequence_length was
-        changed, pass the same value when calling it."""
+        max_sequence_length (512) is the training one."""
         from diffusers import FluxPipeline
 
         pipe = FluxPipeline(

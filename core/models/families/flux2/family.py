@@ -43,12 +43,14 @@ Flow matching: see flow.py. The tiny model: tiny.py.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import MemorySpec
+from core.models.capabilities import MemorySpec, RandomSpec, SingleFileSpec, ValidationSpec
+from core.models.components import GuidedComponents, extended
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
 from core.models.modules import freeze, unwrap
@@ -56,6 +58,8 @@ from core.models.objectives import standard_noise
 
 KLEIN = "Flux2KleinPipeline"
 DEV = "Flux2Pipeline"
+# The guidance value a guidance-distilled model (FLUX.2-dev) gets in training.
+TRAIN_GUIDANCE = 1.0
 PIPELINES = (KLEIN, DEV)
 TEXT_LAYERS = {KLEIN: (9, 18, 27), DEV: (10, 20, 30)}  # the pipelines' defaults
 # The most single blocks a FLUX.2 has (dev: 48). A single block's output projection is
@@ -71,16 +75,40 @@ LORA_EXTRA = ["attn.add_k_proj", "attn.add_q_proj", "attn.add_v_proj", "attn.to_
               "proj_out"]
 
 
+@dataclass
+class Flux2Components(GuidedComponents):
+    """A loaded FLUX.2: its pipeline class (klein's or dev's) and whether it is a
+    step-distilled klein (model_index.json's is_distilled)."""
+
+    pipeline_class: str | None = None
+    is_distilled: bool = False
+
+
+def random_tokenizer(cls: str, folder: Path, bang_padded: bool) -> Any:
+    """random:flux2's Qwen3 tokenizer: the tiny build's."""
+    from core.models.tiny.qwen3 import qwen_tokenizer
+
+    return qwen_tokenizer(folder)
+
+
+def random_settings(c: Components) -> Flux2Components:
+    """random:flux2 as `load` gives it: the shipped model_index.json's pipeline class and
+    distilled flag, and the guidance value."""
+    from core.models.full_size.spec import model_index
+
+    index = model_index(c.family)
+    return extended(c, Flux2Components, guidance=TRAIN_GUIDANCE,
+                    pipeline_class=index["_class_name"],
+                    is_distilled=bool(index.get("is_distilled", False)))
+
+
 class Flux2Family(FlowFamily):
     name = "flux2"
     geometry = Geometry(latent_channels=32)  # its own 32-channel VAE
-    # validation.model on a step-distilled klein: 4 steps at guidance 1 (its model card)
-    distilled_validation = (4, 1.0)
     block_lists = ("transformer_blocks", "single_transformer_blocks")
     # Original-format single files and diffusers folders (core/models/loading.py).
     # before flux: FLUX.2 has double_blocks too
-    single_file_markers = ("single_stream_modulation.",)
-    single_file_rank = 20
+    single_file = SingleFileSpec(markers=("single_stream_modulation.",), rank=20)
     pipeline_prefix = "Flux2"
     diffusers_lokr = True  # its pipeline loads LoKr files (core/models/adapters.py)
     text_encoder_count = 1
@@ -88,24 +116,15 @@ class Flux2Family(FlowFamily):
     max_sequence_length = 512
     # 2x2 latent patches packed before the transformer; Qwen3 (klein), Mistral3 (dev).
     memory = MemorySpec(latent_packing=2, text_encoder_kind="llm")
-    train_guidance = 1.0
+    train_guidance = TRAIN_GUIDANCE
+    random = RandomSpec(tokenizer=random_tokenizer, settings=random_settings)
     # dev (_DevValidation) drops the negative; klein's pipeline uses it only undistilled.
-    negative_prompt_note = ("only FLUX.2 klein base models use it (classifier-free "
-                            "guidance); guidance-distilled dev and step-distilled klein "
-                            "draw without it")
-
-    def random_settings(self, c: Components) -> None:
-        from core.models.full_size.spec import model_index
-
-        super().random_settings(c)
-        index = model_index(self.name)
-        c.pipeline_class = index["_class_name"]
-        c.is_distilled = bool(index.get("is_distilled", False))
-
-    def random_qwen_tokenizer(self, folder: Path) -> Any:
-        from core.models.tiny.qwen3 import qwen_tokenizer
-
-        return qwen_tokenizer(folder)
+    # validation.model on a step-distilled klein: 4 steps at guidance 1 (its model card)
+    validation = ValidationSpec(
+        negative_prompt_note=("only FLUX.2 klein base models use it (classifier-free "
+                              "guidance); guidance-distilled dev and step-distilled klein "
+                              "draw without it"),
+        distilled=(4, 1.0))
 
     # ------------------------------------------------------------ loading
 
@@ -162,12 +181,11 @@ class Flux2Family(FlowFamily):
                                      transformer=transformer)
 
     def _components_from_pipeline(self, pipe: Any, source: str, fp: str) -> Components:
-        return Components(
+        return Flux2Components(
             family=self.name, source=source, fingerprint=fp, vae=pipe.vae,
             denoiser=pipe.transformer, text_encoders=[pipe.text_encoder],
             tokenizers=[pipe.tokenizer], noise_scheduler=pipe.scheduler,
-            max_sequence_length=self.max_sequence_length, guidance=self.train_guidance,
-            pipeline_class=type(pipe).__name__,
+            guidance=self.train_guidance, pipeline_class=type(pipe).__name__,
             is_distilled=bool(pipe.config.get("is_distilled", False)))
 
     @staticmethod

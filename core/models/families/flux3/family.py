@@ -44,12 +44,14 @@ key map in comfy/lora.py), so no lora_comfyui.safetensors is written.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import MemorySpec
+from core.models.capabilities import MemorySpec, RandomSpec, SingleFileSpec, ValidationSpec
+from core.models.components import extended
 from core.models.families.flux2.family import Flux2Family
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
@@ -69,20 +71,40 @@ def text_settings() -> tuple[int, int, tuple[int, ...]]:
             tuple(defaults["text_encoder_out_layers"]))
 
 
+@dataclass
+class Flux3Components(Components):
+    """A loaded FLUX.3: whether it is the step-distilled flow map (its transformer config's
+    `flow_map`), which validation samples with Flux3DistilledModularPipeline."""
+
+    is_distilled: bool = False
+
+
+def random_tokenizer(cls: str, folder: Path, bang_padded: bool) -> Any:
+    """random:flux3's Qwen3 tokenizer: the tiny build's."""
+    from core.models.tiny.qwen3 import qwen_tokenizer
+
+    return qwen_tokenizer(folder)
+
+
+def random_settings(c: Components) -> Flux3Components:
+    """random:flux3 as `load` gives it: distilled where the shipped transformer config
+    is a flow map."""
+    from core.models.full_size.spec import component_config
+
+    flow_map = component_config(c.family, "transformer").get("flow_map")
+    return extended(c, Flux3Components, is_distilled=bool(flow_map))
+
+
 class Flux3Family(FlowFamily):
     name = "flux3"
     geometry = Geometry(latent_channels=32)  # FLUX.2's 32-channel VAE
-    # validation.model on the step-distilled checkpoint: 16 steps, no guidance (its blocks)
-    distilled_validation = (16, 1.0)
-    # Forward order: the text's per-mode blocks, the image's (denoiser_stacks adds
-    # mode_blocks["image"] between them: a ModuleDict entry no name here can reach), the
-    # joint blocks. The reference-image blocks (mode_blocks["image_cond"]) never run in
-    # text-to-image training.
-    block_lists = ("txt_mode_blocks", "single_transformer_blocks")
+    # Forward order: the text's per-mode blocks, the image's (mode_blocks["image"], a
+    # ModuleDict entry: a dotted name), the joint blocks. The reference-image blocks
+    # (mode_blocks["image_cond"]) never run in text-to-image training.
+    block_lists = ("txt_mode_blocks", "mode_blocks.image", "single_transformer_blocks")
     routing = None  # the joint blocks run text and image as one sequence
     # BFL's original names (diffusers' single_file_utils "flux3" marker)
-    single_file_markers = ("early_stream_modulations.image.",)
-    single_file_rank = 15
+    single_file = SingleFileSpec(markers=("early_stream_modulations.image.",), rank=15)
     pipeline_prefix = "Flux3"
     pipeline_class_name = "Flux3ModularPipeline"  # save_lora_weights: Flux3LoraLoaderMixin
     text_encoder_count = 1
@@ -91,26 +113,14 @@ class Flux3Family(FlowFamily):
     max_sequence_length = 512
     # 2x2 latent patches, packed in encode_images (as FLUX.2); Qwen3-VL reads the text.
     memory = MemorySpec(latent_packing=2, text_encoder_kind="llm")
-    negative_prompt_note = ("only the FLUX.3 base uses it (classifier-free guidance); the "
-                            "step-distilled checkpoint draws without it")
+    # validation.model on the step-distilled checkpoint: 16 steps, no guidance (its blocks)
+    validation = ValidationSpec(
+        negative_prompt_note=("only the FLUX.3 base uses it (classifier-free guidance); "
+                              "the step-distilled checkpoint draws without it"),
+        distilled=(16, 1.0))
+    random = RandomSpec(tokenizer=random_tokenizer, settings=random_settings)
 
     encode_images = Flux2Family.encode_images  # the same VAE and normalisation
-
-    def denoiser_stacks(self, denoiser: Any) -> list[list[Any]]:
-        model = unwrap(denoiser)
-        return [[*model.txt_mode_blocks, *model.mode_blocks["image"],
-                 *model.single_transformer_blocks]]
-
-    def random_settings(self, c: Components) -> None:
-        from core.models.full_size.spec import component_config
-
-        super().random_settings(c)
-        c.is_distilled = bool(component_config(self.name, "transformer").get("flow_map"))
-
-    def random_qwen_tokenizer(self, folder: Path) -> Any:
-        from core.models.tiny.qwen3 import qwen_tokenizer
-
-        return qwen_tokenizer(folder)
 
     # ------------------------------------------------------------ loading
 
@@ -134,11 +144,11 @@ class Flux3Family(FlowFamily):
                 raise loading.hub_error(path, "the flux3 model", exc) from exc
             raise loading.ModelLoadError(path, f"cannot load this FLUX.3 diffusers folder: "
                                          f"{type(exc).__name__}: {str(exc)[:300]}") from exc
-        c = Components(
+        c = Flux3Components(
             family=self.name, source=path, fingerprint=loading.fingerprint(path, kind),
             vae=parts["vae"], denoiser=parts["transformer"],
             text_encoders=[parts["text_encoder"]], tokenizers=[parts["tokenizer"]],
-            noise_scheduler=parts["scheduler"], max_sequence_length=self.max_sequence_length,
+            noise_scheduler=parts["scheduler"],
             is_distilled=bool(parts["transformer"].config.get("flow_map", False)))
         freeze((c.vae, *([] if denoiser is not None else [c.denoiser]), *c.text_encoders),
                device)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.models.base import Components
-from core.models.capabilities import EditSpec
+from core.models.capabilities import EditSpec, SingleFileSpec
 from core.models.families.flux.family import FluxFamily
 from core.models.modules import unwrap
 
@@ -75,8 +75,7 @@ class FluxKontextFamily(FluxFamily):
     # A Kontext single file (flux1-kontext-dev.safetensors) has FLUX.1's keys: it is not
     # told apart from them (model.family says which), so it claims no markers of its own
     # and takes a file that looks like FLUX.1's.
-    single_file_markers = ()
-    single_file_layout_of = "flux"
+    single_file = SingleFileSpec(layout_of="flux")
     edit = EditSpec(references=1, validation_kwargs=validation_kwargs)
 
     def image_tokens(self, batch: dict[str, Any], packed: Any, img_ids: Any

@@ -62,7 +62,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import MemorySpec
+from core.models.capabilities import MemorySpec, RandomSpec, SingleFileSpec, class_tokenizer
 from core.models.comfyui_names import Fused, ModuleNames
 from core.models.families.hunyuan_video15.i2v import (
     FIRST_IMAGE,
@@ -112,6 +112,15 @@ def activation_layout(config: dict[str, Any]) -> tuple[dict[str, Any], int]:
              "attention_head_dim": int(config.get("attention_head_dim", 128)),
              "num_layers": int(config.get("num_layers", 54))},
             int(config.get("patch_size", 1)))
+def random_tokenizer(cls: str, folder: Path, bang_padded: bool) -> Any:
+    """random:hunyuan_video15's tokenizers: the tiny build's Qwen one, with this
+    pipeline's template, and the real byte-level ByT5 (`class_tokenizer`)."""
+    if not cls.startswith("Qwen2"):
+        return class_tokenizer(cls, folder, bang_padded)
+    from core.models.families.hunyuan_video15.tiny import TEMPLATE_DROP, template_prefix
+    from core.models.tiny.qwen import TEMPLATE_SUFFIX, qwen_tokenizer
+
+    return qwen_tokenizer(folder, template_prefix(), TEMPLATE_SUFFIX, TEMPLATE_DROP)
 
 
 class HunyuanVideo15Family(FlowFamily):
@@ -124,8 +133,7 @@ class HunyuanVideo15Family(FlowFamily):
     pipeline_prefix = "HunyuanVideo15"
     # An original file (its ByT5 projection) is named as this family, before Flux's
     # "double_blocks." claims it, so the refusal below is the one a user sees.
-    single_file_markers = ("byt5_in.",)
-    single_file_rank = 25
+    single_file = SingleFileSpec(markers=("byt5_in.",), rank=25)
     text_encoder_count = 2
     pipeline_class_name = "HunyuanVideo15Pipeline"
     # The memory estimate's text tokens: Qwen's 1000 (the most a prompt gives) beside
@@ -135,17 +143,10 @@ class HunyuanVideo15Family(FlowFamily):
     memory = MemorySpec(extra_text_tokens=256 + 729, activation_layout=activation_layout,
                         text_encoder_kind="llm")
     timestep_sampling = "uniform"
+    random = RandomSpec(tokenizer=random_tokenizer)
     # tiny:hunyuan_video15_i2v, a random image-to-video model (tiny_i2v/ says why it goes
     # through here).
     trained_tiny = (("hunyuan_video15_i2v", "core.models.families.hunyuan_video15.tiny_i2v"),)
-
-    def random_qwen_tokenizer(self, folder: Path) -> Any:
-        """random:hunyuan_video15's Qwen tokenizer: the tiny build's, with this
-        pipeline's template."""
-        from core.models.families.hunyuan_video15.tiny import TEMPLATE_DROP, template_prefix
-        from core.models.tiny.qwen import TEMPLATE_SUFFIX, qwen_tokenizer
-
-        return qwen_tokenizer(folder, template_prefix(), TEMPLATE_SUFFIX, TEMPLATE_DROP)
 
     # ------------------------------------------------------------ loading
 
@@ -204,8 +205,7 @@ class HunyuanVideo15Family(FlowFamily):
         c = Components(
             family=self.name, source=source, fingerprint=fp, vae=pipe.vae,
             denoiser=pipe.transformer, text_encoders=[pipe.text_encoder, pipe.text_encoder_2],
-            tokenizers=[pipe.tokenizer, pipe.tokenizer_2], noise_scheduler=pipe.scheduler,
-            max_sequence_length=self.max_sequence_length)
+            tokenizers=[pipe.tokenizer, pipe.tokenizer_2], noise_scheduler=pipe.scheduler)
         return i2v_components(c, pipe, source)
 
     # ------------------------------------------------------------ text and pixels

@@ -34,13 +34,15 @@ names (comfyui_keys.py): q/k/v fused into attention.qkv, to_out.0 as attention.o
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import MemorySpec
+from core.models.capabilities import MemorySpec, RandomSpec, ValidationSpec
 from core.models.comfyui_names import Fused, ModuleNames, save_fused_comfy
+from core.models.components import extended
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
 from core.models.modules import unwrap
@@ -58,6 +60,27 @@ COMFY_FUSED = (Fused("layers", "attention.qkv",
                      ("attention.to_q", "attention.to_k", "attention.to_v")),)
 
 
+@dataclass
+class Ideogram4Components(Components):
+    """A loaded Ideogram 4: the frozen unconditional transformer validation loads
+    (`Companion`)."""
+
+    companion: Any = None
+
+
+def random_tokenizer(cls: str, folder: Path, bang_padded: bool) -> Any:
+    """random:ideogram4's Qwen3-VL tokenizer: the tiny build's."""
+    from core.models.families.ideogram4.tiny import vl_tokenizer
+
+    return vl_tokenizer(folder)
+
+
+def random_settings(c: Components) -> Ideogram4Components:
+    """random:ideogram4 as `load` gives it: a companion built from the conditional
+    transformer's config."""
+    return extended(c, Ideogram4Components, companion=Companion(c.source, None))
+
+
 class Ideogram4Family(FlowFamily):
     name = "ideogram4"
     geometry = Geometry(latent_channels=32)  # FLUX.2's 32-channel VAE
@@ -70,13 +93,10 @@ class Ideogram4Family(FlowFamily):
     max_sequence_length = 2048
     memory = MemorySpec(latent_packing=2, text_encoder_kind="llm")  # Qwen3-VL
     logit_std = LOGIT_STD
-    negative_prompt_note = ("Ideogram 4 guides with its unconditional transformer, which "
-                            "takes no text: there is no negative prompt")
-
-    def random_qwen_tokenizer(self, folder: Path) -> Any:
-        from core.models.families.ideogram4.tiny import vl_tokenizer
-
-        return vl_tokenizer(folder)
+    validation = ValidationSpec(negative_prompt_note=(
+        "Ideogram 4 guides with its unconditional transformer, which takes no text: there "
+        "is no negative prompt"))
+    random = RandomSpec(tokenizer=random_tokenizer, settings=random_settings)
 
     # ------------------------------------------------------------ loading
 
@@ -96,12 +116,8 @@ class Ideogram4Family(FlowFamily):
         if missing:
             raise loading.ModelLoadError(path, describe("", missing).lstrip())
         c = super().load(path, dtype=dtype, device=device, config=config)
-        c.companion = Companion(path, loading.resolve_dtype(dtype))
-        return c
-
-    def random_settings(self, c: Components) -> None:
-        super().random_settings(c)
-        c.companion = Companion(c.source, None)
+        return extended(c, Ideogram4Components,
+                        companion=Companion(path, loading.resolve_dtype(dtype)))
 
     def config_problems(self, cfg: Any) -> list[Any]:
         """A single file, or a folder missing a component (an error for one training

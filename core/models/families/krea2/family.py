@@ -46,13 +46,15 @@ base (Raw) checkpoint. Single files: refused with what to use (a diffusers folde
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import MemorySpec
+from core.models.capabilities import MemorySpec, SingleFileSpec, ValidationSpec
+from core.models.components import extended
 from core.models.families.qwen_image.family import QwenImageFamily
 from core.models.flow import FlowFamily
 from core.models.modules import unwrap
@@ -69,14 +71,21 @@ LORA_EXTRA = ["ff.gate"]
 
 @dataclass
 class Krea2Components(Components):
-    """A loaded Krea 2: the pipeline's text taps beside the shared fields
-    (`is_distilled` is the base one, read from the pipeline's config)."""
+    """A loaded Krea 2: the pipeline's text taps and whether it is distilled (Turbo),
+    read from the pipeline's config, beside the shared fields."""
 
     text_layers: tuple[int, ...] = TEXT_LAYERS
+    is_distilled: bool = False
+
+
+def random_settings(c: Components) -> Krea2Components:
+    """random:krea2 as `load` gives it: the pipeline's default taps, not distilled (the
+    shipped model_index.json's)."""
+    return extended(c, Krea2Components)
 
 
 def text_layers(c: Components) -> tuple[int, ...]:
-    """The loaded model's taps; random:krea2's Components are built plain."""
+    """The loaded model's taps (the pipeline's default for Components built plain)."""
     return tuple(getattr(c, "text_layers", TEXT_LAYERS))
 
 
@@ -123,22 +132,22 @@ def pad_text(embeds: Any, mask: Any, length: int) -> tuple[Any, Any]:
 
 class Krea2Family(QwenImageFamily):
     name = "krea2"
-    # validation.model on Krea 2 Turbo: 8 steps, no guidance (its model card; the
-    # pipeline guides whenever the scale is > 0)
-    distilled_validation = (8, 0.0)
     block_lists = ("transformer_blocks",)
     # Its blocks run text and image tokens as one sequence under one key mask: no
     # subset of the image tokens can be routed past a block (train.token_routing).
     routing = None
     # ComfyUI / Krea's original names (comfy/model_detection.py's Krea 2 marker).
-    single_file_markers = ("txtfusion.projector.",)
-    single_file_rank = 50
+    single_file = SingleFileSpec(markers=("txtfusion.projector.",), rank=50)
     pipeline_prefix = "Krea2"
     pipeline_class_name = "Krea2Pipeline"
     max_sequence_length = 512
     # The transformer config has no patch size: it takes 2x2 tokens. Qwen3-VL reads text.
     memory = MemorySpec(latent_packing=2, text_encoder_kind="llm")
-    pipeline_mask_kwarg = "prompt_embeds_mask"
+    # validation.model on Krea 2 Turbo: 8 steps, no guidance (its model card; the
+    # pipeline guides whenever the scale is > 0)
+    validation = ValidationSpec(mask_kwarg="prompt_embeds_mask", distilled=(8, 0.0))
+    # Qwen-Image's tokenizer (Krea 2's text encoder is a Qwen one).
+    random = dataclasses.replace(QwenImageFamily.random, settings=random_settings)
 
     # ------------------------------------------------------------ loading
 
@@ -157,7 +166,6 @@ class Krea2Family(QwenImageFamily):
             family=self.name, source=source, fingerprint=fp, vae=pipe.vae,
             denoiser=pipe.transformer, text_encoders=[pipe.text_encoder],
             tokenizers=[pipe.tokenizer], noise_scheduler=pipe.scheduler,
-            max_sequence_length=self.max_sequence_length,
             is_distilled=bool(pipe.config.get("is_distilled", False)),
             text_layers=tuple(pipe.text_encoder_select_layers))
 

@@ -46,7 +46,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import MemorySpec
+from core.models.capabilities import MemorySpec, ValidationSpec
 from core.models.families.ltx2.audio import AUDIO, FRAME_RATE, audio_length
 from core.models.families.ltx2.i2v import (
     FIRST_IMAGE,
@@ -133,9 +133,9 @@ class LTX2Family(FlowFamily):
     # Gemma 3 reads the prompt; the audio stream runs beside the video tokens.
     memory = MemorySpec(activation_layout=activation_layout, extra_stream=audio_stream,
                         text_encoder_kind="llm")
-    pipeline_mask_kwarg = "prompt_attention_mask"
     # tiny:ltx23, a random LTX-2.3 (tiny23/); random:ltx2:2.3 is full_size_2.3/
     trained_tiny = ((TINY_23, "core.models.families.ltx2.tiny23"),)
+    validation = ValidationSpec(mask_kwarg="prompt_attention_mask")
 
     # ------------------------------------------------------------ loading
 

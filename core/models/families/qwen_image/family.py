@@ -42,11 +42,12 @@ refused with a message saying to use a diffusers folder.
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import MemorySpec
+from core.models.capabilities import MemorySpec, RandomSpec, SingleFileSpec
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
 from core.models.modules import encode_causal_latents, unwrap
@@ -98,6 +99,13 @@ def validation_call_kwargs(transformer: Any, guidance_scale: float | None,
     return guidance_scale
 
 
+def random_tokenizer(cls: str, folder: Path, bang_padded: bool) -> Any:
+    """random:qwen_image's Qwen2.5-VL tokenizer (and template): the tiny build's."""
+    from core.models.tiny.qwen import qwen_tokenizer
+
+    return qwen_tokenizer(folder)
+
+
 class QwenImageFamily(FlowFamily):
     name = "qwen_image"
     # Wan's causal video VAE, given one frame (its temporal factor unused for stills).
@@ -112,20 +120,14 @@ class QwenImageFamily(FlowFamily):
                           rope_part=0, per_token=(Slot(6, "modulate_index", ndim=2),), output=1)
     # Original-format single files and diffusers folders (core/models/loading.py).
     # its text RMSNorm (diffusers and ComfyUI names)
-    single_file_markers = ("txt_norm.",)
-    single_file_rank = 60
+    single_file = SingleFileSpec(markers=("txt_norm.",), rank=60)
     pipeline_prefix = "QwenImage"
     text_encoder_count = 1
     pipeline_class_name = "QwenImagePipeline"
     max_sequence_length = 512
     memory = MemorySpec(text_encoder_kind="llm")  # Qwen2.5-VL
     timestep_sampling = "uniform"
-
-    def random_qwen_tokenizer(self, folder: Any) -> Any:
-        """random:qwen_image's tokenizer: the tiny build's (core/models/full_size/build.py)."""
-        from core.models.tiny.qwen import qwen_tokenizer
-
-        return qwen_tokenizer(folder)
+    random = RandomSpec(tokenizer=random_tokenizer)
 
     # ------------------------------------------------------------ loading
 
@@ -218,7 +220,7 @@ class QwenImageFamily(FlowFamily):
     def validation_pipeline(self, c: Components) -> Any:
         """A QwenImagePipeline sharing the loaded modules (its own scheduler), whose
         `guidance_scale` is the true-CFG scale. Its default max_sequence_length (512) is
-        the training one; pass the same value if c.max_sequence_length was changed."""
+        the training one."""
         pipe = _validation_pipeline_class()(
             transformer=unwrap(c.denoiser), scheduler=self.validation_scheduler(c),
             vae=c.vae, text_encoder=c.text_encoders[0], tokenizer=c.tokenizers[0])

@@ -55,12 +55,16 @@ the transformer's, marked by txt_in.text_norm.) are refused: use a diffusers fol
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import RandomSpec, SingleFileSpec
+from core.models.components import extended
 from core.models.families.qwen_image.family import QwenImageFamily
 from core.models.geometry import Geometry
 from core.models.modules import encode_causal_latents, unwrap
@@ -77,6 +81,26 @@ class QwenImage21Components(Components):
 
     processor: Any = None
     sample_sigmas: list[float] | None = None
+    is_distilled: bool = False  # Turbo (validation.model reads it)
+
+
+def random_tokenizer(cls: str, folder: Path, bang_padded: bool) -> Any:
+    """random:qwen_image21's tokenizer: the tiny build's Qwen3 one."""
+    from core.models.families.qwen_image21.tiny import tokenizer
+
+    return tokenizer(folder)
+
+
+def random_settings(c: Components) -> QwenImage21Components:
+    """random:qwen_image21 as `load` gives it: its index names a processor, not a
+    tokenizer, so the tiny tokenizer is built here (the processor over it on use,
+    `processor_of`)."""
+    import tempfile
+
+    if not c.tokenizers:
+        with tempfile.TemporaryDirectory(prefix="random-tokenizer-") as tmp:
+            c.tokenizers = [random_tokenizer("", Path(tmp) / "tokenizer", False)]
+    return extended(c, QwenImage21Components)
 
 
 @functools.cache
@@ -126,29 +150,13 @@ class QwenImage21Family(QwenImageFamily):
     block_lists = ("transformer_blocks",)
     routing = None  # block-causal joint sequence (see the module docstring)
     # diffusers' single-file key for Qwen-Image 2.1 (single_file_utils.py CHECKPOINT_KEY_NAMES)
-    single_file_markers = ("txt_in.text_norm.",)
-    single_file_rank = 55
+    single_file = SingleFileSpec(markers=("txt_in.text_norm.",), rank=55)
     pipeline_prefix = "QwenImage21"
     pipeline_class_name = "QwenImage21Pipeline"
     # validation.model on Qwen-Image 2.1 Turbo: the Turbo blocks' 8 steps, no guidance
     # (the pipeline samples its shipped sample_sigmas, whatever the step count)
-    distilled_validation = (8, 1.0)
-
-    def random_qwen_tokenizer(self, folder: Any) -> Any:
-        from core.models.families.qwen_image21.tiny import tokenizer
-
-        return tokenizer(folder)
-
-    def random_settings(self, c: Components) -> None:
-        """random:qwen_image21: its index names a processor, not a tokenizer, so the tiny
-        tokenizer is built here (the processor over it on use, `processor_of`)."""
-        import tempfile
-        from pathlib import Path
-
-        super().random_settings(c)
-        if not c.tokenizers:
-            with tempfile.TemporaryDirectory(prefix="random-tokenizer-") as tmp:
-                c.tokenizers = [self.random_qwen_tokenizer(Path(tmp) / "tokenizer")]
+    validation = dataclasses.replace(QwenImageFamily.validation, distilled=(8, 1.0))
+    random = RandomSpec(tokenizer=random_tokenizer, settings=random_settings)
 
     # ------------------------------------------------------------ loading
 
@@ -175,7 +183,7 @@ class QwenImage21Family(QwenImageFamily):
             family=self.name, source=source, fingerprint=fp, vae=pipe.vae,
             denoiser=pipe.transformer, text_encoders=[pipe.text_encoder],
             tokenizers=[pipe.processor.tokenizer], noise_scheduler=pipe.scheduler,
-            max_sequence_length=self.max_sequence_length, is_distilled=bool(sigmas),
+            is_distilled=bool(sigmas),
             processor=pipe.processor, sample_sigmas=list(sigmas) if sigmas else None)
 
     # ------------------------------------------------------------ text

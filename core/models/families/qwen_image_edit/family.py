@@ -41,7 +41,7 @@ The pipelines encode the negative prompt with the same images (edit 688-697, plu
 (core/train/validation.py). The edit pipelines do not truncate to max_sequence_length.
 
 Loading: a diffusers folder or hub id whose model_index.json names either pipeline (its
-class is kept in `Components.pipeline_class`); the processor rides on
+class is kept in `QwenImageEditComponents.pipeline_class`); the processor rides on
 QwenImageEditComponents, loaded through processor.py (transformers 5 builds a
 Qwen2VLProcessor only with torchvision). Single files are refused, as for Qwen-Image.
 """
@@ -49,11 +49,19 @@ Qwen2VLProcessor only with torchvision). Single files are refused, as for Qwen-I
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import EditSpec, MemorySpec, controls_as_targets
+from core.models.capabilities import (
+    EditSpec,
+    MemorySpec,
+    RandomSpec,
+    SingleFileSpec,
+    controls_as_targets,
+)
+from core.models.components import extended
 from core.models.families.qwen_image.family import QwenImageFamily
 from core.models.families.qwen_image_edit.validation import (
     EDIT,
@@ -67,9 +75,31 @@ CONTROL_KEY = "datasets.N.control_2"  # the key that gives a pair its second ref
 
 @dataclass
 class QwenImageEditComponents(Components):
-    """A loaded Qwen-Image-Edit model: its Qwen2VLProcessor beside the shared Components."""
+    """A loaded Qwen-Image-Edit model: its pipeline class (EDIT or PLUS) and its
+    Qwen2VLProcessor beside the shared Components."""
 
+    pipeline_class: str | None = None
     processor: Any = None
+
+
+def random_tokenizer(cls: str, folder: Path, bang_padded: bool) -> Any:
+    """random:qwen_image_edit's Qwen2.5-VL tokenizer, with the vision tokens."""
+    from core.models.tiny.qwen import qwen_edit_tokenizer
+
+    return qwen_edit_tokenizer(folder)
+
+
+def random_settings(c: Components) -> QwenImageEditComponents:
+    """random:qwen_image_edit is a QwenImageEditPipeline whose tokenizer is the tiny
+    one: its vision token ids replace the real vocabulary's in the encoder's config,
+    so the random encoder finds the image placeholders."""
+    vocab = c.tokenizers[0].get_vocab()
+    config = c.text_encoders[0].config
+    for key, token in (("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
+                       ("vision_start_token_id", "<|vision_start|>"),
+                       ("vision_end_token_id", "<|vision_end|>")):
+        setattr(config, key, vocab[token])
+    return extended(c, QwenImageEditComponents, pipeline_class=EDIT)
 
 
 def _per_prompt(embeds: Any, mask: Any) -> list[dict[str, Any]]:
@@ -114,8 +144,7 @@ class QwenImageEditFamily(QwenImageFamily):
     name = "qwen_image_edit"
     # Its transformer files have Qwen-Image's keys (qwen_image claims them); folders are
     # told apart by model_index.json: the longest prefix wins over "QwenImage".
-    single_file_markers = ()
-    single_file_rank = 100
+    single_file = SingleFileSpec()
     pipeline_prefix = "QwenImageEdit"
     pipeline_class_name = EDIT
     edit = EditSpec(references=3, text_reads_references=True, encode_controls=encode_controls,
@@ -127,24 +156,7 @@ class QwenImageEditFamily(QwenImageFamily):
     memory = MemorySpec(extra_text_tokens=1371, text_encoder_kind="llm")
     # tiny:qwen_image_edit_plus, a random QwenImageEditPlusPipeline (2511-shaped).
     trained_tiny = (("qwen_image_edit_plus", "core.models.families.qwen_image_edit.tiny_plus"),)
-
-    def random_qwen_tokenizer(self, folder: Any) -> Any:
-        from core.models.tiny.qwen import qwen_edit_tokenizer
-
-        return qwen_edit_tokenizer(folder)
-
-    def random_settings(self, c: Components) -> None:
-        """random:qwen_image_edit is a QwenImageEditPipeline whose tokenizer is the tiny
-        one: its vision token ids replace the real vocabulary's in the encoder's config,
-        so the random encoder finds the image placeholders."""
-        super().random_settings(c)
-        c.pipeline_class = EDIT
-        vocab = c.tokenizers[0].get_vocab()
-        config = c.text_encoders[0].config
-        for key, token in (("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
-                           ("vision_start_token_id", "<|vision_start|>"),
-                           ("vision_end_token_id", "<|vision_end|>")):
-            setattr(config, key, vocab[token])
+    random = RandomSpec(tokenizer=random_tokenizer, settings=random_settings)
 
     # ------------------------------------------------------------ loading
 
@@ -183,9 +195,8 @@ class QwenImageEditFamily(QwenImageFamily):
                                          f"{EDIT} (Qwen/Qwen-Image-Edit) and {PLUS} "
                                          "(Qwen/Qwen-Image-Edit-2509, -2511) models")
         c = super()._components_from_pipeline(pipe, source, fp)
-        c.pipeline_class = kind
-        fields = {k: getattr(c, k) for k in c.__dataclass_fields__}
-        return QwenImageEditComponents(**fields, processor=pipe.processor)
+        return extended(c, QwenImageEditComponents, pipeline_class=kind,
+                        processor=pipe.processor)
 
     # ------------------------------------------------------------ references
 

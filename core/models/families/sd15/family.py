@@ -22,6 +22,7 @@ from typing import Any
 from core.models import loading
 from core.models.adapters import DIFFUSERS_KINDS, adapter_kind
 from core.models.base import Components, FamilyDefaults, NoiseSample
+from core.models.capabilities import RandomSpec, SingleFileSpec
 from core.models.geometry import Geometry
 from core.models.lora_files import (
     adapter_weights,
@@ -53,9 +54,10 @@ class StableDiffusionFamily(FamilyDefaults):
     geometry = Geometry(spatial_multiple=64)
     # Original-format single files and diffusers folders (core/models/loading.py).
     # last: any SD UNet's keys
-    single_file_markers = ("cond_stage_model.transformer.", "model.diffusion_model.input_blocks.")
-    checkpoint_text_encoders = (("text_encoder", "cond_stage_model.transformer.", "clip"),)
-    single_file_rank = 90
+    single_file = SingleFileSpec(
+        markers=("cond_stage_model.transformer.", "model.diffusion_model.input_blocks."),
+        rank=90,
+        checkpoint_text_encoders=(("text_encoder", "cond_stage_model.transformer.", "clip"),))
     pipeline_prefix = "StableDiffusion"
     prediction = "epsilon"
     text_encoder_count = 1
@@ -64,7 +66,7 @@ class StableDiffusionFamily(FamilyDefaults):
     text_encoder_lora_targets = TEXT_ENCODER_LORA_TARGETS  # train.text_encoder_lora
     # Training's scheduler, built from the folder's scheduler config whatever inference
     # scheduler the index names (random:<family> builds it alike).
-    train_scheduler = "DDPMScheduler"
+    random = RandomSpec(scheduler="DDPMScheduler")
 
     # ------------------------------------------------------------ loading
 

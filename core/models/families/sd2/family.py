@@ -10,32 +10,37 @@ StableDiffusionFamily's; `_check_loaded` there tells SD1 from SD2 by the text wi
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from core.models.capabilities import SingleFileSpec
 from core.models.families.sd15.family import StableDiffusionFamily
+
+
+def single_file_problems(config: str, prediction_type: str) -> list[Any]:
+    """diffusers reads an SD2 file without model.config as SD2-768 (v_prediction)."""
+    from core.problems import warning
+
+    if config or prediction_type != "auto":
+        return []
+    return [warning("model.prediction_type", "is auto and model.config is empty, so "
+                    "this SD2 single file trains with diffusers' default SD2 configs "
+                    "(768 px, v_prediction); for an SD2-base (512 px, epsilon) file set "
+                    "model.prediction_type = \"epsilon\" or model.config to an SD2-base "
+                    "diffusers folder")]
 
 
 class StableDiffusion2Family(StableDiffusionFamily):
     name = "sd2"
     # Original-format single files and diffusers folders (core/models/loading.py).
-    single_file_markers = ("cond_stage_model.model.",)
-    checkpoint_text_encoders = (("text_encoder", "cond_stage_model.model.", "open_clip"),)
-    single_file_rank = 80
+    single_file = SingleFileSpec(
+        markers=("cond_stage_model.model.",), rank=80, problems=single_file_problems,
+        checkpoint_text_encoders=(("text_encoder", "cond_stage_model.model.", "open_clip"),))
     pipeline_prefix = "StableDiffusion"
     prediction = "v_prediction"
-    bang_padded_tokenizers = ("tokenizer",)  # OpenCLIP's pads with "!"
-
-    def single_file_problems(self, config: str, prediction_type: str) -> list[Any]:
-        """diffusers reads an SD2 file without model.config as SD2-768 (v_prediction)."""
-        from core.problems import warning
-
-        if config or prediction_type != "auto":
-            return []
-        return [warning("model.prediction_type", "is auto and model.config is empty, so "
-                        "this SD2 single file trains with diffusers' default SD2 configs "
-                        "(768 px, v_prediction); for an SD2-base (512 px, epsilon) file set "
-                        "model.prediction_type = \"epsilon\" or model.config to an SD2-base "
-                        "diffusers folder")]
+    # sd15's scheduler; OpenCLIP's tokenizer pads with "!"
+    random = dataclasses.replace(StableDiffusionFamily.random,
+                                 bang_padded_tokenizers=("tokenizer",))
 
 
 FAMILY = StableDiffusion2Family()

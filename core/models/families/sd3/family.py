@@ -13,12 +13,14 @@ Flow matching and LoRA details: see flow.py. The tiny model: tiny.py.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import MemorySpec
+from core.models.capabilities import MemorySpec, RandomSpec, SingleFileSpec
+from core.models.components import extended
 from core.models.flow import FlowFamily
 from core.models.modules import unwrap
 from core.models.routing import RoutingSpec, Slot
@@ -30,6 +32,18 @@ LORA_TARGETS = [
 ]
 
 
+@dataclass
+class SD3Components(Components):
+    """A loaded SD3: whether its T5 encoder was loaded (a folder may leave it out)."""
+
+    has_t5: bool = False
+
+
+def random_settings(c: Components) -> SD3Components:
+    """random:sd3 as `load` gives it: T5 is loaded where it was built (the third)."""
+    return extended(c, SD3Components, has_t5=len(c.text_encoders) == 3)
+
+
 class SD3Family(FlowFamily):
     name = "sd3"
     block_lists = ("transformer_blocks",)
@@ -38,14 +52,14 @@ class SD3Family(FlowFamily):
     # blocks, so there is no rotary table to narrow.
     routing = RoutingSpec(hidden=Slot(0, "hidden_states"), output=1)
     # Original-format single files and diffusers folders (core/models/loading.py).
-    single_file_markers = ("joint_blocks.",)
-    single_file_rank = 40
+    single_file = SingleFileSpec(markers=("joint_blocks.",), rank=40)
     pipeline_prefix = "StableDiffusion3"
     text_encoder_count = 3
     pipeline_class_name = "StableDiffusion3Pipeline"
     max_sequence_length = 256
     memory = MemorySpec(extra_text_tokens=77)  # the CLIP tokens attended beside T5's
-    bang_padded_tokenizers = ("tokenizer_2",)  # OpenCLIP's pads with "!"
+    # OpenCLIP's tokenizer pads with "!"
+    random = RandomSpec(bang_padded_tokenizers=("tokenizer_2",), settings=random_settings)
 
     # ------------------------------------------------------------ loading
 
@@ -61,17 +75,12 @@ class SD3Family(FlowFamily):
         if pipe.text_encoder_3 is not None:
             encoders.append(pipe.text_encoder_3)
             tokenizers.append(pipe.tokenizer_3)
-        return Components(
+        return SD3Components(
             family=self.name, source=source, fingerprint=fp, vae=pipe.vae,
             denoiser=pipe.transformer, text_encoders=encoders, tokenizers=tokenizers,
-            noise_scheduler=pipe.scheduler, max_sequence_length=self.max_sequence_length,
-            has_t5=pipe.text_encoder_3 is not None)
+            noise_scheduler=pipe.scheduler, has_t5=pipe.text_encoder_3 is not None)
 
     # ------------------------------------------------------------ text
-
-    def random_settings(self, c: Components) -> None:
-        super().random_settings(c)
-        c.has_t5 = len(c.text_encoders) == 3
 
     def encode_prompts(self, c: Components, prompts: list[str]) -> list[dict[str, Any]]:
         """Per prompt: prompt_embeds [77 + 256, D_t5], prompt_mask, pooled_prompt_embeds."""

@@ -8,10 +8,12 @@ to the latents' pixel size and (0, 0), which is what inference uses.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
+from core.models.capabilities import SingleFileSpec
 from core.models.families.sd15.family import StableDiffusionFamily
 from core.models.modules import unwrap
 
@@ -30,14 +32,15 @@ class StableDiffusionXLFamily(StableDiffusionFamily):
     name = "sdxl"
     # Original-format single files and diffusers folders (core/models/loading.py).
     # before sd15/sd2: SDXL also has the SD UNet keys
-    single_file_markers = ("conditioner.embedders.1",)
-    checkpoint_text_encoders = (
+    single_file = SingleFileSpec(markers=("conditioner.embedders.1",), rank=70,
+                                 checkpoint_text_encoders=(
         ("text_encoder", "conditioner.embedders.0.transformer.", "clip"),
-        ("text_encoder_2", "conditioner.embedders.1.model.", "open_clip"))
-    single_file_rank = 70
+        ("text_encoder_2", "conditioner.embedders.1.model.", "open_clip")))
     pipeline_prefix = "StableDiffusionXL"
     prediction = "epsilon"
-    bang_padded_tokenizers = ("tokenizer_2",)  # OpenCLIP's pads with "!"
+    # sd15's scheduler; OpenCLIP's tokenizer pads with "!"
+    random = dataclasses.replace(StableDiffusionFamily.random,
+                                 bang_padded_tokenizers=("tokenizer_2",))
     text_encoder_count = 2
     pipeline_class_name = "StableDiffusionXLPipeline"
 

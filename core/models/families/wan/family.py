@@ -66,9 +66,10 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import MemorySpec
+from core.models.capabilities import MemorySpec, SingleFileSpec
 from core.models.families.wan.comfy import save_comfy
 from core.models.families.wan.expert_checks import BOTH, expert_problems, run_refusal
+from core.models.families.wan.expert_spec import EXPERTS, experts_in
 from core.models.families.wan.i2v import (
     FIRST_IMAGE,
     I2V_PIPELINE,
@@ -94,12 +95,6 @@ from core.models.source import pipeline_class_or
 ATTENTION = ["attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
              "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0"]
 FEED_FORWARD = ["ffn.net.0.proj", "ffn.net.2"]
-def experts_of(c: Components) -> Any:
-    """The loaded model's WanExperts (a two-expert Wan 2.2), or None (one transformer)."""
-    from core.models.families.wan.experts import WanExperts
-
-    model = unwrap(c.denoiser)
-    return model if isinstance(model, WanExperts) else None
 
 
 def activation_layout(config: dict[str, Any]) -> tuple[dict[str, Any], int]:
@@ -126,8 +121,9 @@ class WanFamily(FlowFamily):
                         latent_channels=16, spatial_multiple=16)
     first_image = FIRST_IMAGE  # a WanImageToVideoPipeline folder (i2v.py)
     # Original-format single files (the diffusion model alone) and diffusers folders.
-    single_file_markers = ("head.modulation",)
-    single_file_rank = 40
+    single_file = SingleFileSpec(markers=("head.modulation",), rank=40)
+    # Wan 2.2 A14B's high- and low-noise experts (expert_spec.py).
+    experts = EXPERTS
     pipeline_prefix = "Wan"
     transformer_class_name = "WanTransformer3DModel"
     single_file_default_config = "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"
@@ -194,41 +190,12 @@ class WanFamily(FlowFamily):
     def configure_run(self, c: Components, cfg: Any) -> None:
         """model.experts onto the loaded model: which expert gets the adapter (or, in a
         full fine-tune, trains) and whose range the sigmas are drawn from."""
-        experts = experts_of(c)
+        experts = experts_in(c.denoiser)
         refused = run_refusal(cfg, 1 if experts is None else 2)
         if refused is not None:
             raise ValueError(": ".join(refused))
         if experts is not None:
             experts.trained_expert = cfg.model.experts
-
-    def trained_denoisers(self, cfg: Any, loaded: int) -> int:
-        """Both experts with model.experts = "both", else the one it names."""
-        return loaded if cfg.model.experts == BOTH else 1
-
-    def denoiser_stacks(self, denoiser: Any) -> list[list[Any]]:
-        """One stack per expert of a two-expert model (each swaps its own blocks)."""
-        from core.models.families.wan.experts import WanExperts
-
-        model = unwrap(denoiser)
-        if isinstance(model, WanExperts):
-            return [list(expert.blocks) for expert in model.experts().values()]
-        return super().denoiser_stacks(denoiser)
-
-    def parked_modules(self, denoiser: Any) -> list[Any]:
-        """A two-expert model's low-noise expert waits on the host to start with."""
-        from core.models.families.wan.experts import WanExperts
-
-        model = unwrap(denoiser)
-        return [model.transformer_2] if isinstance(model, WanExperts) else []
-
-    def start_parking(self, denoiser: Any, device: Any, held_elsewhere: set[int]) -> None:
-        """Each step brings in the experts its batch uses (WanExperts.forward) and puts
-        the other back in host memory; a pipeline's call of one expert does the same."""
-        from core.models.families.wan.experts import WanExperts
-
-        model = unwrap(denoiser)
-        if isinstance(model, WanExperts):
-            model.take_turns(device, held_elsewhere)
 
     def train_shift(self, c: Components) -> float:
         """The scheduler's flow_shift (UniPC's name for it; 1 when absent)."""
@@ -301,7 +268,7 @@ class WanFamily(FlowFamily):
         timesteps = sample.timesteps.to(device)
         if is_ti2v(c):  # float32 per token, as the pipeline's float32 mask times t
             timesteps = token_timesteps(timesteps, noisy, unwrap(model).config.patch_size)
-        elif experts_of(c) is None:  # WanExperts routes at full precision, then casts
+        elif experts_in(c.denoiser) is None:  # WanExperts routes at full precision, then casts
             timesteps = timesteps.to(dtype)
         hidden, image = condition_inputs(c, noisy, batch) if is_i2v(c) else (noisy, {})
         return model(hidden_states=hidden, timestep=timesteps, encoder_hidden_states=embeds,
@@ -310,7 +277,7 @@ class WanFamily(FlowFamily):
     def draw_sigmas(self, c: Components, n: int, generator: Any, device: Any) -> Any:
         """The shifted-uniform draw (or the run's); with one Wan 2.2 expert training,
         only sigmas whose timestep lies in its range (the draw renormalised there)."""
-        experts = experts_of(c)
+        experts = experts_in(c.denoiser)
         draw = functools.partial(super().draw_sigmas, c, generator=generator, device=device)
         if experts is None or experts.trained_expert == BOTH:
             return draw(n)
@@ -328,7 +295,7 @@ class WanFamily(FlowFamily):
         from core.models.adapters import diffusers_kinds
         from core.models.families.wan.expert_files import save_expert_loras
 
-        experts = experts_of(c)
+        experts = experts_in(c.denoiser)
         if experts is None:
             return super().save_lora(c, out_dir)
         return save_expert_loras(experts.experts(), out_dir,
@@ -355,7 +322,7 @@ class WanFamily(FlowFamily):
         model's boundary_ratio. Image-to-video: WanImageToVideoPipeline with the image
         encoder, from a fixed synthetic first frame unless given `image`. TI2V-5B:
         expand_timesteps set, so it samples with per-token timesteps as trained."""
-        experts = experts_of(c)
+        experts = experts_in(c.denoiser)
         denoisers: dict[str, Any] = {"transformer": unwrap(c.denoiser)}
         if experts is not None:
             denoisers = {"transformer": experts.transformer,

@@ -21,6 +21,11 @@ class WanModelOptions:
                            "noise level; high_noise or low_noise trains that expert alone, "
                            "its noise levels drawn only from its range (the usual draw, "
                            "renormalised inside it). One-transformer models take only both.")
+    offload_inactive_expert: str = _f(
+        "auto", label="Offload the idle expert", choices=("auto", "on", "off"), advanced=True,
+        help="Two-expert models (Wan 2.2 A14B): the expert a step does not use waits in "
+             "host memory and is copied in when a step needs it, so one expert's weights "
+             "are on the GPU, not both. auto: on when model.blocks_to_swap is above 0.")
 
 
 OPTIONS = {"model": WanModelOptions}

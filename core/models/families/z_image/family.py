@@ -44,10 +44,11 @@ also fuses to_q/to_k/to_v into its qkv weight). The tiny model: tiny.py.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import MemorySpec
+from core.models.capabilities import MemorySpec, RandomSpec, SingleFileSpec, ValidationSpec
 from core.models.flow import FlowFamily
 from core.models.modules import unwrap
 
@@ -68,18 +69,20 @@ def activation_layout(config: dict[str, Any]) -> tuple[dict[str, Any], int]:
     patch = int(list(config.get("all_patch_size", [2]))[0])
     return ({"num_attention_heads": heads, "attention_head_dim": dim // heads,
              "num_layers": layers}, patch)
+def random_tokenizer(cls: str, folder: Path, bang_padded: bool) -> Any:
+    """random:z_image's Qwen3 tokenizer: the tiny build's."""
+    from core.models.tiny.qwen3 import qwen_tokenizer
+
+    return qwen_tokenizer(folder)
 
 
 class ZImageFamily(FlowFamily):
     name = "z_image"
-    # validation.model on Z-Image-Turbo: 9 steps, no guidance (its model card)
-    distilled_validation = (9, 0.0)
     block_lists = ("layers",)  # the refiners before them stay on the GPU
     # Original-format single files and diffusers folders (core/models/loading.py).
     # main blocks modulate with adaLN_modulation.0 (Lumina2's, alike otherwise, with .1),
     # in both its original and diffusers layouts
-    single_file_markers = ("layers.0.adaLN_modulation.0.weight",)
-    single_file_rank = 50
+    single_file = SingleFileSpec(markers=("layers.0.adaLN_modulation.0.weight",), rank=50)
     pipeline_prefix = "ZImage"
     diffusers_lokr = True  # its pipeline loads LoKr files (core/models/adapters.py)
     text_encoder_count = 1
@@ -88,14 +91,10 @@ class ZImageFamily(FlowFamily):
     memory = MemorySpec(activation_layout=activation_layout, text_encoder_kind="llm")  # Qwen3
     timestep_sampling = "uniform"
     # ZImagePipeline takes a list of per-prompt [L, D] embeddings, not a padded batch
-    # (core/train/validation.py reads this).
-    list_prompt_embeds = True
-
-    def random_qwen_tokenizer(self, folder: Any) -> Any:
-        """random:z_image's tokenizer: the tiny build's (core/models/full_size/build.py)."""
-        from core.models.tiny.qwen3 import qwen_tokenizer
-
-        return qwen_tokenizer(folder)
+    # (core/train/validation.py reads this); validation.model on Z-Image-Turbo: 9 steps,
+    # no guidance (its model card).
+    validation = ValidationSpec(list_prompt_embeds=True, distilled=(9, 0.0))
+    random = RandomSpec(tokenizer=random_tokenizer)
 
     # ------------------------------------------------------------ loading
 

@@ -34,8 +34,6 @@ PREVIEW_LIMIT = 48  # images a page of the preview shows
 ONE_PREVIEW_AT_A_TIME = {"concurrency_id": "dataset-preview", "concurrency_limit": 1,
                          "api_visibility": "private"}
 CAPTION_HEADERS = ["image", "caption"]
-EDITOR_FIELDS = ("id", "images", "vae_cache", "caption", "instance_prompt", "resolution",
-                 "bucketing", "crop", "repeats", "probability")
 
 
 @dataclass

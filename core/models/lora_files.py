@@ -165,12 +165,6 @@ def write_kohya(tensors: dict[str, Any], config: Any, path: Path) -> Path:
     return _write(tensors, path, config, network_metadata(adapter_kind(config)))
 
 
-def save_kohya(peft_sd: dict[str, Any], config: Any, path: Path, prefix: str,
-               base_weight: BaseWeight | None = None) -> Path:
-    """Write one model's adapter as a kohya/LyCORIS file (lora_<prefix>_...)."""
-    return write_kohya(kohya_tensors(peft_sd, config, prefix, base_weight), config, path)
-
-
 def save_comfy_lora(peft_sd: dict[str, Any], config: Any, path: Path,
                     base_weight: BaseWeight | None = None, prefix: str = "transformer.",
                     rename: Callable[[str], str] | None = None) -> Path:

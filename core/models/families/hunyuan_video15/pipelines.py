@@ -84,11 +84,3 @@ def validation_pipeline_class(base_name: str = "HunyuanVideo15Pipeline") -> Any:
             base(**self.components).save_pretrained(save_directory, **kwargs)
 
     return HunyuanVideo15ValidationPipeline
-
-
-def lora_pipeline_class() -> Any:
-    """The class whose save_lora_weights writes the diffusers LoRA file (the mixin's,
-    "transformer." keys)."""
-    from diffusers.loaders import HunyuanVideoLoraLoaderMixin
-
-    return HunyuanVideoLoraLoaderMixin

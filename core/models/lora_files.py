@@ -86,7 +86,7 @@ BaseWeight = Callable[[str], Any]
 def base_weights(model: Any, strip: str = "") -> BaseWeight:
     """`module name -> the frozen weight under its adapter` for `model` (DoRA's saved
     scale needs it). strip: a prefix the saved names carry and the model lacks (CLIP's
-    "text_model.", see sd15._text_model_names)."""
+    "text_model.", see stable_diffusion._text_model_names)."""
     model = unwrap(model)
 
     def weight(module: str) -> Any:

@@ -5,18 +5,20 @@ v-prediction.
 SD 2 base (512 px) is epsilon: training always follows the loaded scheduler's
 `prediction_type`, so both variants train correctly under this family; `prediction`
 below is the family's usual kind and what the tiny model uses. Everything else is
-StableDiffusionFamily's; `_check_loaded` there tells SD1 from SD2 by the text width.
+StableDiffusionFamily's (core/models/stable_diffusion.py); its `_check_loaded` tells SD1
+from SD2 by the text width (`text_width`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from core.models.families.sd15.family import StableDiffusionFamily
+from core.models.stable_diffusion import StableDiffusionFamily
 
 
 class StableDiffusion2Family(StableDiffusionFamily):
     name = "sd2"
+    text_width = 1024  # OpenCLIP ViT-H's, which tells an SD2 model from an SD1 one
     # Original-format single files and diffusers folders (core/models/loading.py).
     single_file_markers = ("cond_stage_model.model.",)
     checkpoint_text_encoders = (("text_encoder", "cond_stage_model.model.", "open_clip"),)

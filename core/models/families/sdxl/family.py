@@ -12,8 +12,8 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.families.sd15.family import StableDiffusionFamily
 from core.models.modules import unwrap
+from core.models.stable_diffusion import StableDiffusionFamily
 
 
 def time_ids(original_size: Any, crop_top_left: Any, target_size: Any) -> Any:

@@ -52,7 +52,8 @@ i2v.py, which says how the first-frame condition is cached and fed; tiny_i2v/
 Not here: single files (diffusers 0.42 cannot read an original HunyuanVideo 1.5 file, so
 one is refused naming the fix), the step-distilled models (use_meanflow, refused at load)
 and the super-resolution ones. I2V validation starts from each prompt's
-validation.control_images entry (`first_image`, i2v.py), or i2v.synthetic_image without one.
+validation.control_images entry (`first_image`, i2v.py), or the shared synthetic_image
+(core/models/video_pipeline.py) without one.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ with per-token timesteps and the 48-channel, 16x VAE, as ti2v.py says; tiny:wan_
 Not yet here: I2V single files
 (whose config must come from an I2V folder), first-last-frame models (FLF2V), a
 validation image per prompt (I2V validation starts from a fixed synthetic image,
-i2v.synthetic_image), Wan 2.2 as two single files (one per expert), a starting LoRA
+video_pipeline.synthetic_image), Wan 2.2 as two single files (one per expert), a starting LoRA
 (train.init_lora) or FSDP for two experts; a model or config that needs them is refused
 (at load, at the check where the model is known without loading, or when the run starts).
 """

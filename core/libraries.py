@@ -4,7 +4,9 @@ process and the headless CLI's (one config each, nothing else run afterwards) sk
 ones their config does not use, the cache builder and the captioner (which only encode)
 skip both; the UI's process never does.
 
-No imports of torch or of the rest of core: the callers use this before anything heavy.
+No imports of torch or of the rest of core (but the optimizer catalogue, data, where a
+run names its optimizer: its config is loaded by then): the callers use this before
+anything heavy.
 """
 
 from __future__ import annotations
@@ -18,14 +20,25 @@ def unused_optional_libraries(optimizer: str, quantize: str) -> list[str]:
     """Installed libraries a run of this optimizer and quantization does not use, which
     peft and transformers import anyway whenever they are installed: bitsandbytes (it
     imports torch's inductor: 0.5 s of a 4 s start-up on the 2-core test machine) serves
-    train.optimizer = adamw8bit and model.quantize = nf4; torchao (0.2 s) serves
-    model.quantize = int8 and fp8."""
+    an optimizer of that package (core/config/optimizers.py) and model.quantize = nf4;
+    torchao (0.2 s) serves model.quantize = int8 and fp8. `optimizer` "": none (a
+    program that only encodes)."""
     unused = []
-    if optimizer != "adamw8bit" and quantize != "nf4":
+    if _package(optimizer) != "bitsandbytes" and quantize != "nf4":
         unused.append("bitsandbytes")
     if quantize not in ("int8", "fp8"):
         unused.append("torchao")
     return unused
+
+
+def _package(optimizer: str) -> str:
+    """The package train.optimizer `optimizer` imports ("" for none or an unknown name)."""
+    if not optimizer:
+        return ""
+    from core.config.optimizers import OPTIMIZERS
+
+    spec = OPTIMIZERS.get(optimizer)
+    return spec.package if spec else ""
 
 
 def skip_libraries(names: list[str]) -> None:
@@ -76,5 +89,5 @@ def preload_for_encoding() -> None:
     torchao are left out (1 of the 4.6 CPU-s its imports took on the 2-core test
     machine), and diffusers and transformers (torch with them) load outside the
     collections. For a program of its own only."""
-    skip_libraries(unused_optional_libraries("adamw", "none"))
+    skip_libraries(unused_optional_libraries("", "none"))
     preload_outside_collections("diffusers", "transformers")

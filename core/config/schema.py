@@ -13,7 +13,12 @@ from typing import Any, get_type_hints
 
 from core.config.dataset import DatasetConfig
 from core.config.family_options import with_family_options
-from core.config.optimizers import BETAS, OPTIMIZER_NAMES, optimizer_help, reading
+from core.config.optimizers import (
+    DEFAULT_OPTIMIZER,
+    OPTIMIZER_NAMES,
+    OPTION_FIELDS,
+    optimizer_help,
+)
 from core.config.sections import (
     CaptioningConfig,
     LaunchConfig,
@@ -149,7 +154,7 @@ class SharedTrainConfig:
     lr_power: float = _f(1.0, label="LR polynomial power", min=0.0, max=100.0,
                          min_exclusive=True, advanced=True,
                          help="polynomial: the decay's power (1 is linear, 2 quadratic).")
-    optimizer: str = _f("adamw", label="Optimizer", choices=OPTIMIZER_NAMES,
+    optimizer: str = _f(DEFAULT_OPTIMIZER, label="Optimizer", choices=OPTIMIZER_NAMES,
                         advanced=True,
                         help=optimizer_help())
     weight_decay: float = _f(0.01, label="Weight decay", min=0.0, max=10.0, advanced=True)
@@ -241,28 +246,13 @@ class SharedTrainConfig:
                              "from zero.")
     # -- Optimizer options and the flow-matching objective (issue 26, items 1 and 2).
     # 0 / "auto" keeps the optimizer's or the family's own default, so existing configs
-    # train exactly as before.
-    optimizer_beta1: float = _f(0.0, label="Optimizer beta1", min=0.0, max=1.0,
-                                advanced=True,
-                                help=f"First-moment decay of {reading(*BETAS)} (adafactor: "
-                                     "turns its first moment on); 0 keeps the optimizer's "
-                                     "default.")
-    optimizer_beta2: float = _f(0.0, label="Optimizer beta2", min=0.0, max=1.0,
-                                advanced=True,
-                                help="Second-moment decay (lion: its update interpolation); "
-                                     "0 keeps the optimizer's default.")
-    optimizer_eps: float = _f(0.0, label="Optimizer epsilon", min=0.0, max=1.0,
-                              advanced=True,
-                              help=f"{reading('optimizer_eps')}: the denominator's epsilon; 0 "
-                                   "keeps the optimizer's default.")
-    prodigy_d_coef: float = _f(1.0, label="Prodigy d_coef", min=0.0, max=1000.0,
-                               min_exclusive=True, advanced=True,
-                               help="prodigy: scales its estimated step size (below 1 for "
-                                    "a smaller one).")
-    prodigy_safeguard_warmup: bool = _f(False, label="Prodigy safeguard warm-up",
-                                        advanced=True,
-                                        help="prodigy: keep the step-size estimate from "
-                                             "growing too fast during an LR warm-up.")
+    # train exactly as before. The optimizer options' fields are the catalogue's
+    # (core/config/optimizers.py), whose help names the optimizers reading each.
+    optimizer_beta1: float = OPTION_FIELDS["optimizer_beta1"]
+    optimizer_beta2: float = OPTION_FIELDS["optimizer_beta2"]
+    optimizer_eps: float = OPTION_FIELDS["optimizer_eps"]
+    prodigy_d_coef: float = OPTION_FIELDS["prodigy_d_coef"]
+    prodigy_safeguard_warmup: bool = OPTION_FIELDS["prodigy_safeguard_warmup"]
     timestep_sampling: str = _f("auto", label="Timestep sampling", flow=True,
                                 choices=("auto", *TIMESTEP_SAMPLINGS), advanced=True,
                                 help="Flow families: how training noise levels are drawn. "

@@ -205,7 +205,7 @@ def preview_view(ctx: AppContext, tab: DatasetTab, cfg: Config, index: int,
     shown = found.items[first:first + PREVIEW_LIMIT]
     samples = Counter(i.path for i in found.items if i.frames)  # clips per video
     items, paths = [], []
-    for item, thumb in zip(shown, thumbnails(shown, ds.fps or 16.0), strict=True):
+    for item, thumb in zip(shown, thumbnails(shown, ds.fps), strict=True):
         if thumb is None:
             continue
         label = clip_label(item, samples[item.path] > 1) + pair_label(item)

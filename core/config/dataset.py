@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from core.data.video import CLIP_MODES as CLIP_CHOICES  # datasets.N.clips (video families)
 from core.fields import _f
-from core.models.registry import families, frame_rules
+from core.models.registry import families, frame_rates, frame_rules
 
 AUDIO_CHOICES = ("auto", "on", "off")  # datasets.N.audio (families with audio)
 
@@ -59,9 +59,9 @@ class DatasetConfig:
                      help="Frames each clip sample holds, as the family's VAE takes them "
                           f"({frame_rules()}). Clips with fewer (after fps) are "
                           "skipped; images in the folder train as one frame.")
-    fps: float = _f(16.0, label="Frames per second", min=0.0, max=240.0, video=True,
-                    help="Resample clips to this rate before taking frames (Wan is trained "
-                         "at 16); 0 keeps each clip's own rate.")
+    fps: float = _f(0.0, label="Frames per second", min=0.0, max=240.0, video=True,
+                    help="Resample clips to this rate before taking frames; 0: the "
+                         f"family's own rate ({frame_rates()}).")
     clips: str = _f("start", label="Clips per video", choices=CLIP_CHOICES, video=True,
                     help="start (or head): one sample from the beginning of each video; "
                          "chunk: one after another from the beginning, without overlap; "

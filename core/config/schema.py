@@ -29,7 +29,7 @@ from core.config.sections import (
 from core.fields import _f
 from core.models.adapters import LORA_KINDS
 from core.models.objectives import LOSS_WEIGHTINGS, MODE_SCALE, TIMESTEP_SAMPLINGS
-from core.models.registry import DEFAULT_FAMILY, families, frame_rules
+from core.models.registry import DEFAULT_FAMILY, families, frame_rates, frame_rules
 from core.models.registry import FAMILY_NAMES as FAMILIES
 
 CONFIG_VERSION = 1
@@ -335,8 +335,9 @@ class ValidationConfig:
                           "written "
                           "as validation/step_NNNNNN/NN.mp4 beside the first frame's NN.png; "
                           "1 draws stills.")
-    fps: float = _f(16.0, label="Validation video fps", min=1.0, max=240.0, video=True,
-                    advanced=True, help="Frame rate of the validation .mp4 files.")
+    fps: float = _f(0.0, label="Validation video fps", min=0.0, max=240.0, video=True,
+                    advanced=True, help="Frame rate of the validation .mp4 files; 0: the "
+                                        f"family's own ({frame_rates()}).")
     control_images: list[str] = _f([], label="Validation control images", kind="path",
                                    conditioned=True,
                                    help="Edit models: one control image per prompt, in "

@@ -91,6 +91,12 @@ def frame_rules() -> str:
                      if f.geometry.video) or "no video family"
 
 
+def frame_rates() -> str:
+    """Each video family's frame rate, for help texts ("wan: 16")."""
+    return "; ".join(f"{f.name}: {f.geometry.fps:g}" for f in families()
+                     if f.geometry.fps) or "no video family"
+
+
 def families() -> list[ModelFamily]:
     """Every FAMILY, in display order."""
     return [get_family(name) for name in _modules()]

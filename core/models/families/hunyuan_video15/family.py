@@ -118,8 +118,10 @@ def activation_layout(config: dict[str, Any]) -> tuple[dict[str, Any], int]:
 class HunyuanVideo15Family(FlowFamily):
     name = "hunyuan_video15"
     block_lists = ("transformer_blocks",)
-    # 4k + 1 frames, 4 to a latent frame, 16x16 pixels to a latent; patch 1.
-    geometry = Geometry(video=True, frame_step=4, temporal_compression=4,
+    # 4k + 1 frames, 4 to a latent frame, 16x16 pixels to a latent; patch 1. 24 fps:
+    # the model's (121 frames are its 5 s; the pipeline takes no rate, and diffusers'
+    # image-to-video example exports at 24).
+    geometry = Geometry(video=True, frame_step=4, temporal_compression=4, fps=24.0,
                         spatial_compression=16, latent_channels=32, spatial_multiple=16)
     first_image = FIRST_IMAGE  # a HunyuanVideo15ImageToVideoPipeline folder (i2v.py)
     pipeline_prefix = "HunyuanVideo15"

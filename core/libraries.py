@@ -4,9 +4,9 @@ process and the headless CLI's (one config each, nothing else run afterwards) sk
 ones their config does not use, the cache builder and the captioner (which only encode)
 skip both; the UI's process never does.
 
-No imports of torch or of the rest of core (but the optimizer catalogue, data, where a
-run names its optimizer: its config is loaded by then): the callers use this before
-anything heavy.
+No imports of torch or of the rest of core: the callers use this before anything heavy,
+and name the package of the run's optimizer (core/config/optimizers.py's
+`optimizer_package`).
 """
 
 from __future__ import annotations
@@ -16,29 +16,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
-def unused_optional_libraries(optimizer: str, quantize: str) -> list[str]:
-    """Installed libraries a run of this optimizer and quantization does not use, which
-    peft and transformers import anyway whenever they are installed: bitsandbytes (it
-    imports torch's inductor: 0.5 s of a 4 s start-up on the 2-core test machine) serves
-    an optimizer of that package (core/config/optimizers.py) and model.quantize = nf4;
-    torchao (0.2 s) serves model.quantize = int8 and fp8. `optimizer` "": none (a
-    program that only encodes)."""
+def unused_optional_libraries(optimizer_package: str, quantize: str) -> list[str]:
+    """Installed libraries a run whose optimizer comes from `optimizer_package` ("": a
+    program that steps none) and of this quantization does not use, which peft and
+    transformers import anyway whenever they are installed: bitsandbytes (it imports
+    torch's inductor: 0.5 s of a 4 s start-up on the 2-core test machine) serves its own
+    optimizers and model.quantize = nf4; torchao (0.2 s) serves model.quantize = int8 and
+    fp8."""
     unused = []
-    if _package(optimizer) != "bitsandbytes" and quantize != "nf4":
+    if optimizer_package != "bitsandbytes" and quantize != "nf4":
         unused.append("bitsandbytes")
     if quantize not in ("int8", "fp8"):
         unused.append("torchao")
     return unused
-
-
-def _package(optimizer: str) -> str:
-    """The package train.optimizer `optimizer` imports ("" for none or an unknown name)."""
-    if not optimizer:
-        return ""
-    from core.config.optimizers import OPTIMIZERS
-
-    spec = OPTIMIZERS.get(optimizer)
-    return spec.package if spec else ""
 
 
 def skip_libraries(names: list[str]) -> None:
@@ -51,9 +41,10 @@ def skip_libraries(names: list[str]) -> None:
             sys.modules[name] = None  # type: ignore[assignment]
 
 
-def leave_out_unused_libraries(optimizer: str, quantize: str) -> None:
-    """skip_libraries of what a run of this optimizer and quantization does not use."""
-    skip_libraries(unused_optional_libraries(optimizer, quantize))
+def leave_out_unused_libraries(optimizer_package: str, quantize: str) -> None:
+    """skip_libraries of what a run of this optimizer's package and quantization does not
+    use."""
+    skip_libraries(unused_optional_libraries(optimizer_package, quantize))
 
 
 @contextmanager

@@ -90,6 +90,13 @@ OPTIMIZER_NAMES = tuple(OPTIMIZERS)
 DEFAULT_OPTIMIZER = OPTIMIZER_NAMES[0]  # train.optimizer's default
 
 
+def optimizer_package(name: str) -> str:
+    """The package train.optimizer `name` comes from ("" for an unknown name), for
+    core/libraries.py, which reads no config."""
+    spec = OPTIMIZERS.get(name)
+    return spec.package if spec else ""
+
+
 def optimizer_help() -> str:
     """train.optimizer's help: every optimizer, its package and what it is for."""
     said = "; ".join(f"{name} ({spec.package}; {spec.help})"

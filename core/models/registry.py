@@ -14,6 +14,7 @@ import functools
 import importlib
 import importlib.util
 import pkgutil
+from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -83,6 +84,13 @@ def family_options(section: str) -> list[tuple[str, type]]:
         if section in declared:
             out.append((name, declared[section]))
     return out
+
+
+def names_where(holds: Callable[[ModelFamily], object]) -> str:
+    """The families for which `holds(family)` is true, comma-separated ("none"), for a
+    help text or a message: from the registry, so a new family is listed by itself and
+    shared code names none."""
+    return ", ".join(f.name for f in families() if holds(f)) or "none"
 
 
 def frame_rules() -> str:

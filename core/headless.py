@@ -16,6 +16,7 @@ from pathlib import Path
 
 from core import ops
 from core.config import Config, LaunchConfig
+from core.config.optimizers import optimizer_package
 from core.exits import EXIT_INVALID, EXIT_OK, EXIT_STOPPED
 from core.libraries import leave_out_unused_libraries
 
@@ -134,7 +135,8 @@ def run_headless(args: argparse.Namespace, own_process: bool = False) -> int:
             # The check's memory estimate builds the model's modules and adds its adapter
             # with peft, which imports bitsandbytes and torchao whenever they are
             # installed: 1.4 s of a 6.4 s check on 2 cores, for libraries the run skips.
-            leave_out_unused_libraries(cfg.train.optimizer, cfg.model.quantize)
+            leave_out_unused_libraries(optimizer_package(cfg.train.optimizer),
+                                       cfg.model.quantize)
         for note in demo_notes(args, cfg, workspace):
             say(note)
         if args.stage == "caption":  # its own check: the diffusion model is not needed

@@ -4,7 +4,9 @@ process and the headless CLI's (one config each, nothing else run afterwards) sk
 ones their config does not use, the cache builder and the captioner (which only encode)
 skip both; the UI's process never does.
 
-No imports of torch or of the rest of core: the callers use this before anything heavy.
+No imports of torch or of the rest of core: the callers use this before anything heavy,
+and name the package of the run's optimizer (core/config/optimizers.py's
+`optimizer_package`).
 """
 
 from __future__ import annotations
@@ -14,14 +16,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
-def unused_optional_libraries(optimizer: str, quantize: str) -> list[str]:
-    """Installed libraries a run of this optimizer and quantization does not use, which
-    peft and transformers import anyway whenever they are installed: bitsandbytes (it
-    imports torch's inductor: 0.5 s of a 4 s start-up on the 2-core test machine) serves
-    train.optimizer = adamw8bit and model.quantize = nf4; torchao (0.2 s) serves
-    model.quantize = int8 and fp8."""
+def unused_optional_libraries(optimizer_package: str, quantize: str) -> list[str]:
+    """Installed libraries a run whose optimizer comes from `optimizer_package` ("": a
+    program that steps none) and of this quantization does not use, which peft and
+    transformers import anyway whenever they are installed: bitsandbytes (it imports
+    torch's inductor: 0.5 s of a 4 s start-up on the 2-core test machine) serves its own
+    optimizers and model.quantize = nf4; torchao (0.2 s) serves model.quantize = int8 and
+    fp8."""
     unused = []
-    if optimizer != "adamw8bit" and quantize != "nf4":
+    if optimizer_package != "bitsandbytes" and quantize != "nf4":
         unused.append("bitsandbytes")
     if quantize not in ("int8", "fp8"):
         unused.append("torchao")
@@ -38,9 +41,10 @@ def skip_libraries(names: list[str]) -> None:
             sys.modules[name] = None  # type: ignore[assignment]
 
 
-def leave_out_unused_libraries(optimizer: str, quantize: str) -> None:
-    """skip_libraries of what a run of this optimizer and quantization does not use."""
-    skip_libraries(unused_optional_libraries(optimizer, quantize))
+def leave_out_unused_libraries(optimizer_package: str, quantize: str) -> None:
+    """skip_libraries of what a run of this optimizer's package and quantization does not
+    use."""
+    skip_libraries(unused_optional_libraries(optimizer_package, quantize))
 
 
 @contextmanager
@@ -76,5 +80,5 @@ def preload_for_encoding() -> None:
     torchao are left out (1 of the 4.6 CPU-s its imports took on the 2-core test
     machine), and diffusers and transformers (torch with them) load outside the
     collections. For a program of its own only."""
-    skip_libraries(unused_optional_libraries("adamw", "none"))
+    skip_libraries(unused_optional_libraries("", "none"))
     preload_outside_collections("diffusers", "transformers")

@@ -62,7 +62,7 @@ def _refuse(where: str, message: str) -> MergeRefused:
 def merge_problem(run_dir: Path, replace: bool = False) -> Problem | None:
     """Why `run_dir` cannot be merged (no run, a live run, no final diffusers LoRA, a
     full fine-tune, merged/ already there unless `replace`), or None. Reads only."""
-    from core.models.adapters import LYCORIS_ONLY_NOTE
+    from core.models.adapters import lycoris_only_note
     from core.runs.status import read_status
 
     folder = RunFolder(run_dir)
@@ -83,7 +83,7 @@ def merge_problem(run_dir: Path, replace: bool = False) -> Problem | None:
                             "the whole model already, there is no LoRA to merge")
     if not folder.lora_weights.exists():
         others = sorted(folder.lora.glob("*.safetensors")) if folder.lora.is_dir() else []
-        why = (f" ({LYCORIS_ONLY_NOTE})" if others else
+        why = (f" ({lycoris_only_note()})" if others else
                " (the run has not finished: resume it to the end, or it saved no LoRA)")
         return error(where, f"the run in {where} has no final LoRA {folder.lora_weights}"
                             f"{why}; nothing to merge")

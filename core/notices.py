@@ -27,7 +27,7 @@ ADVISORIES = (
     ("transformers.utils.import_utils", "requires torchvision (not installed); falling back"),
     ("diffusers.quantizers.torchao.torchao_quantizer",
      "Unable to import `torchao` Tensor objects"),
-    # bitsandbytes (adamw8bit, nf4) on a CPU with AVX-512 BF16, when diffusers imports it:
+    # bitsandbytes (its 8-bit optimizer, nf4) on a CPU with AVX-512 BF16, when diffusers imports it:
     # an optional 4-bit CPU kernel from the hub, which nothing here uses.
     ("bitsandbytes.backends.cpu.ops", "Failed to load CPU gemm_4bit_forward"),
 )

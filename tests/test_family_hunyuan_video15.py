@@ -276,7 +276,7 @@ def test_headless_run_trains_on_clips_and_writes_its_lora_and_videos(
                                     frames=9, fps=16)
         (clips / f"{name}.txt").write_text(f"a {made.color} {made.shape} moving {direction}")
     ds = cfg.datasets[0]
-    ds.images, ds.frames, ds.fps = str(clips), 5, 0.0
+    ds.images, ds.frames, ds.fps = str(clips), 5, 16.0  # the clips' own rate
     cfg.train.max_steps = cfg.train.eval_every = cfg.validation.every = 2
     cfg.validation.prompts, cfg.validation.frames = ["a red square moving right"], 5
     cfg.validation.steps = 2

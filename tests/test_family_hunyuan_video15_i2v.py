@@ -149,7 +149,7 @@ def test_a_run_caches_the_condition_and_trains_to_a_lora_and_a_video(
                                     frames=9, fps=16)
         (clips / f"{name}.txt").write_text(f"a {made.color} {made.shape} moving left")
     ds = cfg.datasets[0]
-    ds.images, ds.frames, ds.fps = str(clips), 5, 0.0
+    ds.images, ds.frames, ds.fps = str(clips), 5, 16.0  # the clips' own rate
     cfg.train.max_steps = cfg.train.eval_every = cfg.validation.every = 2
     cfg.validation.prompts, cfg.validation.frames, cfg.validation.steps = ["a red square"], 5, 2
     first = tmp_path / "first.png"

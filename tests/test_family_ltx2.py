@@ -308,6 +308,8 @@ def test_the_check_names_bad_frame_counts_and_another_frame_rate(tmp_path: Path)
     cfg.datasets[0].frames, cfg.validation.frames = 10, 33
     frames = [p for p in validate_config(cfg) if p.where == "datasets.0.frames"]
     assert [p.level for p in frames] == ["error"] and "use 9 or 17" in frames[0].message
+    assert LTX2.config_problems(cfg) == [], "fps = 0, the default, is the family's 24"
+    cfg.datasets[0].fps = 16.0
     fps = [p for p in LTX2.config_problems(cfg) if p.where == "datasets.0.fps"]
     assert [p.level for p in fps] == ["warning"] and "24 fps" in fps[0].message
     cfg.datasets[0].fps = 24.0

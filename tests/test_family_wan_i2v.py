@@ -127,7 +127,7 @@ def test_a_cache_without_the_condition_is_refused_with_the_fix(folder: Path) -> 
 
 
 def generate(pipe, embeds: torch.Tensor) -> torch.Tensor:
-    from core.models.families.wan.i2v import synthetic_image
+    from core.models.video_pipeline import synthetic_image
 
     out = pipe(image=synthetic_image(SIZE, SIZE), prompt_embeds=embeds,
                negative_prompt_embeds=torch.zeros_like(embeds), num_inference_steps=2,

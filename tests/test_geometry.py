@@ -47,3 +47,22 @@ def test_the_frames_check_reads_the_familys_rule() -> None:
     frames = [p for p in validate_config(cfg) if p.where == "datasets.0.frames"]
     assert len(frames) == 1 and "4k + 1" in frames[0].message
     assert frames[0].message.endswith("use 13 or 17")
+
+
+def test_a_frame_rate_of_0_is_the_familys_own(tmp_path) -> None:
+    """Every video family declares the rate its models train and sample at, and the config
+    a run reads (`resolved`) takes it where datasets.N.fps or validation.fps is 0, the
+    default; a rate the config names stays, and a still-image family has none."""
+    from core.config import Config, DatasetConfig, resolved
+
+    rates = {name: get_family(name).geometry.fps for name in list_families()}
+    assert {n: r for n, r in rates.items() if r} == {"wan": 16, "ltx2": 24,
+                                                     "hunyuan_video15": 24}
+    assert all(bool(rates[n]) == get_family(n).geometry.video for n in rates)
+    named = DatasetConfig(id="b", images="j", vae_cache="d", fps=8.0)
+    cfg = Config(datasets=[DatasetConfig(id="a", images="i", vae_cache="c"), named])
+    for family, rate in (("ltx2", 24.0), ("wan", 16.0), ("sd15", 0.0)):
+        cfg.model.family = family
+        run = resolved(cfg, tmp_path)
+        assert [ds.fps for ds in run.datasets] == [rate, 8.0]
+        assert run.validation.fps == rate and cfg.validation.fps == 0.0

@@ -418,3 +418,20 @@ def test_fingerprint_is_stable_and_tracks_weights(tiny_paths, tmp_path) -> None:
     os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
     assert loading.fingerprint(str(copy), "folder") != first
     assert loading.fingerprint("org/model", "hub") != loading.fingerprint("org/other", "hub")
+
+
+@pytest.mark.parametrize(("family", "width", "other"), [("sd15", 1024, "sd2"),
+                                                        ("sd2", 768, "sd15")])
+def test_an_sd1_model_loaded_as_sd2_or_the_reverse_is_named(family: str, width: int,
+                                                            other: str) -> None:
+    """The text width of a real model (each family's `text_width`) names the family it
+    belongs to; sdxl's (2048) and a tiny model's name none."""
+    from types import SimpleNamespace
+
+    loaded = SimpleNamespace(source="some/model", denoiser=SimpleNamespace(
+        config=SimpleNamespace(cross_attention_dim=width)))
+    with pytest.raises(loading.ModelLoadError, match=f'model.family = "{other}"'):
+        get_family(family)._check_loaded(loaded)
+    for name, quiet in (("sdxl", 768), (family, 32)):
+        loaded.denoiser.config.cross_attention_dim = quiet
+        get_family(name)._check_loaded(loaded)

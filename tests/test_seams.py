@@ -1,22 +1,31 @@
 """The seams a contributor relies on hold: shared code never imports a family's package
-(a family is found through the registry), no module in core/ or ui/ passes 400 lines,
-and every dataset key either enters the VAE cache entry's metadata (so a change rebuilds
+(a family is found through the registry) and its help texts name no family (a list of
+families is built from the registry), no module in core/ or ui/ passes 400 lines, and
+every dataset key either enters the VAE cache entry's metadata (so a change rebuilds
 stale latents) or is declared irrelevant to it. Static checks and one cache plan: fast."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from PIL import Image
 
 from core.cache.plan import IN_ENTRY_METADATA, NOT_IN_LATENTS, plan_caches
 from core.config import Config, DatasetConfig
+from core.models.registry import list_families
 
 REPO = Path(__file__).resolve().parent.parent
 FAMILIES = REPO / "core" / "models" / "families"
 MAX_LINES = 400
+# How help texts would name a family besides its registry name (the models' own names).
+MODEL_NAMES = ("Wan", "LTX", "FLUX", "Flux", "SDXL", "SD1", "SD2", "SD3", "SD 1", "SD 2",
+               "Stable Diffusion", "Chroma", "Qwen", "Hunyuan", "Z-Image", "Krea", "Ideogram",
+               "Kontext", "ERNIE")
+HELP_KEYWORDS = ("help", "label", "info")  # core.fields._f / meta, and gradio's components
 
 
 def shared_modules() -> list[Path]:
@@ -38,6 +47,36 @@ def test_shared_code_never_imports_a_familys_package() -> None:
     reaching = {str(path.relative_to(REPO)): name for path in shared_modules()
                 for name in imported_names(path) if name.startswith("core.models.families.")}
     assert reaching == {}, "find the family through core.models.registry instead"
+
+
+def literal_texts(node: ast.AST) -> Iterator[str]:
+    """The text written out in a help expression: string literals, an f-string's literal
+    parts (not the code in its braces, which builds a list from the registry), sums."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        yield node.value
+    elif isinstance(node, ast.JoinedStr):
+        yield from (v.value for v in node.values if isinstance(v, ast.Constant))
+    elif isinstance(node, ast.BinOp):
+        yield from literal_texts(node.left)
+        yield from literal_texts(node.right)
+
+
+def test_help_texts_in_shared_code_name_no_family() -> None:
+    """A config key's help or label (core/config, core/fields.py) and the UI's texts list
+    families from the registry (registry.names_where, frame_rules, ...): a help text
+    naming some would go stale when a family is added."""
+    names = (*list_families(), *MODEL_NAMES)
+    pattern = re.compile(rf"(?<![\w.])(?:{'|'.join(map(re.escape, names))})(?!\w)")
+    files = [*(REPO / "core" / "config").glob("*.py"), REPO / "core" / "fields.py",
+             *(REPO / "ui").rglob("*.py")]
+    naming = {}
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for kw in node.keywords if isinstance(node, ast.Call) else []:
+                for text in literal_texts(kw.value) if kw.arg in HELP_KEYWORDS else []:
+                    if found := pattern.search(text):
+                        naming[f"{path.relative_to(REPO)}:{kw.value.lineno}"] = found[0]
+    assert naming == {}, "build the list from core.models.registry (names_where)"
 
 
 def test_no_module_in_core_or_ui_passes_400_lines() -> None:

@@ -48,11 +48,16 @@ def test_startup_event_names_each_phase_and_step_0_eval_only_when_asked(tmp_path
 
 
 def test_a_run_leaves_out_bitsandbytes_and_torchao_unless_it_uses_them():
-    assert unused_optional_libraries("adamw", "none") == ["bitsandbytes", "torchao"]
-    assert unused_optional_libraries("adamw8bit", "none") == ["torchao"]
-    assert unused_optional_libraries("adamw", "nf4") == ["torchao"]
-    assert unused_optional_libraries("adamw", "int8") == ["bitsandbytes"]
-    assert unused_optional_libraries("prodigy", "fp8") == ["bitsandbytes"]
+    from core.config.optimizers import optimizer_package
+
+    def unused(optimizer: str, quantize: str) -> list[str]:
+        return unused_optional_libraries(optimizer_package(optimizer), quantize)
+
+    assert unused("adamw", "none") == ["bitsandbytes", "torchao"]
+    assert unused("adamw8bit", "none") == ["torchao"]
+    assert unused("adamw", "nf4") == ["torchao"]
+    assert unused("adamw", "int8") == ["bitsandbytes"]
+    assert unused("prodigy", "fp8") == ["bitsandbytes"]
 
 
 @pytest.mark.slow
@@ -62,7 +67,7 @@ def test_peft_and_diffusers_work_with_the_unused_libraries_left_out():
     code = """
 import sys
 from core.libraries import skip_libraries, unused_optional_libraries
-skip_libraries(unused_optional_libraries("adamw", "none"))
+skip_libraries(unused_optional_libraries("", "none"))
 import torch, peft, diffusers
 from diffusers import UNet2DConditionModel
 unet = UNet2DConditionModel(sample_size=8, in_channels=4, out_channels=4,

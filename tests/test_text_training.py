@@ -51,7 +51,7 @@ def test_caption_dropout_one_trains_as_empty_captions(tmp_path: Path, tiny_works
 
 def test_shuffled_tags_are_encoded_at_train_time(tmp_path: Path, tiny_workspace: Path,
                                                  monkeypatch: pytest.MonkeyPatch):
-    from core.models.families.sd15.family import StableDiffusionFamily
+    from core.models.stable_diffusion import StableDiffusionFamily
 
     seen: list[str] = []
     original = StableDiffusionFamily.encode_prompts

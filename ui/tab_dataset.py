@@ -34,8 +34,6 @@ PREVIEW_LIMIT = 48  # images a page of the preview shows
 ONE_PREVIEW_AT_A_TIME = {"concurrency_id": "dataset-preview", "concurrency_limit": 1,
                          "api_visibility": "private"}
 CAPTION_HEADERS = ["image", "caption"]
-EDITOR_FIELDS = ("id", "images", "vae_cache", "caption", "instance_prompt", "resolution",
-                 "bucketing", "crop", "repeats", "probability")
 
 
 @dataclass
@@ -207,7 +205,7 @@ def preview_view(ctx: AppContext, tab: DatasetTab, cfg: Config, index: int,
     shown = found.items[first:first + PREVIEW_LIMIT]
     samples = Counter(i.path for i in found.items if i.frames)  # clips per video
     items, paths = [], []
-    for item, thumb in zip(shown, thumbnails(shown, ds.fps or 16.0), strict=True):
+    for item, thumb in zip(shown, thumbnails(shown, ds.fps), strict=True):
         if thumb is None:
             continue
         label = clip_label(item, samples[item.path] > 1) + pair_label(item)

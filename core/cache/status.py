@@ -18,8 +18,6 @@ from core.cache.store import is_fresh, read_metadata
 from core.config import Config
 from core.problems import Problem
 
-MODEL_KEYS = ("family", "model")
-
 
 @dataclass
 class EntryCounts:

@@ -205,8 +205,8 @@ def _toml(value: Any) -> str:
 
 
 def _check_optimizer(cfg: Config) -> list[Problem]:
-    """Option keys the chosen optimizer ignores (warnings) and schedule-free's and
-    Prodigy's own rules."""
+    """Option keys the chosen optimizer ignores (warnings), and the rules of an
+    optimizer that averages its weights or estimates its own step size (its spec says)."""
     t = cfg.train
     spec = OPTIMIZERS[t.optimizer] if t.optimizer in OPTIMIZERS else None
     if spec is None:  # an unknown choice is reported by the section check
@@ -215,19 +215,19 @@ def _check_optimizer(cfg: Config) -> list[Problem]:
                                               f"\"{t.optimizer}\"")
            for key, default in OPTION_DEFAULTS.items()
            if key not in spec.keys and getattr(t, key) != default]
-    if t.optimizer == "adamw_schedulefree":
+    if spec.averages_weights:
         if t.ema:
-            out.append(error("train.ema", "with train.optimizer = \"adamw_schedulefree\": "
+            out.append(error("train.ema", f"with train.optimizer = \"{t.optimizer}\": "
                                           "schedule-free already averages the weights it "
                                           "evaluates and saves; set train.ema = false"))
         if t.lr_scheduler not in ("constant", "constant_with_warmup"):
             out.append(Problem("warning", "train.lr_scheduler",
-                               f"is \"{t.lr_scheduler}\": adamw_schedulefree replaces the "
+                               f"is \"{t.lr_scheduler}\": {t.optimizer} replaces the "
                                "decay schedule; use \"constant_with_warmup\" (or "
                                "\"constant\" without warm-up)"))
-    if t.optimizer == "prodigy" and t.learning_rate < 0.1:
+    if spec.estimates_step and t.learning_rate < 0.1:
         out.append(Problem("warning", "train.learning_rate",
-                           f"is {t.learning_rate:g}: prodigy estimates the step size "
+                           f"is {t.learning_rate:g}: {t.optimizer} estimates the step size "
                            "itself and the rate multiplies it; use about 1.0"))
     return out
 

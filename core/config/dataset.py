@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from core.data.video import CLIP_MODES as CLIP_CHOICES  # datasets.N.clips (video families)
 from core.fields import _f
-from core.models.registry import families, frame_rules
+from core.models.registry import frame_rates, frame_rules, names_where
 
 AUDIO_CHOICES = ("auto", "on", "off")  # datasets.N.audio (families with audio)
 
@@ -59,9 +59,9 @@ class DatasetConfig:
                      help="Frames each clip sample holds, as the family's VAE takes them "
                           f"({frame_rules()}). Clips with fewer (after fps) are "
                           "skipped; images in the folder train as one frame.")
-    fps: float = _f(16.0, label="Frames per second", min=0.0, max=240.0, video=True,
-                    help="Resample clips to this rate before taking frames (Wan is trained "
-                         "at 16); 0 keeps each clip's own rate.")
+    fps: float = _f(0.0, label="Frames per second", min=0.0, max=240.0, video=True,
+                    help="Resample clips to this rate before taking frames; 0: the "
+                         f"family's own rate ({frame_rates()}).")
     clips: str = _f("start", label="Clips per video", choices=CLIP_CHOICES, video=True,
                     help="start (or head): one sample from the beginning of each video; "
                          "chunk: one after another from the beginning, without overlap; "
@@ -75,7 +75,7 @@ class DatasetConfig:
                                "start to the next one's.")
     audio: str = _f("auto", label="Audio track", choices=AUDIO_CHOICES, video=True, audio=True,
                     help="Families that train sound with the video ("
-                         f"{', '.join(f.name for f in families() if f.audio)}): "
+                         f"{names_where(lambda f: f.audio)}): "
                          "auto and on "
                          "train each clip's audio track beside its frames (a clip without "
                          "one trains video-only); off trains video only. Other families "
@@ -86,9 +86,10 @@ class DatasetConfig:
                            "relative path and file stem (photo.jpg -> photo.png), resized "
                            "to its target's bucket. A target without one is left out.")
     control_2: str = _f("", label="Second control folder", kind="path", edit=True,
-                        advanced=True, help="Multi-reference edit models (Qwen-Image-Edit "
-                                            "2509/2511): a second reference per target, "
-                                            "matched as control is.")
+                        advanced=True,
+                        help="Multi-reference edit models ("
+                             f"{names_where(lambda f: f.edit and f.edit.references > 1)}): "
+                             "a second reference per target, matched as control is.")
     control_3: str = _f("", label="Third control folder", kind="path", edit=True,
                         advanced=True, help="A third reference per target (needs control_2).")
     # Augmentation and bucket limits (issue 40 item 18).

@@ -1,5 +1,6 @@
-"""`resolved`: a config's copy with every path joined to the workspace (what the check,
-the estimate and the trainer read), and `resolve_path` for one path."""
+"""`resolved`: a config's copy with every path joined to the workspace and what it leaves
+to the family (a frame rate of 0) set to the family's own (what the check, the estimate
+and the trainer read), and `resolve_path` for one path."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from core.config.schema import SECTION_TYPES, Config
+from core.models.registry import family_or_defaults
 from core.models.source import model_source
 
 
@@ -17,7 +19,8 @@ def resolve_path(value: str, workspace: Path) -> Path:
 
 
 def resolved(cfg: Config, workspace: str | Path) -> Config:
-    """A copy with every path field absolute (relative ones joined to the workspace).
+    """A copy with every path field absolute (relative ones joined to the workspace), and
+    what the config leaves to the family set to the family's own (the frame rates).
 
     `model.path` and `model.config` are joined only when they name something that exists
     there, because they may also be hub ids such as `org/model`, or `tiny:sd15`.
@@ -38,10 +41,14 @@ def resolved(cfg: Config, workspace: str | Path) -> Config:
             setattr(part, f.name, _resolve_model_path(getattr(part, f.name), workspace))
     from core.models.comfy_file import implied_quantize
 
-    # A file of fp8 weights trains as model.quantize = "fp8" (core/models/comfy_file.py):
-    # set here, where check, estimate and trainer all read the config.
+    # Set here, where check, estimate and trainer all read the config: a file of fp8
+    # weights trains as model.quantize = "fp8" (core/models/comfy_file.py), and a clip
+    # rate of 0 is the family's (datasets.N.fps, validation.fps).
     out.model.quantize = implied_quantize(out.model.path, out.model.quantize,
                                           out.train.method, out.train.lora_kind)
+    rate = family_or_defaults(out.model.family).geometry.fps or 0.0
+    for part in (*out.datasets, out.validation):
+        part.fps = part.fps or rate
     return out
 
 

@@ -7,13 +7,17 @@ A new key is one field here; a new section is one field of `Config` (and its dat
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, get_type_hints
+from typing import get_type_hints
 
 from core.config.dataset import DatasetConfig
 from core.config.family_options import with_family_options
-from core.config.optimizers import BETAS, OPTIMIZER_NAMES, optimizer_help, reading
+from core.config.optimizers import (
+    DEFAULT_OPTIMIZER,
+    OPTIMIZER_NAMES,
+    OPTION_FIELDS,
+    optimizer_help,
+)
 from core.config.sections import (
     CaptioningConfig,
     LaunchConfig,
@@ -24,7 +28,13 @@ from core.config.sections import (
 from core.fields import _f
 from core.models.adapters import LORA_KINDS
 from core.models.objectives import LOSS_WEIGHTINGS, MODE_SCALE, TIMESTEP_SAMPLINGS
-from core.models.registry import DEFAULT_FAMILY, families, frame_rules
+from core.models.registry import (
+    DEFAULT_FAMILY,
+    families,
+    frame_rates,
+    frame_rules,
+    names_where,
+)
 from core.models.registry import FAMILY_NAMES as FAMILIES
 
 CONFIG_VERSION = 1
@@ -34,12 +44,6 @@ COMPILE_CHOICES = ("off", "blocks")  # train.compile (issue 37)
 # train.lr_scheduler: diffusers' get_scheduler names (piecewise_constant left out)
 LR_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine",
                 "cosine_with_restarts", "polynomial")
-
-
-def _where(holds: Callable[[Any], Any]) -> str:
-    """The families for which `holds(FAMILY)` is true, for a help text (from the
-    registry, so a new family is listed by itself)."""
-    return ", ".join(f.name for f in families() if holds(f)) or "none"
 
 
 def _auto_sampling() -> str:
@@ -60,7 +64,8 @@ class SharedModelConfig:
     path: str = _f(f"tiny:{DEFAULT_FAMILY}", label="Model path", kind="model_path",
                    help="Hub id, local diffusers folder, single-file .safetensors "
                         "(a ComfyUI diffusion-model file in bf16, fp8 or fp8_scaled too: "
-                        "Wan, Z-Image; fp8 ones train as model.quantize = fp8), "
+                        f"{names_where(lambda f: getattr(f, 'transformer_class_name', ''))}"
+                        "; fp8 ones train as model.quantize = fp8), "
                         "tiny:<family> for a tiny offline model, or random:<family> for "
                         "the full-size architecture with random weights (memory and "
                         "speed measurements without downloads).")
@@ -82,8 +87,11 @@ class SharedModelConfig:
     prediction_type: str = _f("auto", label="Prediction type", ddpm=True, choices=PREDICTION_TYPES,
                               advanced=True,
                               help="What the denoiser predicts (epsilon/v families): auto "
-                                   "reads the scheduler config; set epsilon for SD2-base "
-                                   "files, v_prediction for SD2-768 and v-pred fine-tunes.")
+                                   "reads the scheduler config; set epsilon for the 512 px "
+                                   "base files of a v-prediction family ("
+                                   f"{names_where(lambda f: f.prediction == 'v_prediction')}"
+                                   "), v_prediction for its 768 px files and for v-pred "
+                                   "fine-tunes.")
     blocks_to_swap: int = _f(0, label="Blocks to swap", min=0, max=1000, blocks=True,
                              help="Keep this many of the denoiser's transformer blocks in "
                                   "host memory and copy each to the GPU just before it runs "
@@ -94,8 +102,8 @@ class SharedModelConfig:
                                     help="While the text cache is built, keep the text "
                                          "encoders' layers in host memory and copy each to "
                                          "the GPU as it runs: slower caching, for a text "
-                                         "encoder larger than the card (FLUX.2-dev's 24B "
-                                         "Mistral, Qwen-Image's 7B on 16 GB).")
+                                         "encoder larger than the card (a 24B one, or a 7B "
+                                         "one on 16 GB).")
 
 
 ModelConfig = with_family_options("model", SharedModelConfig, "ModelConfig")
@@ -115,7 +123,7 @@ class SharedTrainConfig:
                              "loha: LyCORIS LoHa, the elementwise product of two "
                              "low-rank updates (more expressive at the same rank). "
                              "diffusers loads lora and dora (and lokr on "
-                             f"{_where(lambda f: f.diffusers_lokr)}); the others save "
+                             f"{names_where(lambda f: f.diffusers_lokr)}); the others save "
                              "only the kohya/LyCORIS (ComfyUI/A1111) file.")
     lora_rank: int = _f(16, label="LoRA rank", lora=True, min=1, max=1024)
     lora_alpha: float = _f(0.0, label="LoRA alpha", lora=True, min=0.0, max=4096, advanced=True,
@@ -143,7 +151,7 @@ class SharedTrainConfig:
     lr_power: float = _f(1.0, label="LR polynomial power", min=0.0, max=100.0,
                          min_exclusive=True, advanced=True,
                          help="polynomial: the decay's power (1 is linear, 2 quadratic).")
-    optimizer: str = _f("adamw", label="Optimizer", choices=OPTIMIZER_NAMES,
+    optimizer: str = _f(DEFAULT_OPTIMIZER, label="Optimizer", choices=OPTIMIZER_NAMES,
                         advanced=True,
                         help=optimizer_help())
     weight_decay: float = _f(0.01, label="Weight decay", min=0.0, max=10.0, advanced=True)
@@ -208,7 +216,7 @@ class SharedTrainConfig:
                                   "(epsilon/v families; 0.05-0.1 is usual); 0 disables.")
     text_encoder_lora: bool = _f(False, label="Train text encoder (LoRA)", lora=True, ddpm=True,
                                  advanced=True,
-                                 help=f"{_where(lambda f: f.text_encoder_lora_targets)}: "
+                                 help=f"{names_where(lambda f: f.text_encoder_lora_targets)}: "
                                       "LoRA on the CLIP text encoder(s) too; "
                                       "captions are then encoded at train time, not from "
                                       "the text cache.")
@@ -235,33 +243,18 @@ class SharedTrainConfig:
                              "from zero.")
     # -- Optimizer options and the flow-matching objective (issue 26, items 1 and 2).
     # 0 / "auto" keeps the optimizer's or the family's own default, so existing configs
-    # train exactly as before.
-    optimizer_beta1: float = _f(0.0, label="Optimizer beta1", min=0.0, max=1.0,
-                                advanced=True,
-                                help=f"First-moment decay of {reading(*BETAS)} (adafactor: "
-                                     "turns its first moment on); 0 keeps the optimizer's "
-                                     "default.")
-    optimizer_beta2: float = _f(0.0, label="Optimizer beta2", min=0.0, max=1.0,
-                                advanced=True,
-                                help="Second-moment decay (lion: its update interpolation); "
-                                     "0 keeps the optimizer's default.")
-    optimizer_eps: float = _f(0.0, label="Optimizer epsilon", min=0.0, max=1.0,
-                              advanced=True,
-                              help=f"{reading('optimizer_eps')}: the denominator's epsilon; 0 "
-                                   "keeps the optimizer's default.")
-    prodigy_d_coef: float = _f(1.0, label="Prodigy d_coef", min=0.0, max=1000.0,
-                               min_exclusive=True, advanced=True,
-                               help="prodigy: scales its estimated step size (below 1 for "
-                                    "a smaller one).")
-    prodigy_safeguard_warmup: bool = _f(False, label="Prodigy safeguard warm-up",
-                                        advanced=True,
-                                        help="prodigy: keep the step-size estimate from "
-                                             "growing too fast during an LR warm-up.")
+    # train exactly as before. The optimizer options' fields are the catalogue's
+    # (core/config/optimizers.py), whose help names the optimizers reading each.
+    optimizer_beta1: float = OPTION_FIELDS["optimizer_beta1"]
+    optimizer_beta2: float = OPTION_FIELDS["optimizer_beta2"]
+    optimizer_eps: float = OPTION_FIELDS["optimizer_eps"]
+    prodigy_d_coef: float = OPTION_FIELDS["prodigy_d_coef"]
+    prodigy_safeguard_warmup: bool = OPTION_FIELDS["prodigy_safeguard_warmup"]
     timestep_sampling: str = _f("auto", label="Timestep sampling", flow=True,
                                 choices=("auto", *TIMESTEP_SAMPLINGS), advanced=True,
                                 help="Flow families: how training noise levels are drawn. "
                                      f"auto: the family's own ({_auto_sampling()}); "
-                                     "logit_normal (SD3 paper), uniform, mode (SD3 paper's "
+                                     "logit_normal (Esser et al. 2024), uniform, mode (their "
                                      "mode sampling, train.mode_scale), sigmoid (kohya's: "
                                      "logit-normal, never shifted).")
     logit_mean: float = _f(0.0, label="Logit-normal mean", flow=True, min=-10.0, max=10.0,
@@ -274,12 +267,12 @@ class SharedTrainConfig:
     mode_scale: float = _f(MODE_SCALE, label="Mode sampling scale", flow=True, min=-1.0, max=1.75,
                            advanced=True,
                            help="mode sampling: above 0 trains more at middle noise, below "
-                                "at the ends (SD3 paper; diffusers' default 1.29).")
+                                "at the ends (Esser et al. 2024; diffusers' default 1.29).")
     flow_shift: float = _f(0.0, label="Flow shift", flow=True, min=0.0, max=100.0, advanced=True,
                            help="Flow families: shift of the training noise levels, "
                                 "s*t/(1+(s-1)*t), above 1 for more noise. 0: the family's "
-                                "own (its scheduler config's shift, e.g. 3 for SD3; none "
-                                "where that scheduler shifts by resolution at inference, "
+                                "own (its scheduler config's shift; none where that "
+                                "scheduler shifts by resolution at inference, "
                                 "use_dynamic_shifting).")
     loss_weighting: str = _f("auto", label="Loss weighting", flow=True,
                              choices=("auto", *LOSS_WEIGHTINGS), advanced=True,
@@ -289,13 +282,17 @@ class SharedTrainConfig:
     guidance: float = _f(0.0, label="Training guidance", min=0.0, max=100.0, advanced=True,
                          guidance=True,
                          help="Guidance-distilled models of "
-                              f"{_where(lambda f: f.train_guidance is not None)} "
-                              "(FLUX.1-dev, FLUX.2-dev): the "
+                              f"{names_where(lambda f: f.train_guidance is not None)}: the "
                               "guidance value given to the model in training. 0: the "
-                              "family's own, 1.0 (diffusers' Flux script uses 3.5).")
+                              "family's own, 1.0 (diffusers' train_dreambooth_lora_flux.py "
+                              "uses 3.5).")
 
 
 TrainConfig = with_family_options("train", SharedTrainConfig, "TrainConfig")
+
+
+def _draws_without_negative(family: Any) -> bool:
+    return bool(family.validation.negative_prompt_note)
 
 
 @dataclass
@@ -308,7 +305,8 @@ class ValidationConfig:
     negative_prompt: str = _f("", label="Negative prompt", advanced=True,
                               help="What classifier-free guidance steers away from (empty: "
                                    "the empty prompt); a prompt's --n replaces it. Families "
-                                   "drawn without one (guidance-distilled FLUX.1) warn.")
+                                   "drawn without one ("
+                                   f"{names_where(_draws_without_negative)}) warn.")
     model: str = _f("", label="Validation model", kind="model_path", advanced=True,
                     help="Another checkpoint of the same family to draw validation from, "
                          "with the run's current LoRA on it (train on a base, preview on "
@@ -339,8 +337,9 @@ class ValidationConfig:
                           "written "
                           "as validation/step_NNNNNN/NN.mp4 beside the first frame's NN.png; "
                           "1 draws stills.")
-    fps: float = _f(16.0, label="Validation video fps", min=1.0, max=240.0, video=True,
-                    advanced=True, help="Frame rate of the validation .mp4 files.")
+    fps: float = _f(0.0, label="Validation video fps", min=0.0, max=240.0, video=True,
+                    advanced=True, help="Frame rate of the validation .mp4 files; 0: the "
+                                        f"family's own ({frame_rates()}).")
     control_images: list[str] = _f([], label="Validation control images", kind="path",
                                    conditioned=True,
                                    help="Edit models: one control image per prompt, in "

@@ -8,6 +8,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from core.config.optimizers import OPTIMIZERS
+
 if TYPE_CHECKING:
     from core.config import Config
 
@@ -29,8 +31,9 @@ def lower_memory_settings(cfg: Config) -> list[str]:
         out.append("train.gradient_checkpointing = true")
     if t.batch_size > 1:
         out.append("a smaller train.batch_size (with train.grad_accum)")
-    if t.method == "full" and t.optimizer == "adamw":
-        out.append('train.optimizer = "adamw8bit"')
+    lighter = OPTIMIZERS[t.optimizer].lighter if t.optimizer in OPTIMIZERS else ""
+    if t.method == "full" and lighter:
+        out.append(f'train.optimizer = "{lighter}"')
     if t.mixed_precision == "no":
         out.append('train.mixed_precision = "bf16"')
     return out

@@ -248,7 +248,7 @@ def dequantized_copy_bytes(cfg: Config, d: DenoiserSize, wbytes: int) -> int:
 def training_parts(cfg: Config, d: DenoiserSize, wbytes: int,
                    second: DenoiserSize | None = None) -> list[MemoryPart]:
     """Frozen weights, trainable, gradients, optimizer, EMA: exact. LoRA and full
-    fine-tunes keep trainable weights, their gradients and AdamW's states in fp32; DDP
+    fine-tunes keep trainable weights, their gradients and the optimizer's states in fp32; DDP
     (more than one process) copies the gradients into its buckets, once more. A second
     expert (`second`) is loaded too, and trains where the family says it does."""
     experts = [d] if second is None else [d, second]

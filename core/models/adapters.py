@@ -43,10 +43,18 @@ from typing import Any
 LORA_KINDS: tuple[str, ...] = ("lora", "dora", "lokr", "loha")
 # Kinds diffusers' load_lora_weights can load into every family here.
 DIFFUSERS_KINDS: tuple[str, ...] = ("lora", "dora")
-LYCORIS_ONLY_NOTE = ("train.lora_kind lokr/loha: diffusers' load_lora_weights cannot load "
-                     "this kind into this pipeline (LoKr loads only into Z-Image and FLUX.2, "
-                     "LoHa into none), so no pytorch_lora_weights.safetensors is written, only "
-                     "the kohya/LyCORIS (sd15/sd2/sdxl) or ComfyUI (the others) file")
+
+
+def lycoris_only_note() -> str:
+    """Why a lokr/loha run writes no diffusers file, naming the families (registry's)."""
+    from core.models.registry import names_where
+
+    return ("train.lora_kind lokr/loha: diffusers' load_lora_weights cannot load this kind "
+            "into this pipeline (LoKr loads only into "
+            f"{names_where(lambda f: f.diffusers_lokr)}; LoHa into none), so no "
+            "pytorch_lora_weights.safetensors is written, only the kohya/LyCORIS ("
+            f"{names_where(lambda f: f.prediction != 'flow_matching')}) or ComfyUI (the "
+            "others) file")
 
 
 def diffusers_kinds(family: str) -> tuple[str, ...]:

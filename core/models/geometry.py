@@ -25,6 +25,10 @@ class Geometry:
     # denoiser packs); bucket sides (data/buckets.py) are multiples of 64, which it
     # divides.
     spatial_multiple: int = 16
+    # The frame rate its models are trained at and its pipeline samples at: a dataset's
+    # clips are resampled to it and validation videos play at it unless the config
+    # says otherwise (datasets.N.fps, validation.fps = 0). None: stills.
+    fps: float | None = None
 
     def valid_frames(self, frames: int) -> bool:
         """Whether a clip of `frames` frames fits the VAE's frame rule."""

@@ -125,7 +125,7 @@ def detect_checkpoint_family(keys: list[str]) -> str | None:
 def check_file_family(path: str, family: str) -> str | None:
     """Raise when a single-file checkpoint looks like another family; return what it is."""
     from core.models import comfy_file
-    from core.models.registry import family_or_defaults
+    from core.models.registry import family_or_defaults, names_where
 
     header = safetensors_header(path)
     found = detect_checkpoint_family(list(header))
@@ -138,8 +138,9 @@ def check_file_family(path: str, family: str) -> str | None:
     if problem is None and comfy_file.layout(header) and not getattr(
             family_or_defaults(family), "transformer_class_name", ""):
         problem = (f"holds {comfy_file.layout(header)} weights, which are read for the "
-                   "families whose file holds only the transformer (wan, z_image); use a "
-                   f"bf16 {family} file")
+                   "families whose file holds only the transformer ("
+                   f"{names_where(lambda f: getattr(f, 'transformer_class_name', ''))}); "
+                   f"use a bf16 {family} file")
     if problem is not None:
         raise ModelLoadError(path, problem)
     return found

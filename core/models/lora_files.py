@@ -86,7 +86,7 @@ BaseWeight = Callable[[str], Any]
 def base_weights(model: Any, strip: str = "") -> BaseWeight:
     """`module name -> the frozen weight under its adapter` for `model` (DoRA's saved
     scale needs it). strip: a prefix the saved names carry and the model lacks (CLIP's
-    "text_model.", see sd15._text_model_names)."""
+    "text_model.", see stable_diffusion._text_model_names)."""
     model = unwrap(model)
 
     def weight(module: str) -> Any:
@@ -163,12 +163,6 @@ def _lycoris_tensors(peft_sd: dict[str, Any], config: Any, prefix: str, dot: str
 def write_kohya(tensors: dict[str, Any], config: Any, path: Path) -> Path:
     """Write kohya tensors (from `kohya_tensors`) as one file."""
     return _write(tensors, path, config, network_metadata(adapter_kind(config)))
-
-
-def save_kohya(peft_sd: dict[str, Any], config: Any, path: Path, prefix: str,
-               base_weight: BaseWeight | None = None) -> Path:
-    """Write one model's adapter as a kohya/LyCORIS file (lora_<prefix>_...)."""
-    return write_kohya(kohya_tensors(peft_sd, config, prefix, base_weight), config, path)
 
 
 def save_comfy_lora(peft_sd: dict[str, Any], config: Any, path: Path,

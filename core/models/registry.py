@@ -14,6 +14,7 @@ import functools
 import importlib
 import importlib.util
 import pkgutil
+from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -85,10 +86,23 @@ def family_options(section: str) -> list[tuple[str, type]]:
     return out
 
 
+def names_where(holds: Callable[[ModelFamily], object]) -> str:
+    """The families for which `holds(family)` is true, comma-separated ("none"), for a
+    help text or a message: from the registry, so a new family is listed by itself and
+    shared code names none."""
+    return ", ".join(f.name for f in families() if holds(f)) or "none"
+
+
 def frame_rules() -> str:
     """Each video family's frame rule, for help texts ("wan: 4k + 1")."""
     return "; ".join(f"{f.name}: {f.geometry.frame_rule()}" for f in families()
                      if f.geometry.video) or "no video family"
+
+
+def frame_rates() -> str:
+    """Each video family's frame rate, for help texts ("wan: 16")."""
+    return "; ".join(f"{f.name}: {f.geometry.fps:g}" for f in families()
+                     if f.geometry.fps) or "no video family"
 
 
 def families() -> list[ModelFamily]:

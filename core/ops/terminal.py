@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TextIO
 
 from core.config import LaunchConfig
-from core.models.adapters import LYCORIS_ONLY_NOTE
+from core.models.adapters import lycoris_only_note
 from core.runs.folder import RunFolder
 from core.runs.manager import RunHandle
 from core.runs.outputs import saved_loras, tensorboard_command
@@ -47,7 +47,7 @@ def run_summary(run_dir: Path, state: str, workspace: Path,
     else:
         lycoris = sorted(folder.lora.glob("*.safetensors")) if folder.lora.is_dir() else []
         if lycoris:  # train.lora_kind = lokr/loha: no diffusers file (adapters.py)
-            say(f"LoRA: {lycoris[0]} ({LYCORIS_ONLY_NOTE})")
+            say(f"LoRA: {lycoris[0]} ({lycoris_only_note()})")
     saved = saved_loras(folder)
     if saved:
         steps = (f"step {saved[0].step}" if len(saved) == 1 else

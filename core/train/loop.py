@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.config import Config, prompt_text
 from core.memory.advice import out_of_memory_becomes
-from core.models.adapters import LYCORIS_ONLY_NOTE
+from core.models.adapters import lycoris_only_note
 from core.models.modules import unwrap
 from core.models.training_adapter import adapters_taken_out
 from core.runs.folder import RunFolder
@@ -214,7 +214,7 @@ class Loop:
             files = self.write_lora(RunFolder(self.run_dir).lora)
             self.reporter.say("LoRA saved: " + ", ".join(str(p) for p in files.values()))
             if "diffusers" not in files:
-                self.reporter.say(f"note: {LYCORIS_ONLY_NOTE}")
+                self.reporter.say(f"note: {lycoris_only_note()}")
         else:
             pipe = self.s.family.validation_pipeline(comps)
             model_dir = RunFolder(self.run_dir).model

@@ -118,6 +118,7 @@ def check_ranks(cfg: Any, accelerator: Any, reporter: Any) -> None:
 def run(args: argparse.Namespace, own_process: bool = False) -> int:
     """Train; `own_process` (the program `accelerate launch` runs, not a test calling
     main in its own process) also leaves out optional libraries the run does not use."""
+    from core.config.optimizers import optimizer_package
     from core.libraries import leave_out_unused_libraries, loaded_outside_collections
     from core.notices import quiet_library_notices
     from core.startup import load_resolved_config
@@ -134,7 +135,7 @@ def run(args: argparse.Namespace, own_process: bool = False) -> int:
     run_dir = Path(cfg.output.dir)
     stop = StopSignal(run_dir).install()
     if own_process:
-        leave_out_unused_libraries(cfg.train.optimizer, cfg.model.quantize)
+        leave_out_unused_libraries(optimizer_package(cfg.train.optimizer), cfg.model.quantize)
     clock.mark("interpreter")
     with loaded_outside_collections() if own_process else contextlib.nullcontext():
         clock.import_libraries()

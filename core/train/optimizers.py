@@ -1,19 +1,14 @@
-"""train.optimizer: which class each name builds, from which package, with which of the
+"""train.optimizer: the class each name builds, from which package, with which of the
 train.optimizer_* keys, and the schedule-free switch to averaged weights.
 
-The table is core/config/optimizers.py (data, no heavy import), so the config check can
-say which keys an optimizer ignores without importing torch.
+The table is core/config/optimizers.py (data, no heavy import: which module and class
+each name builds, the package to install, the arguments it always gets), so the config
+check can say which keys an optimizer ignores without importing torch; this module
+imports and builds from it.
 
-- adamw: torch.optim.AdamW. adamw8bit: bitsandbytes' AdamW8bit (on CUDA, and on the CPU
-  since bitsandbytes 0.45).
-- prodigy, lion, came, adamw_schedulefree: pytorch-optimizer (one maintained package, only
-  numpy and torch as dependencies) Prodigy, Lion, CAME and ScheduleFreeAdamW.
-- adafactor: transformers' Adafactor driven by train.learning_rate (relative_step,
-  scale_parameter and warmup_init off: the usual setting for fine-tuning with an
-  external rate and schedule).
-
-Each keeps its whole state in `state_dict()` (schedule-free its z and averaging weight,
-Prodigy its step-size estimate d, in the parameter groups), so checkpoints resume exactly.
+Each keeps its whole state in `state_dict()` (a schedule-free one its z and averaging
+weight, one that estimates its step size its estimate d, in the parameter groups), so
+checkpoints resume exactly.
 """
 
 from __future__ import annotations
@@ -47,12 +42,12 @@ def optimizer_kwargs(name: str, train: Any, cls: Any) -> dict[str, Any]:
                               **spec.fixed}
     defaults = {k: p.default for k, p in inspect.signature(cls).parameters.items()}
     beta1, beta2 = train.optimizer_beta1, train.optimizer_beta2
-    if "betas" in defaults and (beta1 or beta2):  # CAME has three betas: the first two
+    if "betas" in defaults and (beta1 or beta2):  # two betas or three: the first two
         betas = list(defaults["betas"])
         betas[0] = beta1 or betas[0]
         betas[1] = beta2 or betas[1]
         kwargs["betas"] = tuple(betas)
-    elif "beta1" in defaults and beta1:  # Adafactor: no first moment unless asked
+    elif "beta1" in defaults and beta1:  # no first moment unless asked
         kwargs["beta1"] = beta1
     if "optimizer_eps" in spec.keys and train.optimizer_eps:
         kwargs["eps"] = train.optimizer_eps

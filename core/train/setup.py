@@ -145,8 +145,8 @@ def _quiet_peft_merge_warning() -> Iterator[None]:
 
 
 def make_optimizer(params: list[Any], cfg: Config, text_params: list[Any] | None = None) -> Any:
-    """AdamW over the denoiser's weights and, in a second group, the text encoders'
-    (train.text_encoder_lr, or the main rate when 0)."""
+    """train.optimizer over the denoiser's weights and, in a second group, the text
+    encoders' (train.text_encoder_lr, or the main rate when 0)."""
 
     groups: Any = params
     if text_params:

@@ -79,9 +79,6 @@ def word_merges(words: tuple[str, ...]) -> list[tuple[str, str]]:
     return merges
 
 
-CLIP_VOCAB_SIZE = 514
-
-
 def build_clip_tokenizer(out_dir: Path, model_max_length: int = 77,
                          pad_token: str = EOS_TOKEN, words: tuple[str, ...] = ()) -> None:
     """Write a CLIP tokenizer to `out_dir` (tokenizer folder of a diffusers model).

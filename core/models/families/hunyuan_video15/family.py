@@ -52,7 +52,8 @@ i2v.py, which says how the first-frame condition is cached and fed; tiny_i2v/
 Not here: single files (diffusers 0.42 cannot read an original HunyuanVideo 1.5 file, so
 one is refused naming the fix), the step-distilled models (use_meanflow, refused at load)
 and the super-resolution ones. I2V validation starts from each prompt's
-validation.control_images entry (`first_image`, i2v.py), or i2v.synthetic_image without one.
+validation.control_images entry (`first_image`, i2v.py), or the shared synthetic_image
+(core/models/video_pipeline.py) without one.
 """
 
 from __future__ import annotations
@@ -126,8 +127,10 @@ def random_tokenizer(cls: str, folder: Path, bang_padded: bool) -> Any:
 class HunyuanVideo15Family(FlowFamily):
     name = "hunyuan_video15"
     block_lists = ("transformer_blocks",)
-    # 4k + 1 frames, 4 to a latent frame, 16x16 pixels to a latent; patch 1.
-    geometry = Geometry(video=True, frame_step=4, temporal_compression=4,
+    # 4k + 1 frames, 4 to a latent frame, 16x16 pixels to a latent; patch 1. 24 fps:
+    # the model's (121 frames are its 5 s; the pipeline takes no rate, and diffusers'
+    # image-to-video example exports at 24).
+    geometry = Geometry(video=True, frame_step=4, temporal_compression=4, fps=24.0,
                         spatial_compression=16, latent_channels=32, spatial_multiple=16)
     first_image = FIRST_IMAGE  # a HunyuanVideo15ImageToVideoPipeline folder (i2v.py)
     pipeline_prefix = "HunyuanVideo15"

@@ -32,6 +32,7 @@ from typing import Any
 from core.models.base import Components
 from core.models.capabilities import FirstImageSpec
 from core.models.source import names_pipeline
+from core.models.video_pipeline import pixels_to_pil
 
 I2V_PIPELINE = "HunyuanVideo15ImageToVideoPipeline"
 CONDITION = "hv15_first_frame_latents"  # [32, 1, h, w]: the first image's latents
@@ -81,16 +82,6 @@ def i2v_components(c: Components, pipe: Any, source: str) -> Components:
                          feature_extractor=pipe.feature_extractor)
 
 
-def to_pil(frames: Any) -> list[Any]:
-    """Pixels [B, 3, H, W] in [-1, 1] (from 8-bit images) as the PIL images the
-    pipeline's feature extractor is given."""
-    import numpy as np
-    from PIL import Image
-
-    array = ((frames.float().cpu().clamp(-1, 1) + 1) * 127.5).round().byte()
-    return [Image.fromarray(np.ascontiguousarray(a.permute(1, 2, 0).numpy())) for a in array]
-
-
 def encode_condition(c: I2VComponents, video: Any, encode: Any) -> dict[str, Any]:
     """The cached condition of pixels [B, 3, F, H, W]: CONDITION, `encode` (the family's
     latents) of the first frame alone; IMAGE_EMBEDS, the image encoder's last hidden
@@ -101,7 +92,7 @@ def encode_condition(c: I2VComponents, video: Any, encode: Any) -> dict[str, Any
     latents = encode(first)
     encoder = c.image_encoder
     params = next(encoder.parameters())
-    inputs = c.feature_extractor.preprocess(images=to_pil(first[:, :, 0]), do_resize=True,
+    inputs = c.feature_extractor.preprocess(images=pixels_to_pil(first[:, :, 0]), do_resize=True,
                                             return_tensors="pt", do_convert_rgb=True)
     with torch.no_grad():
         embeds = encoder(pixel_values=inputs["pixel_values"].to(params.device, params.dtype)
@@ -134,17 +125,3 @@ def condition_inputs(noisy: Any, batch: dict[str, Any]) -> tuple[Any, Any]:
     condition[:, :ch, :1] = first
     condition[:, ch, 0] = 1.0
     return condition, _stacked(batch, IMAGE_EMBEDS, noisy.device, noisy.dtype)
-
-
-def synthetic_image(width: int, height: int) -> Any:
-    """The fixed first image I2V validation starts from where validation.control_images
-    names none: a top-to-bottom blue-to-orange gradient with a white disc in the middle."""
-    import numpy as np
-    from PIL import Image
-
-    ramp = np.linspace(0.0, 1.0, height, dtype=np.float32)[:, None].repeat(width, axis=1)
-    rgb = np.stack([ramp, 0.5 * ramp, 1.0 - ramp], axis=-1)
-    yy, xx = np.mgrid[:height, :width]
-    disc = (yy - height / 2) ** 2 + (xx - width / 2) ** 2 < (min(width, height) / 4) ** 2
-    rgb[disc] = 1.0
-    return Image.fromarray((rgb * 255).round().astype(np.uint8))

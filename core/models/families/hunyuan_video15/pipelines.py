@@ -10,11 +10,11 @@ module needs no diffusers).
   `negative_prompt_embeds`; they are unpacked into the pipeline's four text inputs.
 - `guidance_scale` (validation.guidance_scale) becomes the guider's: the pipeline takes
   none, its ClassifierFreeGuidance component holds the scale.
-- Image-to-video starts from the prompt's `image` (validation.control_images), or
-  without one from i2v.synthetic_image sized by height/width, which that pipeline does
-  not take (it sizes the video from the image and the model's target_size).
-- The output reads like an image pipeline's: `.images` (each video's first frame) and
-  `.frames` (each video's frames as PIL images, for the .mp4).
+- The video families' shared glue (core/models/video_pipeline.py): the output as the
+  shared validation reads it, save_pretrained as the plain class, and image-to-video's
+  synthetic first image where the prompt names no `image` (validation.control_images),
+  sized by height/width, which that pipeline does not take (it sizes the video from the
+  image and the model's target_size).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from core.models.families.hunyuan_video15.i2v import I2V_PIPELINE, synthetic_image
+from core.models.families.hunyuan_video15.i2v import I2V_PIPELINE
 from core.models.families.hunyuan_video15.text import unpack
+from core.models.video_pipeline import VideoPipeline
 
 TEXT_KEYS = ("prompt_embeds", "negative_prompt_embeds")
 
@@ -48,47 +49,24 @@ def unpacked_kwargs(transformer: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
 @functools.cache
 def validation_pipeline_class(base_name: str = "HunyuanVideo15Pipeline") -> Any:
     """A subclass of diffusers' `base_name` with a LoRA loader (see the module docstring)."""
-    from types import SimpleNamespace
-
     import diffusers
     from diffusers.guiders import ClassifierFreeGuidance
     from diffusers.loaders import HunyuanVideoLoraLoaderMixin
-    from PIL import Image
 
     base = getattr(diffusers, base_name)
-    needs_image = base_name == I2V_PIPELINE
 
-    class HunyuanVideo15ValidationPipeline(base, HunyuanVideoLoraLoaderMixin):  # type: ignore[misc, valid-type]
+    class HunyuanVideo15ValidationPipeline(VideoPipeline, base,  # type: ignore[misc, valid-type]
+                                           HunyuanVideoLoraLoaderMixin):
+        diffusers_class = base
+        needs_image = sized_by_image = base_name == I2V_PIPELINE
+        default_size = (848, 480)
+
         def __call__(self, *args: Any, guidance_scale: float | None = None,
                      num_frames: int = 1, **kwargs: Any) -> Any:
             if guidance_scale is not None:
                 self.register_modules(guider=ClassifierFreeGuidance(
                     guidance_scale=guidance_scale))
-            kwargs = unpacked_kwargs(self.transformer, kwargs)
-            kwargs["output_type"] = "np"
-            if needs_image:
-                # The image-to-video pipeline sizes its video from the image and the
-                # model's target_size, and takes no height/width: they shape the fixed
-                # first image when none is given.
-                width, height = kwargs.pop("width", None), kwargs.pop("height", None)
-                if not args and kwargs.get("image") is None:
-                    kwargs["image"] = synthetic_image(int(width or 848), int(height or 480))
-            videos = super().__call__(*args, num_frames=num_frames, **kwargs).frames
-            frames = [[Image.fromarray((f * 255).round().clip(0, 255).astype("uint8"))
-                       for f in video] for video in videos]
-            return SimpleNamespace(images=[v[0] for v in frames], frames=frames)
-
-        def save_pretrained(self, save_directory: Any, **kwargs: Any) -> None:
-            """Saved as a plain `base_name` (a merge's or full fine-tune's folder):
-            model_index.json then names a class DiffusionPipeline.from_pretrained finds."""
-            base(**self.components).save_pretrained(save_directory, **kwargs)
+            return super().__call__(*args, num_frames=num_frames,
+                                    **unpacked_kwargs(self.transformer, kwargs))
 
     return HunyuanVideo15ValidationPipeline
-
-
-def lora_pipeline_class() -> Any:
-    """The class whose save_lora_weights writes the diffusers LoRA file (the mixin's,
-    "transformer." keys)."""
-    from diffusers.loaders import HunyuanVideoLoraLoaderMixin
-
-    return HunyuanVideoLoraLoaderMixin

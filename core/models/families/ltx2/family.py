@@ -122,7 +122,8 @@ def audio_stream(config: dict[str, Any], shape: Any) -> tuple[dict[str, Any], An
 class LTX2Family(FlowFamily):
     name = "ltx2"
     block_lists = ("transformer_blocks",)
-    geometry = Geometry(video=True, frame_step=8, temporal_compression=8,
+    # fps: LTX2Pipeline's default frame_rate (audio.py), which its positions assume.
+    geometry = Geometry(video=True, frame_step=8, temporal_compression=8, fps=FRAME_RATE,
                         spatial_compression=32, latent_channels=128, spatial_multiple=32)
     audio = AUDIO  # a clip's sound track, cached beside its frames (audio.py)
     first_image = FIRST_IMAGE  # model.ltx2_mode = "image_to_video" (i2v.py)
@@ -180,9 +181,9 @@ class LTX2Family(FlowFamily):
         model.path, named with why (versions.py)."""
         out = [warning(f"datasets.{i}.fps", f"{ds.fps:g} fps: ltx2 trains at "
                        f"{FRAME_RATE:g} fps, the rate LTX2Pipeline samples at (its video "
-                       "positions and audio length assume it); set it to 24 unless the "
-                       "clips are meant to play slower or faster")
-               for i, ds in enumerate(cfg.datasets) if ds.fps != FRAME_RATE]
+                       "positions and audio length assume it); set it to 0 (the family's "
+                       "rate) unless the clips are meant to play slower or faster")
+               for i, ds in enumerate(cfg.datasets) if ds.fps not in (0, FRAME_RATE)]
         if takes_first_image(cfg.model):
             out += [error(f"datasets.{i}.frames", f"is 1, but {FIRST_IMAGE.switch} "
                           "keeps each sample's first latent frame as the clean condition "

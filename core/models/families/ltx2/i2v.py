@@ -58,17 +58,3 @@ def video_timesteps(timesteps: Any, latents: Any) -> Any:
     (the pipeline's `timestep.unsqueeze(-1) * (1 - conditioning_mask)`)."""
     mask = conditioning_mask(latents).to(timesteps.device, timesteps.dtype)
     return timesteps.reshape(-1, 1) * (1 - mask)
-
-
-def synthetic_image(width: int, height: int) -> Any:
-    """The fixed first image validation starts from where validation.control_images
-    names none: a diagonal green-to-magenta gradient with a white bar across the middle,
-    so a LoRA's motion shows against a known start."""
-    import numpy as np
-    from PIL import Image
-
-    yy, xx = np.mgrid[:height, :width].astype(np.float32)
-    ramp = (xx / max(width - 1, 1) + yy / max(height - 1, 1)) / 2
-    rgb = np.stack([ramp, 1.0 - ramp, ramp], axis=-1)
-    rgb[height * 2 // 5:height * 3 // 5, width // 6:width - width // 6] = 1.0
-    return Image.fromarray((rgb * 255).round().astype(np.uint8))

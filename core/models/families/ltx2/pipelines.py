@@ -1,7 +1,8 @@
 """The LTX-2 validation pipelines: LTX2Pipeline (text-to-video) or
-LTX2ImageToVideoPipeline (image-to-video, i2v.py) sampling from the cached text (text.py)
-and returning frames as the shared validation reads them (built on first use, so
-importing this module needs no diffusers)."""
+LTX2ImageToVideoPipeline (image-to-video, i2v.py) sampling from the cached text (text.py),
+with the video families' shared glue (core/models/video_pipeline.py: the output, the
+synthetic first image, save_pretrained) and the audio beside the frames (built on first
+use, so importing this module needs no diffusers)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import functools
 from collections.abc import Iterator
 from typing import Any
 
+from core.models.video_pipeline import VideoPipeline, video_output
+
 I2V_PIPELINE = "LTX2ImageToVideoPipeline"
 
 
@@ -17,13 +20,9 @@ I2V_PIPELINE = "LTX2ImageToVideoPipeline"
 def validation_pipeline_class(base_name: str = "LTX2Pipeline") -> Any:
     """A subclass of diffusers' `base_name`, LTX2Pipeline or LTX2ImageToVideoPipeline
     (see its docstring)."""
-    from types import SimpleNamespace
-
     import diffusers
     import torch
-    from PIL import Image
 
-    from core.models.families.ltx2.i2v import synthetic_image
     from core.models.families.ltx2.text import split
     from core.models.families.ltx2.versions import suggested_guidance, video_text_width
 
@@ -41,33 +40,26 @@ def validation_pipeline_class(base_name: str = "LTX2Pipeline") -> Any:
             return video, audio, mask
 
     base = getattr(diffusers, base_name)
-    needs_image = base_name == I2V_PIPELINE
 
-    class LTX2ValidationPipeline(base):  # type: ignore[misc, valid-type]
+    class LTX2ValidationPipeline(VideoPipeline, base):  # type: ignore[misc, valid-type]
         """Takes `prompt_embeds` / `prompt_attention_mask` (and the negatives) as
         text.py caches them: the connectors already ran, so they are set aside for the
         call (the real ones stay the pipeline's component, for merge and saving). The
         audio VAE and the vocoder join the transformer's device for the call. Returns
-        `.images` (each video's first frame), `.frames` (PIL frames), `.audio`
-        ([B, channels, samples]) and `.audio_sample_rate`. Image-to-video without an
-        `image` starts from i2v.synthetic_image: the config names no first image for the
-        prompt."""
+        `.audio` ([B, channels, samples]) and `.audio_sample_rate` beside the frames."""
+
+        diffusers_class = base
+        needs_image = base_name == I2V_PIPELINE
+        default_size = (768, 512)
 
         def __call__(self, *args: Any, num_frames: int = 1, **kwargs: Any) -> Any:
-            kwargs["output_type"] = "np"
             # LTX-2.3: its suggested audio CFG, STG and modality guidance (versions.py)
             kwargs = {**suggested_guidance(self.transformer.config,
                                            kwargs.get("guidance_scale")), **kwargs}
-            if needs_image and not args and kwargs.get("image") is None:
-                kwargs["image"] = synthetic_image(int(kwargs.get("width") or 768),
-                                                  int(kwargs.get("height") or 512))
             with self._cached_text(), self._audio_on(self.transformer.device):
-                out = super().__call__(*args, num_frames=num_frames, **kwargs)
-            frames = [[Image.fromarray((f * 255).round().clip(0, 255).astype("uint8"))
-                       for f in video] for video in out.frames]
+                out, frames = self.sampled(*args, num_frames=num_frames, **kwargs)
             rate = int(self.vocoder.config.output_sampling_rate)
-            return SimpleNamespace(images=[v[0] for v in frames], frames=frames,
-                                   audio=out.audio.float().cpu(), audio_sample_rate=rate)
+            return video_output(frames, audio=out.audio.float().cpu(), audio_sample_rate=rate)
 
         @contextlib.contextmanager
         def _cached_text(self) -> Iterator[None]:

@@ -5,7 +5,8 @@ v-prediction.
 SD 2 base (512 px) is epsilon: training always follows the loaded scheduler's
 `prediction_type`, so both variants train correctly under this family; `prediction`
 below is the family's usual kind and what the tiny model uses. Everything else is
-StableDiffusionFamily's; `_check_loaded` there tells SD1 from SD2 by the text width.
+StableDiffusionFamily's (core/models/stable_diffusion.py); its `_check_loaded` tells SD1
+from SD2 by the text width (`text_width`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import dataclasses
 from typing import Any
 
 from core.models.capabilities import SingleFileSpec
-from core.models.families.sd15.family import StableDiffusionFamily
+from core.models.stable_diffusion import StableDiffusionFamily
 
 
 def single_file_problems(config: str, prediction_type: str) -> list[Any]:
@@ -32,13 +33,14 @@ def single_file_problems(config: str, prediction_type: str) -> list[Any]:
 
 class StableDiffusion2Family(StableDiffusionFamily):
     name = "sd2"
+    text_width = 1024  # OpenCLIP ViT-H's, which tells an SD2 model from an SD1 one
     # Original-format single files and diffusers folders (core/models/loading.py).
     single_file = SingleFileSpec(
         markers=("cond_stage_model.model.",), rank=80, problems=single_file_problems,
         checkpoint_text_encoders=(("text_encoder", "cond_stage_model.model.", "open_clip"),))
     pipeline_prefix = "StableDiffusion"
     prediction = "v_prediction"
-    # sd15's scheduler; OpenCLIP's tokenizer pads with "!"
+    # the shared scheduler; OpenCLIP's tokenizer pads with "!"
     random = dataclasses.replace(StableDiffusionFamily.random,
                                  bang_padded_tokenizers=("tokenizer",))
 

@@ -14,8 +14,8 @@ from typing import Any
 from core.models import loading
 from core.models.base import Components, NoiseSample
 from core.models.capabilities import SingleFileSpec
-from core.models.families.sd15.family import StableDiffusionFamily
 from core.models.modules import unwrap
+from core.models.stable_diffusion import StableDiffusionFamily
 
 
 def time_ids(original_size: Any, crop_top_left: Any, target_size: Any) -> Any:
@@ -38,7 +38,7 @@ class StableDiffusionXLFamily(StableDiffusionFamily):
         ("text_encoder_2", "conditioner.embedders.1.model.", "open_clip")))
     pipeline_prefix = "StableDiffusionXL"
     prediction = "epsilon"
-    # sd15's scheduler; OpenCLIP's tokenizer pads with "!"
+    # the shared scheduler; OpenCLIP's tokenizer pads with "!"
     random = dataclasses.replace(StableDiffusionFamily.random,
                                  bang_padded_tokenizers=("tokenizer_2",))
     text_encoder_count = 2

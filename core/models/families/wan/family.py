@@ -53,7 +53,7 @@ with per-token timesteps and the 48-channel, 16x VAE, as ti2v.py says; tiny:wan_
 Not yet here: I2V single files
 (whose config must come from an I2V folder), first-last-frame models (FLF2V), a
 validation image per prompt (I2V validation starts from a fixed synthetic image,
-i2v.synthetic_image), Wan 2.2 as two single files (one per expert), a starting LoRA
+video_pipeline.synthetic_image), Wan 2.2 as two single files (one per expert), a starting LoRA
 (train.init_lora) or FSDP for two experts; a model or config that needs them is refused
 (at load, at the check where the model is known without loading, or when the run starts).
 """
@@ -117,7 +117,8 @@ class WanFamily(FlowFamily):
                           rope_axis=1, per_token=(Slot(2, "temb", ndim=4),))
     # Wan's causal VAE: 4k + 1 frames, 4 to a latent frame, 8x8 pixels to a latent; the
     # transformer packs 2x2 latents (TI2V-5B's VAE packs 2x2 pixels first: 16x16).
-    geometry = Geometry(video=True, frame_step=4, temporal_compression=4,
+    # 16 fps: Wan's training rate (WanPipeline's examples export at 16).
+    geometry = Geometry(video=True, frame_step=4, temporal_compression=4, fps=16.0,
                         latent_channels=16, spatial_multiple=16)
     first_image = FIRST_IMAGE  # a WanImageToVideoPipeline folder (i2v.py)
     # Original-format single files (the diffusion model alone) and diffusers folders.

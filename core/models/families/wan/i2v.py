@@ -31,6 +31,7 @@ from typing import Any
 from core.models.base import Components
 from core.models.capabilities import FirstImageSpec
 from core.models.source import names_pipeline
+from core.models.video_pipeline import pixels_to_pil
 
 I2V_PIPELINE = "WanImageToVideoPipeline"
 CONDITION = "wan_image_condition"  # [16, F', h, w]: latents of [frame 0, zeros]
@@ -98,16 +99,6 @@ def first_frame_mask(latents: Any) -> Any:
     return mask
 
 
-def to_pil(frames: Any) -> list[Any]:
-    """Pixels [B, 3, H, W] in [-1, 1] (from 8-bit images) back to the PIL images the
-    pipeline's image processor is given."""
-    import torch
-    from PIL import Image
-
-    array = ((frames.float().cpu() + 1) * 127.5).round().clamp(0, 255).to(torch.uint8)
-    return [Image.fromarray(a.permute(1, 2, 0).numpy()) for a in array]
-
-
 def image_embeds(c: WanI2VComponents, first: Any) -> Any:
     """WanImageToVideoPipeline.encode_image of the first frames [B, 3, H, W]: the image
     encoder's second-to-last hidden state, [B, tokens, image_dim] (float32, on the CPU)."""
@@ -115,7 +106,7 @@ def image_embeds(c: WanI2VComponents, first: Any) -> Any:
 
     encoder = c.image_encoder
     params = next(encoder.parameters())
-    inputs = c.image_processor(images=to_pil(first), return_tensors="pt")
+    inputs = c.image_processor(images=pixels_to_pil(first), return_tensors="pt")
     pixel_values = inputs["pixel_values"].to(params.device, params.dtype)
     with torch.no_grad():
         out = encoder(pixel_values=pixel_values, output_hidden_states=True)
@@ -164,17 +155,3 @@ def condition_inputs(c: WanI2VComponents, noisy: Any, batch: dict[str, Any]
         kwargs["encoder_hidden_states_image"] = _stacked(batch, IMAGE_EMBEDS, noisy.device,
                                                          noisy.dtype)
     return hidden, kwargs
-
-
-def synthetic_image(width: int, height: int) -> Any:
-    """The fixed first frame I2V validation samples from (the config names no image per
-    prompt): a left-to-right red-to-blue gradient with a white square in the middle, so a
-    LoRA's motion shows against a known start."""
-    import numpy as np
-    from PIL import Image
-
-    ramp = np.linspace(0.0, 1.0, width, dtype=np.float32)[None, :].repeat(height, axis=0)
-    rgb = np.stack([1.0 - ramp, 0.2 * np.ones_like(ramp), ramp], axis=-1)
-    top, left = height // 3, width // 3
-    rgb[top:height - top, left:width - left] = 1.0
-    return Image.fromarray((rgb * 255).round().astype(np.uint8))

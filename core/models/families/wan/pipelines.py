@@ -1,46 +1,35 @@
 """The Wan validation pipelines: WanPipeline (text-to-video) or WanImageToVideoPipeline
-(image-to-video, i2v.py) whose output reads like an image pipeline's, with the two-expert
-LoRA loading and fusing of Wan 2.2 (built on first use, so importing this module needs no
-diffusers)."""
+(image-to-video, i2v.py) with the video families' shared glue (core/models/
+video_pipeline.py: the output, the synthetic first image, save_pretrained) and the
+two-expert LoRA loading and fusing of Wan 2.2 (built on first use, so importing this
+module needs no diffusers)."""
 
 from __future__ import annotations
 
 import functools
 from typing import Any
 
-from core.models.families.wan.i2v import I2V_PIPELINE, synthetic_image
+from core.models.families.wan.i2v import I2V_PIPELINE
+from core.models.video_pipeline import VideoPipeline
 
 
 @functools.cache
 def validation_pipeline_class(base_name: str = "WanPipeline") -> Any:
     """A subclass of diffusers' `base_name` (WanPipeline or WanImageToVideoPipeline)."""
-    from types import SimpleNamespace
-
     import diffusers
-    from PIL import Image
 
     from core.models.families.wan.expert_files import expert_files
 
     base = getattr(diffusers, base_name)
-    needs_image = base_name == I2V_PIPELINE
 
-    class WanValidationPipeline(base):  # type: ignore[misc, valid-type]
-        """Returns `.images` (the first frame of each video, what the gallery and the grid
-        show) and `.frames` (each video's frames as PIL images, for the .mp4). With two
-        experts, a LoRA file this family saved loads into the expert it was trained for
-        (and a run folder's files into both): `--stage merge` fuses a run's LoRA so.
-        Image-to-video without an `image` starts from i2v.synthetic_image: the config
-        names no conditioning image per validation prompt."""
+    class WanValidationPipeline(VideoPipeline, base):  # type: ignore[misc, valid-type]
+        """With two experts, a LoRA file this family saved loads into the expert it was
+        trained for (and a run folder's files into both): `--stage merge` fuses a run's
+        LoRA so."""
 
-        def __call__(self, *args: Any, num_frames: int = 1, **kwargs: Any) -> Any:
-            kwargs["output_type"] = "np"
-            if needs_image and not args and kwargs.get("image") is None:
-                kwargs["image"] = synthetic_image(int(kwargs.get("width") or 832),
-                                                  int(kwargs.get("height") or 480))
-            videos = super().__call__(*args, num_frames=num_frames, **kwargs).frames
-            frames = [[Image.fromarray((f * 255).round().clip(0, 255).astype("uint8"))
-                       for f in video] for video in videos]
-            return SimpleNamespace(images=[v[0] for v in frames], frames=frames)
+        diffusers_class = base
+        needs_image = base_name == I2V_PIPELINE
+        default_size = (832, 480)
 
         def load_lora_weights(self, source: Any, adapter_name: str | None = None,
                               **kwargs: Any) -> None:
@@ -64,11 +53,6 @@ def validation_pipeline_class(base_name: str = "WanPipeline") -> Any:
                 components = [n for n in ("transformer", "transformer_2")
                               if getattr(getattr(self, n), "peft_config", None)]
             super().fuse_lora(components=components or ["transformer"], **kwargs)
-
-        def save_pretrained(self, save_directory: Any, **kwargs: Any) -> None:
-            """Saved as a plain `base_name` (a full fine-tune's model/): model_index.json
-            then names a class DiffusionPipeline.from_pretrained finds."""
-            base(**self.components).save_pretrained(save_directory, **kwargs)
 
         @property
         def components(self) -> dict[str, Any]:

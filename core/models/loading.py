@@ -134,9 +134,9 @@ def check_file_family(path: str, family: str) -> str | None:
                ) or comfy_file.layout_problem(header)
     if problem is None and comfy_file.layout(header) and not getattr(
             family_or_defaults(family), "transformer_class_name", ""):
-        problem = (f"holds {comfy_file.layout(header)} weights, which are read for the "
-                   "families whose file holds only the transformer (wan, z_image); use a "
-                   f"bf16 {family} file")
+        problem = (f"holds {comfy_file.layout(header)} weights, which are read only for the "
+                   "families whose diffusion model loads from a file of its own "
+                   f"(docs/quantization.md); {family} loads a bf16 file")
     if problem is not None:
         raise ModelLoadError(path, problem)
     return found

@@ -31,8 +31,10 @@ Image-to-video: the same checkpoint, chosen by model.ltx2_mode (options.py; the 
 cannot say), set onto the loaded model by `configure_run`; i2v.py says how training
 follows LTX2ImageToVideoPipeline (the first latent frame clean at timestep 0, no loss on
 it) and validation samples with that pipeline from each prompt's first image.
-Not yet here: single files (ComfyUI's ltx-2-19b-*.safetensors); the LTX-2.3 text path
-(per-modality projections) is untested.
+Single files: ComfyUI's ltx-2-19b-*.safetensors (bf16, fp8 or fp8_scaled) load their
+diffusion model through LTX2VideoTransformer3DModel.from_single_file; what the file
+bundles beside it (VAE, audio VAE, vocoder, text connectors) is not read, model.config
+gives those. Not yet here: the LTX-2.3 text path (per-modality projections) is untested.
 """
 
 from __future__ import annotations
@@ -40,7 +42,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from core.models import loading
 from core.models.base import Components, NoiseSample
 from core.models.families.ltx2.audio import AUDIO, FRAME_RATE, audio_length
 from core.models.families.ltx2.i2v import (
@@ -91,6 +92,11 @@ class LTX2Family(FlowFamily):
     pipeline_prefix = "LTX2"
     text_encoder_count = 1
     pipeline_class_name = "LTX2Pipeline"
+    transformer_class_name = "LTX2VideoTransformer3DModel"
+    single_file_default_config = "Lightricks/LTX-2"
+    # ComfyUI's audio-video LTX-2 marker (comfy/model_detection.py "ltxav").
+    single_file_markers = ("audio_adaln_single.",)
+    single_file_rank = 50
     max_sequence_length = MAX_SEQUENCE_LENGTH
     pipeline_mask_kwarg = "prompt_attention_mask"
 
@@ -100,9 +106,6 @@ class LTX2Family(FlowFamily):
              config: str | None = None) -> Components:
         """FlowFamily's load; the connectors, audio VAE and vocoder frozen in host
         memory (see the module docstring)."""
-        if loading.classify_source(path) == "file":
-            raise loading.ModelLoadError(path, "is a single file: ltx2 loads a diffusers "
-                                         "folder or hub id (Lightricks/LTX-2) for now")
         c = super().load(path, dtype=dtype, device=device, config=config)
         freeze([c.connectors, c.audio_vae, c.vocoder], "cpu")
         return c

@@ -195,6 +195,15 @@ def ltx2(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
+def ideogram4(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """q, k, v fused into attention.qkv, to_out.0 as attention.o (ComfyUI's model)."""
+    return remap(state, [
+        *[(rf"(layers\.\d+)\.attention\.to_{x}\.weight", r"\1.attention.qkv.weight", i)
+          for i, x in enumerate("qkv")],
+        (r"(layers\.\d+)\.attention\.to_out\.0\.weight", r"\1.attention.o.weight", None)],
+        keep=True)
+
+
 def same_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """ComfyUI's model holds diffusers' names (Qwen-Image, ERNIE-Image)."""
     return dict(state)
@@ -216,6 +225,7 @@ LAYOUTS: dict[str, Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]]
     "flux": flux, "flux_kontext": flux, "chroma": lambda s: remap(s, CHROMA), "sd3": sd3,
     "flux2": flux2, "krea2": krea2, "ltx2": ltx2, "qwen_image": same_names,
     "qwen_image_edit": same_names, "ernie_image": same_names, "z_image": z_image,
+    "ideogram4": ideogram4,
 }
 
 

@@ -170,9 +170,12 @@ class FlowFamily(FamilyDefaults):
         if problem is not None:
             raise loading.ModelLoadError(problem.where, problem.message)
         config = config or loading.default_config_repo(path) or self.single_file_default_config
-        transformer = loading.load_single_file_transformer(
-            getattr(diffusers, self.transformer_class_name), path, config, self.name, dtype,
-            comfy_file.read_transformer(path, dtype))
+        model_cls = getattr(diffusers, self.transformer_class_name)
+        state = comfy_file.read_transformer(path, dtype)
+        mapped = self.transformer_names(state)
+        transformer = (loading.load_single_file_transformer(
+            model_cls, path, config, self.name, dtype, state) if mapped is None else
+            loading.load_mapped_transformer(model_cls, mapped, path, config, self.name, dtype))
         kind = loading.classify_source(config)
         kwargs = {**self._pretrained_components(config, kind), "transformer": transformer}
         if dtype is not None:
@@ -180,6 +183,12 @@ class FlowFamily(FamilyDefaults):
         return loading.from_pretrained(self._pretrained_class(config, kind), config, kind,
                                        f"the {self.name} text encoder, VAE and tokenizer",
                                        "model.config", **kwargs)
+
+    def transformer_names(self, state: dict[str, Any]) -> dict[str, Any] | None:
+        """A single file's transformer tensors under the diffusers model's names, for a
+        family whose original layout diffusers has no converter for (its own mapping);
+        None: `<transformer_class_name>.from_single_file` converts them."""
+        return None
 
     def set_prediction_type(self, c: Components, prediction_type: str) -> None:
         """Flow matching has one target; only "auto" is accepted (the config check says

@@ -179,6 +179,27 @@ def load_single_file_transformer(model_cls: Any, path: str, config: str, family:
                              f"{str(exc)[:300]}. {CONFIG_HINT}") from exc
 
 
+def load_mapped_transformer(model_cls: Any, state_dict: dict[str, Any], path: str,
+                            config: str, family: str, dtype: Any = None) -> Any:
+    """A transformer from a single file's tensors already under its own names (a family
+    that maps its original layout itself, diffusers having no converter for it): built
+    empty from the transformer/ config of `config` (model.config), then given the tensors
+    (every one of them, strictly); failures name the file and config."""
+    from accelerate import init_empty_weights
+
+    try:
+        settings = model_cls.load_config(config, subfolder="transformer",
+                                         local_files_only=configs_offline(config))
+        with init_empty_weights():  # parameters on meta; buffers (rope tables) built
+            model = model_cls.from_config(settings)
+        model.load_state_dict(state_dict, strict=True, assign=True)
+    except Exception as exc:  # noqa: BLE001 - every loader failure becomes one message
+        raise ModelLoadError(path, f"cannot load this {family} single-file transformer with "
+                             f"model.config = {config!r}: {type(exc).__name__}: "
+                             f"{str(exc)[:300]}. {CONFIG_HINT}") from exc
+    return (model.to(dtype) if dtype is not None else model).eval()
+
+
 def load_single_file(pipeline_cls: Any, path: str, family: str, dtype: Any = None,
                      config: str | None = None, **kwargs: Any) -> Any:
     """`pipeline_cls.from_single_file` with errors that name the file or model.config

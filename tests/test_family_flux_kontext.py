@@ -110,4 +110,4 @@ def test_a_flux1_layout_single_file_is_taken_not_refused_as_flux(folder: Path,
     with pytest.raises(loading.ModelLoadError) as info:
         KONTEXT.load(str(ckpt), config=str(folder))
     assert "looks like a flux checkpoint" not in str(info.value)
-    assert "cannot load this flux_kontext single-file checkpoint" in str(info.value)
+    assert "cannot load this flux_kontext single-file transformer" in str(info.value)

@@ -230,11 +230,20 @@ def test_swapped_blocks_train_as_the_unswapped_ones(tmp_path: Path,
         assert torch.equal(swapped_lora[key], tensor), key
 
 
-def test_a_single_file_and_a_kind_comfyui_cannot_read_are_named(tmp_path: Path) -> None:
+def test_a_single_files_configs_and_a_kind_comfyui_cannot_read_are_named(tmp_path: Path
+                                                                        ) -> None:
+    """A single file (tests/test_comfy_family_files.py loads real ones) takes the rest
+    from model.config, whose missing components are named there."""
     cfg = small_config(tmp_path, images=1, family="ideogram4")
     cfg.model.path = str(tmp_path / "ideogram4.safetensors")
+    assert I4.config_problems(cfg) == []
+    config = tmp_path / "configs"
+    config.mkdir()
+    (config / "model_index.json").write_text('{"_class_name": "Ideogram4Pipeline"}')
+    cfg.model.config = str(config)
     [problem] = I4.config_problems(cfg)
-    assert problem.level == "error" and "single file" in problem.message
+    assert (problem.level, problem.where) == ("error", "model.config")
+    assert "has no transformer/" in problem.message
     cfg.model.path, cfg.train.lora_kind = "tiny:ideogram4", "dora"
     [problem] = I4.config_problems(cfg)
     assert problem.where == "train.lora_kind" and "ComfyUI" in problem.message

@@ -288,7 +288,7 @@ def test_compiled_blocks_train_to_the_same_losses(tmp_path: Path, tiny_workspace
                                                                              abs=1e-5)
 
 
-def test_a_single_file_is_recognised_and_refused_with_what_to_use(tmp_path: Path) -> None:
+def test_a_single_file_is_recognised_and_needs_model_config_offline(tmp_path: Path) -> None:
     from safetensors.torch import save_file
 
     from core.models import loading
@@ -299,4 +299,4 @@ def test_a_single_file_is_recognised_and_refused_with_what_to_use(tmp_path: Path
     assert loading.detect_checkpoint_family(loading.safetensors_keys(str(ckpt))) == "krea2"
     with pytest.raises(loading.ModelLoadError) as info:
         K.load(str(ckpt))
-    assert str(ckpt) in str(info.value) and "diffusers folder" in str(info.value)
+    assert str(ckpt) in str(info.value) and "model.config" in str(info.value)

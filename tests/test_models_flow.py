@@ -328,7 +328,7 @@ def test_single_file_that_cannot_load_names_the_file(built, tmp_path: Path) -> N
     with pytest.raises(loading.ModelLoadError) as info:
         SD3.load(str(ckpt), config=str(built["sd3"]))
     assert str(ckpt) in str(info.value)
-    assert "cannot load this sd3 single-file checkpoint" in str(info.value)
+    assert "cannot load this sd3 single-file transformer" in str(info.value)
 
 
 def test_wrong_family_folder_and_missing_path(built, tmp_path: Path) -> None:

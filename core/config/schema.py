@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field, fields
-from typing import get_type_hints
+from typing import Any, get_type_hints
 
 from core.config.dataset import DatasetConfig
 from core.config.family_options import with_family_options

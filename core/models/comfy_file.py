@@ -9,8 +9,9 @@ weight is fp8 * scale), sometimes a `<layer>.scale_input`, and one marker tensor
 `<layer>.input_scale` and adds `<layer>.comfy_quant` (uint8 JSON). Keys carry the prefix
 `model.diffusion_model.` or none; diffusers' converters strip it.
 
-Such a file loads de-scaled into the training dtype (`load_descaled`) through the family's
-`<transformer>.from_single_file`; a LoRA run then re-quantizes its Linear weights to fp8
+Such a file loads de-scaled into the training dtype (`read_transformer`) through the
+family's `<transformer>.from_single_file` (or, for a family diffusers has no converter
+for, the family's own mapping of the names); a LoRA run then re-quantizes its Linear weights to fp8
 on the GPU through model.quantize = "fp8" (`implied_quantize`), so the weights that came
 as one byte stay one byte, and the memory estimate counts them so. Everything reading a
 header here is torch-free (`--stage check`).
@@ -26,6 +27,12 @@ SCALES = (".scale_weight", ".weight_scale")
 # uses them; a weight-only base does not) and the per-layer quantization metadata.
 EXTRAS = (".scale_input", ".input_scale", ".comfy_quant")
 MARKER = "scaled_fp8"
+PREFIX = "model.diffusion_model."  # the diffusion model's keys in ComfyUI's checkpoints
+# Key prefixes of the other components a ComfyUI checkpoint may bundle beside the
+# diffusion model (VAE, text encoders, LTX-2's audio VAE and vocoder): read from
+# model.config instead when the transformer is read from the file.
+COMPONENT_PREFIXES = ("first_stage_model.", "vae.", "cond_stage_model.", "conditioner.",
+                      "text_encoders.", "text_encoder.", "audio_vae.", "vocoder.")
 # Key fragments of a text encoder's or VAE's own file, and of any denoiser's: a file with
 # the first and none of the second is not a base model (checked only when no family's
 # markers matched).
@@ -130,11 +137,18 @@ def implied_quantize(path: str, quantize: str, method: str, lora_kind: str = "lo
     return quantize
 
 
+def bundles_components(keys: list[str]) -> bool:
+    """Whether a checkpoint holds other components beside the diffusion model."""
+    return any(k.startswith(COMPONENT_PREFIXES) for k in keys)
+
+
 def load_descaled(path: str, dtype: Any) -> dict[str, Any]:
-    """The file's tensors with every fp8 weight as fp8 * its scale in `dtype` (plain fp8
-    weights: cast), scales, markers and input scales dropped: a state dict diffusers'
-    converter reads like a bf16 file. Tensors are read one at a time, so the fp8 file is
-    never held twice."""
+    """The diffusion model's tensors of the file, every fp8 weight as fp8 * its scale in
+    `dtype` (bf16 when None; plain fp8 weights: cast), the other tensors cast to `dtype`
+    when given, scales, markers and input scales dropped, the
+    `model.diffusion_model.` prefix taken off (a bundling checkpoint: only those keys):
+    a state dict diffusers' converter reads like a bf16 file of the transformer alone.
+    Tensors are read one at a time, so the fp8 file is never held twice."""
     import torch
     from safetensors import safe_open
 
@@ -142,8 +156,9 @@ def load_descaled(path: str, dtype: Any) -> dict[str, Any]:
     with safe_open(path, framework="pt") as fh:
         keys = list(fh.keys())
         drop = {k for k in keys if is_extra(k)}
+        only_prefixed = bundles_components(keys)
         for key in keys:
-            if key in drop:
+            if key in drop or (only_prefixed and not key.startswith(PREFIX)):
                 continue
             tensor = fh.get_tensor(key)
             if tensor.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
@@ -154,23 +169,28 @@ def load_descaled(path: str, dtype: Any) -> dict[str, Any]:
                 if scale is not None:  # per tensor, or one per output row
                     tensor = tensor * scale.to(torch.float32).reshape(
                         -1, *([1] * (tensor.dim() - 1)))
-            out[key] = tensor.to(dtype) if tensor.is_floating_point() else tensor
+                tensor = tensor.to(dtype or torch.bfloat16)
+            elif dtype is not None and tensor.is_floating_point():
+                tensor = tensor.to(dtype)
+            out[key.removeprefix(PREFIX)] = tensor
     return out
 
 
-def fp8_state_dict(path: str, dtype: Any) -> dict[str, Any] | None:
-    """The de-scaled tensors of a file of fp8 weights, logged; None for any other file
-    (diffusers reads it from the path)."""
+def read_transformer(path: str, dtype: Any) -> dict[str, Any]:
+    """The diffusion model's tensors of a single file (`load_descaled`); what was read
+    de-scaled or left out is logged."""
     import torch
 
     from core.models.source import safetensors_header
 
-    kind = layout(safetensors_header(path))
-    if not kind:
-        return None
-    dtype = dtype or torch.bfloat16
-    print(f"model.path {path} holds {kind} weights: read de-scaled into "
-          f"{str(dtype).removeprefix('torch.')}; a LoRA run keeps its Linear weights in "
-          "fp8 as model.quantize = \"fp8\" unless model.quantize names another scheme",
-          flush=True)
+    header = safetensors_header(path)
+    kind = layout(header)
+    if kind:
+        into = str(dtype or torch.bfloat16).removeprefix("torch.")
+        print(f"model.path {path} holds {kind} weights: read de-scaled into {into}; a LoRA "
+              "run keeps its Linear weights in fp8 as model.quantize = \"fp8\" unless "
+              "model.quantize names another scheme", flush=True)
+    if bundles_components(list(header)):
+        print(f"model.path {path} bundles a VAE or text encoders: only its diffusion model "
+              f"({PREFIX}*) is read; the other components come from model.config", flush=True)
     return load_descaled(path, dtype)

@@ -32,10 +32,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.models import loading
+from core.models import comfy_file, loading
 from core.models.adapters import adapter_kind, diffusers_kinds
 from core.models.base import Components, FamilyDefaults, NoiseSample
-from core.models.comfy_file import fp8_state_dict
 from core.models.geometry import Geometry
 from core.models.lora_files import (
     adapter_weights,
@@ -89,12 +88,17 @@ class FlowFamily(FamilyDefaults):
     text_encoder_count = 2
     uses_min_snr = False  # min-SNR is not defined for flow matching: loss ignores it
     pipeline_class_name = ""
-    # A single-file model.path that holds only the diffusion model (Z-Image's, Wan's):
-    # the transformer class that reads it, and the hub repo whose other components and
-    # configs go with it when model.config is empty ("" : load the file as a whole
-    # pipeline, loading.load_single_file).
+    # A single-file model.path that holds only the diffusion model (ComfyUI's diffusion-
+    # model files, in bf16, fp8 or fp8_scaled; `reads_transformer_file`): the transformer
+    # class that reads it, and the hub repo whose other components and configs go with it
+    # when model.config is empty ("" : load the file as a whole pipeline,
+    # loading.load_single_file).
     transformer_class_name = ""
     single_file_default_config = ""
+    # A checkpoint that bundles text encoders and a VAE beside the diffusion model, in
+    # bf16, loads as a whole pipeline (loading.load_single_file; SD3's, FLUX.1's); False:
+    # its diffusion model is read and the rest comes from model.config.
+    whole_checkpoints = False
     transformer_lora_kwarg = "transformer_lora_layers"
     max_sequence_length = 256  # T5 tokens, the pipeline's own default
     timestep_sampling = "logit_normal"
@@ -122,7 +126,7 @@ class FlowFamily(FamilyDefaults):
         """
         dtype = loading.resolve_dtype(dtype)
         kind = loading.checked_source(path, self.name)
-        if kind == "file" and self.transformer_class_name:
+        if kind == "file" and self.reads_transformer_file(path):
             pipe = self.load_transformer_file(path, dtype, config or "")
         elif kind == "file":
             pipe = loading.load_single_file(self._pipeline_class(), path, self.name, dtype,
@@ -137,25 +141,48 @@ class FlowFamily(FamilyDefaults):
                device)
         return c
 
+    def reads_transformer_file(self, path: str) -> bool:
+        """Whether single file `path` loads as its transformer alone, the rest from
+        model.config: the family names its transformer class, and the file holds fp8
+        weights (read de-scaled, comfy_file.py), holds nothing but the diffusion model, or
+        the family reads only the diffusion model of any checkpoint (`whole_checkpoints`)."""
+        if not self.transformer_class_name:
+            return False
+        header = loading.safetensors_header(path)
+        return (not self.whole_checkpoints or bool(comfy_file.layout(header))
+                or not comfy_file.bundles_components(list(header)))
+
     def load_transformer_file(self, path: str, dtype: Any, config: str) -> Any:
-        """The pipeline of a single file holding only the transformer: the file through
-        diffusers' `<transformer_class_name>.from_single_file`, everything else from
-        `config` (model.config: a diffusers folder or hub id), or from the repo diffusers
-        guesses from the file's tensors, or `single_file_default_config`."""
+        """The pipeline of a single file's transformer: the file's diffusion model
+        (comfy_file.read_transformer: fp8 de-scaled) through diffusers'
+        `<transformer_class_name>.from_single_file`, everything else from `config`
+        (model.config: a diffusers folder or hub id), or from the repo diffusers guesses
+        from the file's tensors, or `single_file_default_config`."""
         import diffusers
 
         problem = loading.single_file_config_problem(path, config, self.name)
         if problem is not None:
             raise loading.ModelLoadError(problem.where, problem.message)
         config = config or loading.default_config_repo(path) or self.single_file_default_config
-        transformer = loading.load_single_file_transformer(
-            getattr(diffusers, self.transformer_class_name), path, config, self.name, dtype,
-            fp8_state_dict(path, dtype))
-        kwargs = {"transformer": transformer} | ({} if dtype is None else {"dtype": dtype})
-        return loading.from_pretrained(self._pipeline_class(), config,
-                                       loading.classify_source(config),
+        model_cls = getattr(diffusers, self.transformer_class_name)
+        state = comfy_file.read_transformer(path, dtype)
+        mapped = self.transformer_names(state)
+        transformer = (loading.load_single_file_transformer(
+            model_cls, path, config, self.name, dtype, state) if mapped is None else
+            loading.load_mapped_transformer(model_cls, mapped, path, config, self.name, dtype))
+        kind = loading.classify_source(config)
+        kwargs = {**self._pretrained_components(config, kind), "transformer": transformer}
+        if dtype is not None:
+            kwargs["dtype"] = dtype
+        return loading.from_pretrained(self._pretrained_class(config, kind), config, kind,
                                        f"the {self.name} text encoder, VAE and tokenizer",
                                        "model.config", **kwargs)
+
+    def transformer_names(self, state: dict[str, Any]) -> dict[str, Any] | None:
+        """A single file's transformer tensors under the diffusers model's names, for a
+        family whose original layout diffusers has no converter for (its own mapping);
+        None: `<transformer_class_name>.from_single_file` converts them."""
+        return None
 
     def set_prediction_type(self, c: Components, prediction_type: str) -> None:
         """Flow matching has one target; only "auto" is accepted (the config check says

@@ -125,7 +125,7 @@ def detect_checkpoint_family(keys: list[str]) -> str | None:
 def check_file_family(path: str, family: str) -> str | None:
     """Raise when a single-file checkpoint looks like another family; return what it is."""
     from core.models import comfy_file
-    from core.models.registry import family_or_defaults, names_where
+    from core.models.registry import family_or_defaults
 
     header = safetensors_header(path)
     found = detect_checkpoint_family(list(header))
@@ -137,10 +137,9 @@ def check_file_family(path: str, family: str) -> str | None:
                ) or comfy_file.layout_problem(header)
     if problem is None and comfy_file.layout(header) and not getattr(
             family_or_defaults(family), "transformer_class_name", ""):
-        problem = (f"holds {comfy_file.layout(header)} weights, which are read for the "
-                   "families whose file holds only the transformer ("
-                   f"{names_where(lambda f: getattr(f, 'transformer_class_name', ''))}); "
-                   f"use a bf16 {family} file")
+        problem = (f"holds {comfy_file.layout(header)} weights, which are read only for the "
+                   "families whose diffusion model loads from a file of its own "
+                   f"(docs/quantization.md); {family} loads a bf16 file")
     if problem is not None:
         raise ModelLoadError(path, problem)
     return found
@@ -181,6 +180,27 @@ def load_single_file_transformer(model_cls: Any, path: str, config: str, family:
         raise ModelLoadError(path, f"cannot load this {family} single-file transformer with "
                              f"model.config = {config!r}: {type(exc).__name__}: "
                              f"{str(exc)[:300]}. {CONFIG_HINT}") from exc
+
+
+def load_mapped_transformer(model_cls: Any, state_dict: dict[str, Any], path: str,
+                            config: str, family: str, dtype: Any = None) -> Any:
+    """A transformer from a single file's tensors already under its own names (a family
+    that maps its original layout itself, diffusers having no converter for it): built
+    empty from the transformer/ config of `config` (model.config), then given the tensors
+    (every one of them, strictly); failures name the file and config."""
+    from accelerate import init_empty_weights
+
+    try:
+        settings = model_cls.load_config(config, subfolder="transformer",
+                                         local_files_only=configs_offline(config))
+        with init_empty_weights():  # parameters on meta; buffers (rope tables) built
+            model = model_cls.from_config(settings)
+        model.load_state_dict(state_dict, strict=True, assign=True)
+    except Exception as exc:  # noqa: BLE001 - every loader failure becomes one message
+        raise ModelLoadError(path, f"cannot load this {family} single-file transformer with "
+                             f"model.config = {config!r}: {type(exc).__name__}: "
+                             f"{str(exc)[:300]}. {CONFIG_HINT}") from exc
+    return (model.to(dtype) if dtype is not None else model).eval()
 
 
 def load_single_file(pipeline_cls: Any, path: str, family: str, dtype: Any = None,

@@ -74,6 +74,11 @@ class ChromaFamily(FlowFamily):
     pipeline_prefix = "Chroma"
     text_encoder_count = 1
     pipeline_class_name = "ChromaPipeline"
+    # A file of the transformer alone (ComfyUI's bf16, fp8 and fp8_scaled files):
+    # diffusers' converter reads its names.
+    transformer_class_name = "ChromaTransformer2DModel"
+    single_file_default_config = "lodestones/Chroma1-HD"
+    whole_checkpoints = True
     max_sequence_length = 512
     memory = MemorySpec(latent_packing=2)  # 2x2 latent patches packed before the transformer
     # The ChromaPipeline argument validation gives the text mask to (core/train/validation.py).

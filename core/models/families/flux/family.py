@@ -64,6 +64,11 @@ class FluxFamily(FlowFamily):
     pipeline_prefix = "Flux"
     text_encoder_count = 2
     pipeline_class_name = "FluxPipeline"
+    # A file of the transformer alone (BFL's flux1-dev.safetensors, ComfyUI's bf16, fp8
+    # and fp8_scaled diffusion-model files): diffusers' converter reads its names.
+    transformer_class_name = "FluxTransformer2DModel"
+    single_file_default_config = "black-forest-labs/FLUX.1-dev"
+    whole_checkpoints = True
     max_sequence_length = 512
     memory = MemorySpec(latent_packing=2)  # 2x2 latent patches packed before the transformer
     block_lists = ("transformer_blocks", "single_transformer_blocks")

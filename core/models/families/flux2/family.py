@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.models import loading
+from core.models import comfy_file, loading
 from core.models.base import Components, NoiseSample
 from core.models.capabilities import MemorySpec, RandomSpec, SingleFileSpec, ValidationSpec
 from core.models.components import GuidedComponents, extended
@@ -112,6 +112,8 @@ class Flux2Family(FlowFamily):
     pipeline_prefix = "Flux2"
     diffusers_lokr = True  # its pipeline loads LoKr files (core/models/adapters.py)
     text_encoder_count = 1
+    # BFL's and ComfyUI's transformer files (bf16, fp8, fp8_scaled): `_from_single_file`.
+    transformer_class_name = "Flux2Transformer2DModel"
     pipeline_class_name = KLEIN  # save_lora_weights: both pipelines share Flux2LoraLoaderMixin
     max_sequence_length = 512
     # 2x2 latent patches packed before the transformer; Qwen3 (klein), Mistral3 (dev).
@@ -176,7 +178,8 @@ class Flux2Family(FlowFamily):
                                          "model, which supplies the VAE, text encoder, "
                                          "tokenizer and scheduler, or use a diffusers folder")
         transformer = loading.load_single_file_transformer(
-            Flux2Transformer2DModel, path, config, self.name, dtype)
+            Flux2Transformer2DModel, path, config, self.name, dtype,
+            comfy_file.read_transformer(path, dtype))
         return self._from_pretrained(config, loading.classify_source(config), dtype,
                                      transformer=transformer)
 

@@ -76,6 +76,7 @@ class FluxKontextFamily(FluxFamily):
     # told apart from them (model.family says which), so it claims no markers of its own
     # and takes a file that looks like FLUX.1's.
     single_file = SingleFileSpec(layout_of="flux")
+    single_file_default_config = "black-forest-labs/FLUX.1-Kontext-dev"
     edit = EditSpec(references=1, validation_kwargs=validation_kwargs)
 
     def image_tokens(self, batch: dict[str, Any], packed: Any, img_ids: Any

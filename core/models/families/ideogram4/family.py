@@ -40,7 +40,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import MemorySpec, RandomSpec, ValidationSpec
+from core.models.capabilities import MemorySpec, RandomSpec, SingleFileSpec, ValidationSpec
 from core.models.comfyui_names import Fused, ModuleNames, save_fused_comfy
 from core.models.components import extended
 from core.models.flow import FlowFamily
@@ -88,6 +88,13 @@ class Ideogram4Family(FlowFamily):
     pipeline_prefix = "Ideogram4"
     text_encoder_count = 1
     pipeline_class_name = PIPELINE
+    # ComfyUI's diffusion-model file (bf16, fp8, fp8_scaled) of the conditional
+    # transformer, mapped by original.py; model.config gives the rest, the unconditional
+    # transformer included.
+    transformer_class_name = "Ideogram4Transformer2DModel"
+    # comfy/model_detection.py's key
+    single_file = SingleFileSpec(markers=("embed_image_indicator.",), rank=50)
+    single_file_default_config = "ideogram-ai/ideogram-v4"
     # The longest prompt the text cache takes (the pipeline pads to 2048, its default;
     # only the real tokens are kept, text.py).
     max_sequence_length = 2048
@@ -104,39 +111,43 @@ class Ideogram4Family(FlowFamily):
         """The unconditional transformer is left out: it is validation's (Companion)."""
         return {"unconditional_transformer": None}
 
+    def transformer_names(self, state: dict[str, Any]) -> dict[str, Any]:
+        from core.models.families.ideogram4.original import diffusers_names
+
+        return diffusers_names(state)
+
     def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",
              config: str | None = None) -> Components:
-        if loading.classify_source(path) == "file":
-            raise loading.ModelLoadError(path, "is a single file: ideogram4 loads from a "
-                                         "diffusers folder or hub id (Ideogram4Pipeline), "
-                                         "which holds both transformers")
+        """A diffusers folder or hub id, or a single file of the conditional transformer
+        with the rest (the unconditional one too) from model.config."""
         from core.models.families.ideogram4.folder import describe, missing_components
 
-        missing, _ = missing_components(path)
+        rest = (config or self.single_file_default_config
+                if loading.classify_source(path) == "file" else path)
+        missing, _ = missing_components(rest)
         if missing:
-            raise loading.ModelLoadError(path, describe("", missing).lstrip())
+            raise loading.ModelLoadError(rest, describe("", missing).lstrip())
         c = super().load(path, dtype=dtype, device=device, config=config)
         return extended(c, Ideogram4Components,
-                        companion=Companion(path, loading.resolve_dtype(dtype)))
+                        companion=Companion(rest, loading.resolve_dtype(dtype)))
 
     def config_problems(self, cfg: Any) -> list[Any]:
-        """A single file, or a folder missing a component (an error for one training
-        loads; a warning for the unconditional transformer, which validation and merge
-        need); a kind ComfyUI cannot read for Ideogram 4 (its q/k/v cannot be fused)."""
+        """A folder missing a component (model.config's beside a single file: an error
+        for one training loads; a warning for the unconditional transformer, which
+        validation and merge need); a kind ComfyUI cannot read for Ideogram 4 (its q/k/v
+        cannot be fused)."""
         from core.models.families.ideogram4.folder import describe, missing_components
         from core.problems import error, warning
 
         out = []
-        path = str(cfg.model.path)
-        if path.endswith((".safetensors", ".ckpt", ".pt", ".gguf")):
-            out.append(error("model.path", f"{path} is a single file: ideogram4 loads from "
-                             "a diffusers folder or hub id (Ideogram4Pipeline), which holds "
-                             "both transformers"))
+        path, where = str(cfg.model.path), "model.path"
+        if path.endswith(".safetensors") and cfg.model.config:
+            path, where = str(cfg.model.config), "model.config"
         missing, for_validation = missing_components(path)
         if missing:
-            out.append(error("model.path", describe(path, missing)))
+            out.append(error(where, describe(path, missing)))
         elif for_validation:
-            out.append(warning("model.path", describe(path, for_validation) + ": "
+            out.append(warning(where, describe(path, for_validation) + ": "
                                "validation images and --stage merge need it"))
         if cfg.train.method == "lora" and cfg.train.lora_kind != "lora":
             out.append(warning("train.lora_kind", f"{cfg.train.lora_kind}'s q/k/v cannot be "

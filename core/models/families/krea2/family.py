@@ -41,7 +41,9 @@ the SwiGLU gates. Files through Krea2Pipeline.save_lora_weights; ComfyUI 0.29.0 
 
 Distilled: Krea 2 Turbo (model_index.json's is_distilled, a Turbo pipeline class, or
 "turbo" in the path) is recognised and warned about at check (checks.py): train on the
-base (Raw) checkpoint. Single files: refused with what to use (a diffusers folder).
+base (Raw) checkpoint. Single files: ComfyUI's diffusion-model file (Krea's names, bf16,
+fp8 or fp8_scaled) loads its transformer through Krea2Transformer2DModel.from_single_file,
+the rest from model.config.
 """
 
 from __future__ import annotations
@@ -51,7 +53,6 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from core.models import loading
 from core.models.base import Components, NoiseSample
 from core.models.capabilities import MemorySpec, SingleFileSpec, ValidationSpec
 from core.models.components import extended
@@ -140,6 +141,10 @@ class Krea2Family(QwenImageFamily):
     single_file = SingleFileSpec(markers=("txtfusion.projector.",), rank=50)
     pipeline_prefix = "Krea2"
     pipeline_class_name = "Krea2Pipeline"
+    # ComfyUI's diffusion-model file (bf16, fp8 or fp8_scaled, Krea's original names):
+    # diffusers' converter reads it; the rest comes from model.config.
+    transformer_class_name = "Krea2Transformer2DModel"
+    single_file_default_config = "krea/Krea-2-Raw"
     max_sequence_length = 512
     # The transformer config has no patch size: it takes 2x2 tokens. Qwen3-VL reads text.
     memory = MemorySpec(latent_packing=2, text_encoder_kind="llm")
@@ -153,12 +158,8 @@ class Krea2Family(QwenImageFamily):
 
     def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",
              config: str | None = None) -> Components:
-        """A diffusers folder or hub id; a single file is refused (see the docstring)."""
-        if loading.checked_source(path, self.name) == "file":
-            raise loading.ModelLoadError(
-                path, "is a single-file Krea 2 checkpoint; this tool loads Krea 2 from a "
-                "diffusers folder (the one holding model_index.json, as diffusers' Krea 2 "
-                "conversion writes it) or a hub id: set model.path to that")
+        """FlowFamily's load; it takes no denoiser built already, so a Krea 2 folder is
+        read whole, not streamed (core/config/streaming.py), as it always was."""
         return FlowFamily.load(self, path, dtype=dtype, device=device, config=config)
 
     def _components_from_pipeline(self, pipe: Any, source: str, fp: str) -> Components:

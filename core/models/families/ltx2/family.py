@@ -36,7 +36,11 @@ connector projections, gated attention, prompt modulation, no caption projection
 trained the same way, its cached text split at each stream's width, validated with the
 guidance LTX2Pipeline suggests for it (audio CFG 7, STG, modality guidance); tiny:ltx23
 (tiny23/) and random:ltx2:2.3 (full_size_2.3/). LTX-2.5 is refused at the check and at
-load, with the reason. Not yet here: single files (ComfyUI's ltx-2-19b-*.safetensors).
+load, with the reason.
+Single files: ComfyUI's ltx-2-19b-*.safetensors (bf16, fp8 or fp8_scaled) load their
+diffusion model through LTX2VideoTransformer3DModel.from_single_file; what the file
+bundles beside it (VAE, audio VAE, vocoder, text connectors) is not read, model.config
+gives those.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from typing import Any
 
 from core.models import loading
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import MemorySpec, ValidationSpec
+from core.models.capabilities import MemorySpec, SingleFileSpec, ValidationSpec
 from core.models.families.ltx2.audio import AUDIO, FRAME_RATE, audio_length
 from core.models.families.ltx2.i2v import (
     FIRST_IMAGE,
@@ -130,6 +134,10 @@ class LTX2Family(FlowFamily):
     pipeline_prefix = "LTX2"
     text_encoder_count = 1
     pipeline_class_name = "LTX2Pipeline"
+    transformer_class_name = "LTX2VideoTransformer3DModel"
+    single_file_default_config = "Lightricks/LTX-2"
+    # ComfyUI's audio-video LTX-2 marker (comfy/model_detection.py "ltxav").
+    single_file = SingleFileSpec(markers=("audio_adaln_single.",), rank=50)
     max_sequence_length = MAX_SEQUENCE_LENGTH
     # Gemma 3 reads the prompt; the audio stream runs beside the video tokens.
     memory = MemorySpec(activation_layout=activation_layout, extra_stream=audio_stream,
@@ -144,9 +152,6 @@ class LTX2Family(FlowFamily):
              config: str | None = None) -> Components:
         """FlowFamily's load; the connectors, audio VAE and vocoder frozen in host
         memory (see the module docstring)."""
-        if loading.classify_source(path) == "file":
-            raise loading.ModelLoadError(path, "is a single file: ltx2 loads a diffusers "
-                                         "folder or hub id (Lightricks/LTX-2) for now")
         refused = refusal(path, source_version(path))
         if refused:
             raise loading.ModelLoadError(path, refused)

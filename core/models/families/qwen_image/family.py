@@ -35,8 +35,10 @@ LoRA: the script's default targets (to_k, to_q, to_v, to_out.0: the image stream
 attention), saved through QwenImagePipeline.save_lora_weights; ComfyUI reads
 "transformer.<diffusers module>" keys for Qwen-Image (comfy/lora.py, model_base.QwenImage:
 its module names are diffusers'), which lora_comfyui.safetensors holds with `.alpha`.
-Single files: QwenImagePipeline has no from_single_file, so a .safetensors model.path is
-refused with a message saying to use a diffusers folder.
+Single files: ComfyUI's diffusion-model file (diffusers' names under
+`model.diffusion_model.`, bf16, fp8 or fp8_scaled) loads its transformer through
+QwenImageTransformer2DModel.from_single_file, the rest from model.config
+(QwenImagePipeline itself has no from_single_file).
 """
 
 from __future__ import annotations
@@ -45,7 +47,6 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from core.models import loading
 from core.models.base import Components, NoiseSample
 from core.models.capabilities import MemorySpec, RandomSpec, SingleFileSpec
 from core.models.flow import FlowFamily
@@ -124,24 +125,14 @@ class QwenImageFamily(FlowFamily):
     pipeline_prefix = "QwenImage"
     text_encoder_count = 1
     pipeline_class_name = "QwenImagePipeline"
+    transformer_class_name = "QwenImageTransformer2DModel"
+    single_file_default_config = "Qwen/Qwen-Image"
     max_sequence_length = 512
     memory = MemorySpec(text_encoder_kind="llm")  # Qwen2.5-VL
     timestep_sampling = "uniform"
     random = RandomSpec(tokenizer=random_tokenizer)
 
     # ------------------------------------------------------------ loading
-
-    def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",
-             config: str | None = None, denoiser: Any = None) -> Components:
-        """A diffusers folder or hub id; a single file is refused (see the docstring)."""
-        if loading.checked_source(path, self.name) == "file":
-            raise loading.ModelLoadError(
-                path, "is a single-file checkpoint, but diffusers' QwenImagePipeline cannot "
-                "load Qwen-Image from one file: set model.path to a diffusers folder (the one "
-                "holding model_index.json, e.g. a download of Qwen/Qwen-Image) or the hub id "
-                "Qwen/Qwen-Image")
-        return super().load(path, dtype=dtype, device=device, config=config,
-                            denoiser=denoiser)
 
     # ------------------------------------------------------------ text
 

@@ -43,7 +43,9 @@ The pipelines encode the negative prompt with the same images (edit 688-697, plu
 Loading: a diffusers folder or hub id whose model_index.json names either pipeline (its
 class is kept in `QwenImageEditComponents.pipeline_class`); the processor rides on
 QwenImageEditComponents, loaded through processor.py (transformers 5 builds a
-Qwen2VLProcessor only with torchvision). Single files are refused, as for Qwen-Image.
+Qwen2VLProcessor only with torchvision). A single file (ComfyUI's diffusion-model file,
+with Qwen-Image's names) loads its transformer as Qwen-Image's does; model.config names
+the edit pipeline's folder or hub id that gives the rest.
 """
 
 from __future__ import annotations
@@ -142,9 +144,11 @@ def encode_prompts_with_images(c: Components, prompts: list[str],
 
 class QwenImageEditFamily(QwenImageFamily):
     name = "qwen_image_edit"
-    # Its transformer files have Qwen-Image's keys (qwen_image claims them); folders are
-    # told apart by model_index.json: the longest prefix wins over "QwenImage".
-    single_file = SingleFileSpec()
+    # Its transformer files have Qwen-Image's keys (qwen_image claims them, this family
+    # takes them too); folders are told apart by model_index.json: the longest prefix
+    # wins over "QwenImage".
+    single_file = SingleFileSpec(layout_of="qwen_image")
+    single_file_default_config = "Qwen/Qwen-Image-Edit-2509"
     pipeline_prefix = "QwenImageEdit"
     pipeline_class_name = EDIT
     edit = EditSpec(references=3, text_reads_references=True, encode_controls=encode_controls,
@@ -159,22 +163,6 @@ class QwenImageEditFamily(QwenImageFamily):
     random = RandomSpec(tokenizer=random_tokenizer, settings=random_settings)
 
     # ------------------------------------------------------------ loading
-
-    def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",
-             config: str | None = None, denoiser: Any = None) -> Components:
-        """A diffusers folder or hub id of either edit pipeline; a single file is refused
-        before QwenImageFamily.load, which would call it a qwen_image checkpoint."""
-        if loading.classify_source(path) == "file":
-            found = loading.detect_checkpoint_family(loading.safetensors_keys(path))
-            if found not in (None, "qwen_image"):
-                loading.check_file_family(path, self.name)  # names the family it is
-            raise loading.ModelLoadError(
-                path, "is a single-file checkpoint, but diffusers' QwenImageEditPipeline "
-                "cannot load Qwen-Image-Edit from one file: set model.path to a diffusers "
-                "folder (the one holding model_index.json, e.g. a download of "
-                "Qwen/Qwen-Image-Edit-2509) or a hub id such as Qwen/Qwen-Image-Edit")
-        return super().load(path, dtype=dtype, device=device, config=config,
-                            denoiser=denoiser)
 
     def _pretrained_class(self, path: str, kind: loading.SourceKind) -> Any:
         """DiffusionPipeline: it picks the pipeline model_index.json names (Edit or Plus)."""

@@ -56,6 +56,11 @@ class SD3Family(FlowFamily):
     pipeline_prefix = "StableDiffusion3"
     text_encoder_count = 3
     pipeline_class_name = "StableDiffusion3Pipeline"
+    # A file of the transformer alone (ComfyUI's diffusion-model files, bf16, fp8 or
+    # fp8_scaled); a checkpoint bundling the text encoders loads as a whole pipeline.
+    transformer_class_name = "SD3Transformer2DModel"
+    single_file_default_config = "stabilityai/stable-diffusion-3.5-medium"
+    whole_checkpoints = True
     max_sequence_length = 256
     memory = MemorySpec(extra_text_tokens=77)  # the CLIP tokens attended beside T5's
     # OpenCLIP's tokenizer pads with "!"

@@ -178,7 +178,8 @@ def small_config(tmp: Path, datasets: int = 1, images: int = 6, family: str = "s
         write_shapes(tmp / f"data{d}", images, captions=captions)
         cfg.datasets.append(DatasetConfig(id=f"d{d}", images=str(tmp / f"data{d}"),
                                           vae_cache=str(tmp / f"cache/vae{d}"), resolution=64))
-    if family_or_defaults(family).edit:  # an edit model trains on pairs
+    edit = family_or_defaults(family).edit
+    if edit and not edit.optional:  # an edit model trains on pairs (FLUX.2: text alone too)
         for d, ds in enumerate(cfg.datasets):
             ds.control = str(write_controls(tmp / f"control{d}", Path(ds.images)))
         cfg.validation.control_images = [str(Path(cfg.datasets[0].control) / "img_000.png")]

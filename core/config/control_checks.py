@@ -26,7 +26,7 @@ def control_problems(cfg: Any, family: Any) -> list[Problem]:
     for i, ds in enumerate(cfg.datasets):
         key = f"datasets.{i}"
         given = [name for name in CONTROL_KEYS if getattr(ds, name).strip()]
-        if not ds.control.strip():
+        if not ds.control.strip() and not spec.optional:
             out.append(error(f"{key}.control", f"is empty, but model.family = "
                                                f"{family.name!r} trains edits from pairs: set "
                                                "the folder of control (source) images, "
@@ -39,7 +39,7 @@ def control_problems(cfg: Any, family: Any) -> list[Problem]:
             extra = CONTROL_KEYS[spec.references]
             out.append(error(f"{key}.{extra}", f"{family.name} takes {spec.references} "
                                                "control image(s) per target; clear it"))
-        if ds.flip:
+        if ds.flip and given:  # a dataset without references (spec.optional) may flip
             out.append(error(f"{key}.flip", f"{family.name} trains edits from pairs, and a "
                                             "mirrored target would need its control "
                                             "mirrored too, which is not done; turn flip off"))
@@ -63,16 +63,18 @@ def control_problems(cfg: Any, family: Any) -> list[Problem]:
 def _validation_controls(cfg: Any, family: Any) -> list[Problem]:
     entries, prompts = cfg.validation.control_images, cfg.validation.prompts
     key = "validation.control_images"
-    if not prompts:
+    optional = family.edit.optional  # no entries, or an empty one: drawn from text alone
+    if not prompts or (optional and not entries):
         return []
     if len(entries) != len(prompts):
+        empty = " (an empty entry draws that prompt without one)" if optional else ""
         return [error(key, f"has {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} "
                            f"for {len(prompts)} validation prompt(s): give one control "
-                           f"image per prompt, in order, for the edit model to edit")]
+                           f"image per prompt, in order, for the edit model to edit{empty}")]
     out = []
     for n, entry in enumerate(entries):
         count = len(split_controls(entry))
-        if count == 0:
+        if count == 0 and not optional:
             out.append(error(key, f"entry {n + 1} is empty; give prompt {n + 1}'s control "
                                   "image"))
         elif count > family.edit.references:

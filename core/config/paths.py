@@ -53,8 +53,10 @@ def resolved(cfg: Config, workspace: str | Path) -> Config:
 
 
 def _resolve_paths(value: str, workspace: Path) -> str:
-    """A list entry of paths separated by "|" (a prompt's control images), each resolved."""
-    return "|".join(str(resolve_path(v.strip(), workspace)) for v in value.split("|"))
+    """A list entry of paths separated by "|" (a prompt's control images), each resolved;
+    an empty one stays empty (a prompt drawn without control images), not the workspace."""
+    return "|".join(str(resolve_path(v.strip(), workspace)) if v.strip() else ""
+                    for v in value.split("|"))
 
 
 def _resolve_model_path(value: str, workspace: Path) -> str:

@@ -135,3 +135,15 @@ def fit_control(image: Any, bucket: tuple[int, int]) -> Any:
     left, top = (scaled[0] - width) // 2, (scaled[1] - height) // 2
     image = image.crop((left, top, left + width, top + height))
     return np.asarray(image, dtype=np.float32) / 127.5 - 1.0
+
+
+def fit_area(image: Any, resolution: int, multiple: int = 16) -> Any:
+    """A validation control image (PIL) resized to about resolution² pixels, its aspect
+    kept and each side a multiple of `multiple` (at least one): the area training fits
+    controls to (their target's bucket), not the pipeline's own 1024x1024."""
+    from PIL import Image
+
+    scale = (resolution * resolution / (image.width * image.height)) ** 0.5
+    size = (max(multiple, round(image.width * scale) // multiple * multiple),
+            max(multiple, round(image.height * scale) // multiple * multiple))
+    return image.resize(size, Image.Resampling.BICUBIC)

@@ -44,10 +44,13 @@ def image_kwargs(images: list[Any], resolution: int) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class EditSpec:
-    """An edit family (FLUX.1 Kontext, Qwen-Image-Edit): its samples take reference
-    (control) images beside the target.
+    """An edit family (FLUX.1 Kontext, Qwen-Image-Edit, FLUX.2): its samples take
+    reference (control) images beside the target.
 
     `references`: how many a sample may take (datasets.N.control, control_2, ...).
+    `optional`: references are optional (FLUX.2 draws from text alone too): a dataset
+    without control folders trains text-to-image, and validation.control_images may be
+    empty, or hold an empty entry for a prompt drawn without references.
     `text_reads_references`: its text encoder reads them with the prompt (Qwen2.5-VL), so
     text entries are keyed by caption and control images and encoded by
     `encode_prompts_with_images(c, prompts, images)` (images[i]: prompt i's controls as
@@ -58,6 +61,7 @@ class EditSpec:
     prompt's validation.control_images as pipeline keywords."""
 
     references: int
+    optional: bool = False
     text_reads_references: bool = False
     encode_prompts_with_images: Callable[..., list[dict[str, Any]]] | None = None
     encode_controls: Callable[[Components, list[Any]], dict[str, Any]] | None = None

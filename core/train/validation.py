@@ -152,7 +152,9 @@ def _draw_all(family: ModelFamily, components: Components, cfg: ValidationConfig
             for index in range(len(cfg.prompts)):
                 drawn = prompt_settings(cfg, index)
                 area_side = round((drawn.width * drawn.height) ** 0.5)
-                image = image_kwargs(controls[index], area_side) if image_kwargs else {}
+                # An empty entry (EditSpec.optional): this prompt draws from its text alone.
+                image = (image_kwargs(controls[index], area_side)
+                         if image_kwargs and controls[index] else {})
                 out.append(_one_image(pipe, cfg, drawn, texts.pipeline_inputs(index, device),
                                       index, folder, frames, image))
             return out

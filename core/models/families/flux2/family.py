@@ -37,6 +37,10 @@ distilled) has no guidance embedding (False) and gets None. Validation: klein ba
 true classifier-free guidance with the empty prompt's embeddings as the negative;
 step-distilled klein (`is_distilled` in model_index.json) and dev ignore it.
 
+References (multi-reference editing, edit.py): datasets.N.control, control_2 and control_3
+give a sample up to three reference images, cached as latents and joined after the
+target's tokens as the pipelines join their `image` references; optional per dataset.
+
 LoRA: diffusers' script targets (see LORA_TARGETS); files in flux2_lora.py.
 Flow matching: see flow.py. The tiny model: tiny.py.
 """
@@ -49,8 +53,15 @@ from typing import Any
 
 from core.models import comfy_file, loading
 from core.models.base import Components, NoiseSample
-from core.models.capabilities import MemorySpec, RandomSpec, SingleFileSpec, ValidationSpec
+from core.models.capabilities import (
+    EditSpec,
+    MemorySpec,
+    RandomSpec,
+    SingleFileSpec,
+    ValidationSpec,
+)
 from core.models.components import GuidedComponents, extended
+from core.models.families.flux2 import edit as references
 from core.models.flow import FlowFamily
 from core.models.geometry import Geometry
 from core.models.modules import freeze, unwrap
@@ -127,6 +138,10 @@ class Flux2Family(FlowFamily):
                               "guidance); guidance-distilled dev and step-distilled klein "
                               "draw without it"),
         distilled=(4, 1.0))
+    # Up to three reference images per sample (datasets.N.control, control_2, control_3),
+    # optional: a dataset without them trains text-to-image (edit.py).
+    edit = EditSpec(references=3, optional=True,
+                    validation_kwargs=references.validation_kwargs)
 
     # ------------------------------------------------------------ loading
 
@@ -259,8 +274,10 @@ class Flux2Family(FlowFamily):
     # ------------------------------------------------------------ training
 
     def predict(self, c: Components, sample: NoiseSample, batch: dict[str, Any]) -> Any:
-        """Pack, run the transformer with img/txt ids (and guidance when the model has a
-        guidance embedding), unpack; the text mask is not given, as in the pipeline."""
+        """Pack, join the cached references' tokens after the target's (edit.py), run
+        the transformer with img/txt ids (and guidance when the model has a guidance
+        embedding), keep the target's tokens and unpack; the text mask is not given, as
+        in the pipeline."""
         import torch
         from diffusers import Flux2KleinPipeline as P
 
@@ -279,10 +296,11 @@ class Flux2Family(FlowFamily):
         if inner.config.guidance_embeds:
             value = self.train_guidance if c.guidance is None else c.guidance
             guidance = torch.full((b,), float(value), device=device, dtype=torch.float32)
-        out = model(hidden_states=packed,
+        hidden, ids = references.joined(batch, packed, img_ids)
+        out = model(hidden_states=hidden,
                     timestep=(sample.timesteps.to(device) / 1000).to(dtype),
                     guidance=guidance, encoder_hidden_states=embeds, txt_ids=txt_ids,
-                    img_ids=img_ids, return_dict=False)[0]
+                    img_ids=ids, return_dict=False)[0]
         return P._unpack_latents_with_ids(out[:, :packed.shape[1]], img_ids, h, w)
 
     def lora_target_modules(self, scope: str = "attention") -> list[str]:

@@ -58,14 +58,10 @@ def validation_kwargs(images: list[Any], resolution: int) -> dict[str, Any]:
     """The control at about resolution² pixels (its aspect kept, sides multiples of 16),
     the pipeline's max_area set to match and its snap to Kontext's preferred 1024-pixel
     sizes off, so the validation size is the one asked for."""
-    from PIL import Image
+    from core.data.controls import fit_area
 
-    image = images[0]
-    scale = (resolution * resolution / (image.width * image.height)) ** 0.5
-    size = (max(16, round(image.width * scale) // 16 * 16),
-            max(16, round(image.height * scale) // 16 * 16))
-    return {"image": image.resize(size, Image.Resampling.BICUBIC),
-            "max_area": resolution * resolution, "_auto_resize": False}
+    return {"image": fit_area(images[0], resolution), "max_area": resolution * resolution,
+            "_auto_resize": False}
 
 
 class FluxKontextFamily(FluxFamily):

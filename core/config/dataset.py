@@ -84,7 +84,10 @@ class DatasetConfig:
     control: str = _f("", label="Control images folder", kind="path", edit=True,
                       help="Edit models: the source image of each target, matched by "
                            "relative path and file stem (photo.jpg -> photo.png), resized "
-                           "to its target's bucket. A target without one is left out.")
+                           "to its target's bucket. A target without one is left out. "
+                           "Optional for "
+                           f"{names_where(lambda f: f.edit and f.edit.optional)}: "
+                           "empty trains text-to-image.")
     control_2: str = _f("", label="Second control folder", kind="path", edit=True,
                         advanced=True,
                         help="Multi-reference edit models ("

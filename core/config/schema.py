@@ -344,7 +344,10 @@ class ValidationConfig:
                                    conditioned=True,
                                    help="Edit models: one control image per prompt, in "
                                         "order (a multi-reference model: several per "
-                                        "prompt, separated by |). Image-to-video models: "
+                                        "prompt, separated by |; "
+                                        f"{names_where(lambda f: f.edit and f.edit.optional)}"
+                                        ": an empty entry draws that prompt from text "
+                                        "alone). Image-to-video models: "
                                         "each prompt's first image (without one, a "
                                         "synthetic image).")
 

@@ -100,6 +100,11 @@ def test_validation_draws_with_the_references(folder: Path) -> None:
     assert [im.size for im in FLUX2.edit.validation_kwargs(images, 128)["image"]] == [
         (144, 96), (128, 128)]
     assert FLUX2.edit.validation_kwargs([], 64) == {}
+    # Beyond the pipeline's 8:1, centre-cropped to 8:1.
+    strips = [Image.new("RGB", (1000, 50)), Image.new("RGB", (30, 1000))]
+    assert [im.size for im in FLUX2.edit.validation_kwargs(strips, 64)["image"]] == [
+        (512, 64), (64, 512)]
+    assert FLUX2.edit.validation_kwargs(strips, 1024)["image"][0].size == (2816, 352)
     pipe = FLUX2.validation_pipeline(c)
 
     def draw(**extra) -> torch.Tensor:

@@ -21,7 +21,10 @@ from __future__ import annotations
 from typing import Any
 
 MULTIPLE = 16  # the pipelines floor a reference's sides to vae_scale_factor * 2
-MIN_SIDE = 64  # Flux2ImageProcessor.check_image_input refuses a reference side below it
+# Flux2ImageProcessor.check_image_input refuses a reference side below 64 pixels and an
+# aspect ratio above 8:1.
+MIN_SIDE = 64
+MAX_ASPECT = 8
 
 
 def reference_tokens(batch: dict[str, Any], b: int, dtype: Any, device: Any
@@ -66,15 +69,28 @@ def validation_kwargs(images: list[Any], resolution: int) -> dict[str, Any]:
     resolution² pixels (aspect kept, sides multiples of 16) rather than the pipeline's
     own up-to-1024x1024: training fits references to their target's bucket. The area
     grows where a side would fall below the 64 pixels the pipeline takes (a small
-    validation of a wide image). No images (an empty validation.control_images entry):
-    drawn from the prompt alone."""
+    validation of a wide image), and an image wider or taller than 8:1 is centre-cropped
+    to 8:1, which the pipeline refuses beyond (training crops to the bucket too). No
+    images (an empty validation.control_images entry): drawn from the prompt alone."""
     import math
 
     from core.data.controls import fit_area
 
     def fitted(image: Any) -> Any:
+        image = _at_most_8_to_1(image)
         aspect = max(image.width / image.height, image.height / image.width)
-        return fit_area(image, max(resolution, math.ceil(MIN_SIDE * math.sqrt(aspect))),
-                        MULTIPLE)
+        # Cropped again: flooring the sides to 16 may leave it a little beyond 8:1.
+        return _at_most_8_to_1(fit_area(
+            image, max(resolution, math.ceil(MIN_SIDE * math.sqrt(aspect))), MULTIPLE))
 
     return {"image": [fitted(image) for image in images]} if images else {}
+
+
+def _at_most_8_to_1(image: Any) -> Any:
+    """`image` centre-cropped to at most MAX_ASPECT:1 (unchanged within it)."""
+    w, h = image.size
+    cw, ch = min(w, h * MAX_ASPECT), min(h, w * MAX_ASPECT)
+    if (cw, ch) == (w, h):
+        return image
+    left, top = (w - cw) // 2, (h - ch) // 2
+    return image.crop((left, top, left + cw, top + ch))

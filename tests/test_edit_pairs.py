@@ -125,7 +125,6 @@ def test_control_keys_the_family_cannot_take_are_refused(
 ])
 def test_pairs_cache_train_and_validation_edits_the_control(
         tmp_path: Path, tiny_workspace: Path, family: str, model: str, references: int) -> None:
-    import shutil
 
     from PIL import Image
     from safetensors import safe_open
@@ -135,17 +134,9 @@ def test_pairs_cache_train_and_validation_edits_the_control(
 
     cfg = paired_config(tmp_path, family)
     cfg.model.path = model
-    if references == 2:  # a Plus model's second reference: the same pictures, mirrored
-        second = tmp_path / "control_2"
-        shutil.copytree(cfg.datasets[0].control, second)
-        cfg.datasets[0].control_2 = str(second)
-        cfg.validation.control_images = [cfg.validation.control_images[0] + "|"
-                                         + str(second / "img_000.jpg")]
-    cfg.train.max_steps, cfg.train.eval_every, cfg.validation.every = 2, 2, 2
-    cfg.validation.before_training = True
-    save_config(cfg, tmp_path / "run.toml")
-    assert train_in_process(tmp_path / "run.toml", tiny_workspace) == 0
-    cache = Path(cfg.datasets[0].vae_cache)
+    if references == 2:  # a Plus model's second reference
+        second_control(cfg, tmp_path)
+    cache = train_pairs(cfg, tmp_path, tiny_workspace)
     with safe_open(str(cache / "img_000.png.safetensors"), "pt") as fh:
         assert fh.get_slice("control_latents").get_shape() == [references, 16, 8, 8]
         assert fh.metadata()["control0_source"].endswith("control/img_000.jpg")
@@ -166,6 +157,30 @@ def test_pairs_cache_train_and_validation_edits_the_control(
     Image.new("RGB", (80, 48), "black").save(Path(cfg.datasets[0].control) / "img_001.jpg")
     plan = plan_caches(cfg, _identity(cache / "img_000.png.safetensors"))
     assert [job.image.name for job in stale(plan.vae_jobs)] == ["img_001.png"]
+
+
+def second_control(cfg, tmp_path: Path) -> Path:
+    """datasets.0.control_2: a copy of the control folder (the same pictures, matched as
+    control is), its img_000 added to the first validation entry; the folder."""
+    import shutil
+
+    second = tmp_path / "control_2"
+    shutil.copytree(cfg.datasets[0].control, second)
+    cfg.datasets[0].control_2 = str(second)
+    cfg.validation.control_images = [cfg.validation.control_images[0] + "|"
+                                     + str(second / "img_000.jpg"),
+                                     *cfg.validation.control_images[1:]]
+    return second
+
+
+def train_pairs(cfg, tmp_path: Path, workspace: Path) -> Path:
+    """`cfg` trained 2 steps in-process, validated before training and at step 2; its
+    first dataset's VAE cache folder."""
+    cfg.train.max_steps, cfg.train.eval_every, cfg.validation.every = 2, 2, 2
+    cfg.validation.before_training = True
+    save_config(cfg, tmp_path / "run.toml")
+    assert train_in_process(tmp_path / "run.toml", workspace) == 0
+    return Path(cfg.datasets[0].vae_cache)
 
 
 def _identity(entry: Path) -> dict[str, str]:

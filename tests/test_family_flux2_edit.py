@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import small_config, train_in_process
-from test_edit_pairs import check, paired_config
+from conftest import small_config
+from test_edit_pairs import check, paired_config, second_control, train_pairs
 from test_models_flow import batch_text, pixels
 
-from core.config import save_config
 from core.models.capabilities import control_latents
 from core.models.registry import get_family
 from core.models.tiny import resolve_model_path
@@ -118,29 +116,16 @@ def test_validation_draws_with_the_references(folder: Path) -> None:
     assert (one - plain).abs().max() > 1e-3 and (two - one).abs().max() > 1e-3
 
 
-def _second_folder(cfg, tmp_path: Path) -> Path:
-    """A second reference folder: the same pictures, copied (matched as control is)."""
-    second = tmp_path / "control_2"
-    shutil.copytree(cfg.datasets[0].control, second)
-    cfg.datasets[0].control_2 = str(second)
-    return second
-
-
 def test_a_run_on_pairs_with_two_references_trains(tmp_path: Path,
                                                    tiny_workspace: Path) -> None:
     from PIL import Image
     from safetensors import safe_open
 
     cfg = paired_config(tmp_path, "flux2")
-    second = _second_folder(cfg, tmp_path)
     cfg.validation.prompts = ["make it red", "a circle"]
-    cfg.validation.control_images = [cfg.validation.control_images[0] + "|"
-                                     + str(second / "img_000.jpg"), ""]
-    cfg.train.max_steps, cfg.train.eval_every, cfg.validation.every = 2, 2, 2
-    cfg.validation.before_training = True
-    save_config(cfg, tmp_path / "run.toml")
-    assert train_in_process(tmp_path / "run.toml", tiny_workspace) == 0
-    cache = Path(cfg.datasets[0].vae_cache)
+    cfg.validation.control_images.append("")  # the second prompt: from its text alone
+    second_control(cfg, tmp_path)
+    cache = train_pairs(cfg, tmp_path, tiny_workspace)
     with safe_open(str(cache / "img_000.png.safetensors"), "pt") as fh:
         assert fh.get_slice("control_latents").get_shape() == [2, 32, 4, 4]
         assert fh.metadata()["control1_source"].endswith("control_2/img_000.jpg")

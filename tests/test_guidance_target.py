@@ -94,3 +94,24 @@ def test_off_and_a_real_scale_pass_the_check(tmp_path: Path):
     for scale in (0.0, 4.0):
         cfg.train.guidance_target_scale = scale
         assert not [p for p in validate_config(cfg) if p.where == "train.guidance_target_scale"]
+
+
+def test_the_memory_estimate_counts_the_unconditional_output(tiny_workspace: Path):
+    """One more prediction-sized fp32 tensor in the training phase, named."""
+    from core.config import Config, DatasetConfig, resolved
+    from core.memory.estimate import estimate_memory
+
+    def parts(scale: float) -> dict[str, int]:
+        cfg = Config()
+        cfg.model.family, cfg.model.path = "flux", "random:flux"
+        cfg.train.guidance_target_scale = scale
+        cfg.datasets.append(DatasetConfig(id="d", images="data", vae_cache="cache",
+                                          resolution=512))
+        estimate = estimate_memory(resolved(cfg, tiny_workspace), tiny_workspace,
+                                   caches_built=True)
+        return {p.name: p.bytes for p in estimate.parts}
+
+    plain, guided = parts(0.0), parts(4.0)
+    assert "unconditional base output" not in plain
+    assert guided.pop("unconditional base output") > 0
+    assert guided == plain

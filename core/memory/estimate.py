@@ -25,7 +25,15 @@ from core.memory.advice import lower_memory_settings
 from core.memory.gpu_probe import cuda_available, detect_gpu
 from core.memory.host import host_encoders, loading_parts, training_host_parts
 from core.memory.report import CUDA_CONTEXT, GIB, MemoryEstimate, MemoryPart
-from core.memory.step import FP32, preserve_bytes, shape_text, step_frames, step_pixels, step_shape
+from core.memory.step import (
+    FP32,
+    base_output_name,
+    preserve_bytes,
+    shape_text,
+    step_frames,
+    step_pixels,
+    step_shape,
+)
 from core.memory.swap import host_parts, swapped_bytes
 from core.models.quantize import frozen_bytes
 from core.models.registry import family_or_defaults
@@ -126,7 +134,7 @@ def assemble(cfg: Config, sizes: ModelSizes, gpu: tuple[int, str] | None,
     training = training_parts(cfg, sizes.denoiser, wbytes, sizes.second_expert)
     training.append(MemoryPart("activations", activation_bytes(sizes, shape), exact=False))
     if preserve_bytes(cfg, shape):  # one extra no-grad forward: its output is all it keeps
-        training.append(MemoryPart("preserved base output", preserve_bytes(cfg, shape), False))
+        training.append(MemoryPart(base_output_name(cfg), preserve_bytes(cfg, shape), False))
     copies = dequantized_copy_bytes(cfg, sizes.denoiser, wbytes)
     if copies:
         training.append(MemoryPart("dequantized weights", copies))

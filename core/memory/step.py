@@ -82,12 +82,20 @@ def shape_text(pixels: tuple[int, int], shape: StepShape, frames: int = 1) -> st
 PREDICTION_CHANNELS = 128
 
 
+def base_output_name(cfg: Config) -> str:
+    """The memory line's name for preserve_bytes' part."""
+    if any(ds.preserve for ds in cfg.datasets):
+        return "preserved base output"
+    return "unconditional base output"
+
+
 def preserve_bytes(cfg: Config, shape: StepShape) -> int:
-    """What datasets.N.preserve adds to a step: its extra forward runs without a graph
-    (each block's activations are freed as the next runs, before the trained forward
-    starts), so what stays is the base's prediction, kept in fp32 as the target; 0 when
-    no dataset preserves."""
-    if not any(ds.preserve for ds in cfg.datasets):
+    """What datasets.N.preserve or train.guidance_target_scale adds to a step: the extra
+    forward runs without a graph (each block's activations are freed as the next runs,
+    before the trained forward starts), so what stays is the base's prediction in fp32,
+    the target or the unconditional prediction (a batch takes one or the other); 0 when
+    neither is on."""
+    if not any(ds.preserve for ds in cfg.datasets) and cfg.train.guidance_target_scale <= 0:
         return 0
     return (shape.batch * shape.latent_frames * shape.latent_height * shape.latent_width
             * PREDICTION_CHANNELS * FP32)

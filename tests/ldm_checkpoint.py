@@ -30,9 +30,9 @@ def build_sdxl_with_distinct_encoders(out_dir: Path, seed: int = 0) -> Path:
     from diffusers import StableDiffusionXLPipeline
     from transformers import CLIPTextModelWithProjection
 
-    from core.models.families.sd15.tiny import unet_parts
     from core.models.families.sdxl.tiny import SDXL_UNET, SDXL_VAE_SCALING, euler_scheduler
     from core.models.tiny.clip import clip_tokenizer, tiny_clip_config
+    from core.models.tiny.unet import unet_parts
 
     unet = {**SDXL_UNET, "cross_attention_dim": 32 + SDXL_TEXT_2_WIDTH}
     parts = unet_parts(out_dir, seed, euler_scheduler, unet_extra=unet,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from core.models.families.sd15.tiny import unet_parts
+from core.models.tiny.unet import unet_parts
 
 
 def ddim_v_scheduler() -> Any:

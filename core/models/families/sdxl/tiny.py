@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from core.models.families.sd15.tiny import unet_parts
 from core.models.tiny.clip import clip_tokenizer, tiny_clip_config
+from core.models.tiny.unet import unet_parts
 
 SDXL_VAE_SCALING = 0.13025  # the real SDXL VAE's, before calibration
 # cross_attention_dim = 32 + 32 (both encoders' hidden sizes, concatenated); the add

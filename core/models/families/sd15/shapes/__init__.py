@@ -56,7 +56,7 @@ def build(out_dir: Path, seed: int = 0) -> None:
     import torch
     from diffusers import StableDiffusionPipeline
 
-    from core.models.families.sd15.tiny import SD_VAE_SCALING, unet_parts
+    from core.models.tiny.unet import SD_VAE_SCALING, unet_parts
     from core.models.tiny.vae import tiny_vae
 
     parts = unet_parts(out_dir, seed, zero_snr_scheduler, words=WORDS)

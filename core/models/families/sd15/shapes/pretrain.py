@@ -93,7 +93,7 @@ def train_vae(s: PretrainSettings) -> Any:
     import torch
     import torch.nn.functional as F
 
-    from core.models.families.sd15.tiny import SD_VAE_SCALING
+    from core.models.tiny.unet import SD_VAE_SCALING
     from core.models.tiny.vae import tiny_vae
 
     torch.manual_seed(s.seed + 1)
@@ -160,7 +160,7 @@ def reuse_vae(path: Path, s: PretrainSettings) -> Any:
     import torch
 
     from core.models.families.sd15.shapes import load_weights
-    from core.models.families.sd15.tiny import SD_VAE_SCALING
+    from core.models.tiny.unet import SD_VAE_SCALING
     from core.models.tiny.vae import tiny_vae
 
     state, metadata = load_weights(path)
@@ -220,7 +220,7 @@ def train_unet(s: PretrainSettings, latents: Any, captions: list[str],
     import torch.nn.functional as F
 
     from core.models.families.sd15.shapes import zero_snr_scheduler
-    from core.models.families.sd15.tiny import tiny_unet
+    from core.models.tiny.unet import tiny_unet
 
     torch.manual_seed(s.seed)
     unet = tiny_unet()

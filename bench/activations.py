@@ -293,7 +293,8 @@ def measure(family: str, folder: Path, resolution: int, batch: int,
 
 def sizes_for(family: str, folder: Path) -> Any:
     """What `--stage check` reads from the configs (LoRA rank 16 on attention)."""
-    from core.memory.model_counts import ConfigSource, read_sizes
+    from core.memory.config_source import ConfigSource
+    from core.memory.model_counts import read_sizes
 
     return read_sizes(ConfigSource(family, folder), LORA_RANK, "attention", True)
 

@@ -622,3 +622,21 @@ def test_a_family_states_what_the_estimate_reads_in_family_memory() -> None:
     stray = [f"{family.name}.{name}" for family in families() for name in replaced
              if hasattr(family, name)]
     assert not stray, "set these in memory = MemorySpec(...): " + ", ".join(stray)
+
+
+@pytest.mark.parametrize("family", ["flux3", "anima"])
+def test_a_modular_only_folder_is_estimated(tiny_workspace: Path, family: str) -> None:
+    """A model diffusers ships as modular pipelines only has modular_model_index.json,
+    not model_index.json: its folder is estimated from that index (its entries add where
+    each part was saved), as the random: configs are."""
+    from core.models.tiny import materialize_tiny
+
+    folder = materialize_tiny(family, tiny_workspace)
+    assert (folder / "modular_model_index.json").is_file()
+    assert not (folder / "model_index.json").is_file()
+    cfg = Config()
+    cfg.model.family, cfg.model.path = family, str(folder)
+    estimate = estimate_memory(resolved(cfg, tiny_workspace), tiny_workspace,
+                               caches_built=True)
+    assert estimate is not None
+    assert {p.name: p.bytes for p in estimate.parts}["frozen weights"] > 0

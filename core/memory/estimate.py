@@ -70,7 +70,7 @@ def estimate_memory(cfg: Config, workspace: Path,
     cache built (`caches_built`: the caller looks that up, core/cache/status.py) there is
     no caching phase to estimate; the estimate reads no dataset and no cache itself.
     `workspace`: where tiny models are built and random ones resolved."""
-    from core.memory.model_counts import UnknownModel, config_source
+    from core.memory.config_source import UnknownModel, config_source
     from core.memory.sizes_cache import cached_sizes, kept_key, read_and_keep
 
     if _invalid_for_estimate(cfg):

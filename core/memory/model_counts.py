@@ -1,12 +1,8 @@
 """The sizes a memory estimate needs, read from a model's configs without loading weights.
 
-Where the configs come from (`config_source`, by the kind core/models/source.py gives
-model.path): a local diffusers folder; `random:<family>` the full-size configs in
-core/models/families/<family>/full_size/; `tiny:<family>` the workspace's built tiny model,
-or a throwaway build in a temporary folder (a check writes nothing to the workspace); a
-hub id the HF cache only (a check downloads nothing); a single-file
-.safetensors the tensor shapes in its header, with the architecture (LoRA layers,
-activations, and the parts the file lacks) from the full-size configs of its family.
+Where the configs come from is config_source.py's; a single-file .safetensors gives the
+tensor shapes in its header, with the architecture (LoRA layers, activations, and the
+parts the file lacks) from the full-size configs of its family.
 
 Each component is instantiated on the meta device from its config.json (accelerate's
 init_empty_weights, buffers included: SD3's positional table is one), so the counts are
@@ -17,17 +13,16 @@ weights `core.models.quantize.quantizable` picks.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import importlib
 import json
 import math
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from core.memory.config_source import ConfigSource, UnknownModel
 
 DENOISERS = ("unet", "transformer")
 SECOND_EXPERT = "transformer_2"  # a two-expert model's low-noise denoiser (Wan 2.2 A14B)
@@ -37,10 +32,6 @@ NF4_BLOCK = 64  # weights per fp32 absmax in bitsandbytes' nf4
 VAE_PREFIXES = ("first_stage_model.", "vae.")
 TEXT_PREFIXES = ("cond_stage_model.", "conditioner.", "text_encoders.", "text_encoder.")
 _INT_BYTES = {"I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
-
-
-class UnknownModel(Exception):
-    """The configs cannot be read without a download or a build; the message says why."""
 
 
 @dataclass
@@ -93,86 +84,6 @@ class ModelSizes:
     second_expert: DenoiserSize | None = None  # a two-expert model's transformer_2
 
 
-@dataclass
-class ConfigSource:
-    family: str
-    folder: Path  # diffusers layout: model_index.json and <component>/config.json
-    file: Path | None = None  # a single-file checkpoint: frozen sizes from its header
-
-
-# ---------------------------------------------------------------- where the configs are
-
-
-@contextlib.contextmanager
-def config_source(path: str, family: str, workspace: Path) -> Iterator[ConfigSource]:
-    """The folder of configs for model.path (resolved); raises UnknownModel."""
-    from core.models.full_size import family_of, full_size_dir
-    from core.models.source import model_source
-    from core.models.tiny import tiny_family
-
-    source, p = model_source(path), Path(path).expanduser()
-    if source.kind == "tiny":
-        with _tiny_folder(source.name, workspace) as folder:
-            yield ConfigSource(tiny_family(source.name) or source.name, folder)
-    elif source.kind == "random":
-        yield ConfigSource(family_of(source.name), _config_folder(full_size_dir(source.name),
-                                                      f"{path}: no full-size"))
-    elif source.kind == "folder":
-        yield ConfigSource(family, _config_folder(p, f"{path}: no"))
-    elif source.kind == "file":
-        from core.models.loading import detect_checkpoint_family, safetensors_keys
-
-        found = detect_checkpoint_family(safetensors_keys(str(p))) or family
-        arch = _config_folder(full_size_dir(found), f"{path} is a single file and there "
-                              f"are no full-size {found} configs for its architecture:")
-        yield ConfigSource(found, arch, file=p)
-    else:
-        from core.models.source import ModelLoadError, classify_source
-
-        try:
-            classify_source(path)  # a missing folder or file is not a hub id
-        except ModelLoadError as exc:
-            raise UnknownModel(f"{path} {exc.problem.message}") from None
-        yield ConfigSource(family, _hub_folder(path))
-
-
-def _config_folder(folder: Path, missing: str) -> Path:
-    if not (folder / "model_index.json").is_file():
-        raise UnknownModel(f"{missing} model_index.json in {folder}")
-    return folder
-
-
-def _hub_folder(repo_id: str) -> Path:
-    """The cached snapshot of a hub model (its configs), without any download."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(repo_id, "model_index.json")
-    except Exception:  # noqa: BLE001 - an odd id or cache is simply not cached
-        cached = None
-    if not isinstance(cached, str):
-        raise UnknownModel(f"hub model {repo_id} is not in the HF cache, and a check "
-                           "downloads nothing")
-    return Path(cached).parent
-
-
-@contextlib.contextmanager
-def _tiny_folder(name: str, workspace: Path) -> Iterator[Path]:
-    """The workspace's built tiny model, else a build in a temporary folder, deleted
-    afterwards: the check leaves the workspace as it was."""
-    from core.models.tiny import TINY_SEED, tiny_builder, tiny_dir, tiny_is_built
-
-    if tiny_is_built(name, workspace):
-        yield tiny_dir(name, workspace)
-        return
-    import torch
-
-    with tempfile.TemporaryDirectory(prefix=f"memory-estimate-tiny-{name}-") as tmp:
-        with torch.random.fork_rng(devices=[]):  # the build seeds torch; keep the caller's
-            tiny_builder(name)(Path(tmp), TINY_SEED)
-        yield Path(tmp)
-
-
 # ---------------------------------------------------------------- counting
 
 
@@ -189,7 +100,10 @@ def read_sizes(source: ConfigSource, lora_rank: int, lora_scope: str,
 
 def _stamp(source: ConfigSource) -> tuple[tuple[str, int, int], ...]:
     """The configs' (and the single file's) paths, sizes and modification times."""
-    paths = [source.folder / "model_index.json", *sorted(source.folder.glob("*/config.json"))]
+    from core.models.source import INDEX_FILES
+
+    paths = [*(source.folder / name for name in INDEX_FILES),
+             *sorted(source.folder.glob("*/config.json"))]
     if source.file is not None:
         paths.append(source.file)
     stats = [(str(path), path.stat()) for path in paths if path.is_file()]
@@ -200,15 +114,23 @@ def _stamp(source: ConfigSource) -> tuple[tuple[str, int, int], ...]:
 def _read_sizes(family: str, folder: Path, file: Path | None, stamp: tuple[Any, ...],
                 lora_rank: int, lora_scope: str, with_lora: bool,
                 lora_kind: str) -> ModelSizes:
+    from core.models.source import index_file
+
     source = ConfigSource(family, folder, file)
-    index = json.loads((source.folder / "model_index.json").read_text(encoding="utf-8"))
+    index_path = index_file(source.folder)
+    if index_path is None:
+        raise UnknownModel(f"no model_index.json in {source.folder}")
+    index = json.loads(index_path.read_text(encoding="utf-8"))
     denoiser: DenoiserSize | None = None
     second: DenoiserSize | None = None
     vae, encoders = None, []
     for name, entry in sorted(index.items()):
-        if name.startswith("_") or not (isinstance(entry, list) and len(entry) == 2
-                                        and all(isinstance(v, str) for v in entry)):
-            continue  # not [library, class]: [null, null], a list setting (Krea 2's taps)
+        # [library, class] (a modular index adds where the component was saved: the
+        # folder's own subfolder is read); not: [null, null], a list setting (Krea 2's taps)
+        if name.startswith("_") or not (isinstance(entry, list) and len(entry) in (2, 3)
+                                        and all(isinstance(v, str) for v in entry[:2])):
+            continue
+        entry = entry[:2]
         if name in DENOISERS or name == SECOND_EXPERT:
             size = _denoiser_size(source, name, entry, lora_rank, lora_scope,
                                   lora_kind if with_lora else None)
@@ -222,7 +144,7 @@ def _read_sizes(family: str, folder: Path, file: Path | None, stamp: tuple[Any, 
             else:
                 encoders.append(size)
     if denoiser is None:
-        raise UnknownModel(f"{source.folder}/model_index.json names no unet or transformer")
+        raise UnknownModel(f"{index_path} names no unet or transformer")
     sizes = ModelSizes(source.family, denoiser, vae, encoders, second)
     if source.file is not None:
         _sizes_from_header(sizes, source.file)

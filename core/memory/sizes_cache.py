@@ -118,7 +118,7 @@ def kept_key(path: str, family: str, workspace: Path, settings: tuple[Any, ...])
     says why). An unbuilt tiny model is keyed by its name: its configs come from this
     package's code, which every key holds, so no build is needed to find them. Imports
     neither diffusers nor torch."""
-    from core.memory.model_counts import config_source
+    from core.memory.config_source import config_source
     from core.models.source import model_source
     from core.models.tiny import tiny_is_built
 

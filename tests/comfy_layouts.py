@@ -153,6 +153,45 @@ LTX2 = (("audio_time_embed.", "audio_adaln_single."), ("time_embed.", "adaln_sin
         ("norm_q", "q_norm"), ("norm_k", "k_norm"))
 
 
+R, RB = r"context_embedder\.token_refiner\.refiner_blocks\.(\d+)\.", \
+    r"txt_in.individual_token_refiner.blocks.\1."
+C = r"context_embedder\.time_text_embed\."
+# diffusers' scripts/convert_hunyuan_video1_5_to_diffusers.py backwards, double blocks'
+# q, k and v fused as ComfyUI's file holds them (comfy/ldm/hunyuan_video/model.py).
+HUNYUAN_VIDEO15: list[Rule] = [
+    (r"x_embedder\.proj" + P, r"img_in.proj.\1", None),
+    *[(rf"time_embed\.timestep_embedder\.linear_{n}" + P, rf"time_in.mlp.{m}.\1", None)
+      for n, m in ((1, 0), (2, 2))],
+    (r"context_embedder\.proj_in" + P, r"txt_in.input_embedder.\1", None),
+    *[(C + rf"timestep_embedder\.linear_{n}" + P, rf"txt_in.t_embedder.mlp.{m}.\1", None)
+      for n, m in ((1, 0), (2, 2))],
+    *[(C + rf"text_embedder\.linear_{n}" + P, rf"txt_in.c_embedder.linear_{n}.\1", None)
+      for n in (1, 2)],
+    *[(R + rf"attn\.to_{x}" + P, RB + r"self_attn_qkv.\2", i) for i, x in enumerate("qkv")],
+    *[(R + old + P, RB + new + r".\2", None) for old, new in (
+        (r"norm1", "norm1"), (r"norm2", "norm2"), (r"attn\.to_out\.0", "self_attn_proj"),
+        (r"ff\.net\.0\.proj", "mlp.fc1"), (r"ff\.net\.2", "mlp.fc2"),
+        (r"norm_out\.linear", "adaLN_modulation.1"))],
+    *[(rf"context_embedder_2\.{old}" + P, rf"byt5_in.{new}.\1", None) for old, new in (
+        ("norm", "layernorm"), ("linear_1", "fc1"), ("linear_2", "fc2"), ("linear_3", "fc3"))],
+    *[(rf"image_embedder\.{old}" + P, rf"vision_in.proj.{n}.\1", None) for old, n in (
+        ("norm_in", 0), ("linear_1", 1), ("linear_2", 3), ("norm_out", 4))],
+    (r"cond_type_embed\.weight", "cond_type_embedding.weight", None),
+    *[(T + rf"attn\.to_{x}" + P, D + r"img_attn_qkv.\2", i) for i, x in enumerate("qkv")],
+    *[(T + rf"attn\.add_{x}_proj" + P, D + r"txt_attn_qkv.\2", i)
+      for i, x in enumerate("qkv")],
+    *[(T + rf"attn\.norm_{a}{x}\.weight", D + rf"{s}_attn_{x}_norm.weight", None)
+      for a, s in (("", "img"), ("added_", "txt")) for x in "qk"],
+    *[(T + old + P, D + new + r".\2", None) for old, new in (
+        (r"attn\.to_out\.0", "img_attn_proj"), (r"attn\.to_add_out", "txt_attn_proj"),
+        (r"ff\.net\.0\.proj", "img_mlp.fc1"), (r"ff\.net\.2", "img_mlp.fc2"),
+        (r"ff_context\.net\.0\.proj", "txt_mlp.fc1"), (r"ff_context\.net\.2", "txt_mlp.fc2"),
+        (r"norm1\.linear", "img_mod.linear"), (r"norm1_context\.linear", "txt_mod.linear"))],
+    (r"norm_out\.linear" + P, r"final_layer.adaLN_modulation.1.\1", None),
+    (r"proj_out" + P, r"final_layer.linear.\1", None),
+]
+
+
 def flux(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     out = remap(state, FLUX)
     for key in [k for k in out if k.startswith("final_layer.adaLN_modulation")]:
@@ -204,6 +243,15 @@ def ideogram4(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         keep=True)
 
 
+def hunyuan_video15(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Tencent's names; the final layer's modulation is (shift, scale) there."""
+    out = remap(state, HUNYUAN_VIDEO15)
+    key = "final_layer.adaLN_modulation.1."
+    for k in (key + "weight", key + "bias"):
+        out[k] = swap_halves(out[k])
+    return out
+
+
 def same_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """ComfyUI's model holds diffusers' names (Qwen-Image, ERNIE-Image)."""
     return dict(state)
@@ -225,7 +273,7 @@ LAYOUTS: dict[str, Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]]
     "flux": flux, "flux_kontext": flux, "chroma": lambda s: remap(s, CHROMA), "sd3": sd3,
     "flux2": flux2, "krea2": krea2, "ltx2": ltx2, "qwen_image": same_names,
     "qwen_image_edit": same_names, "ernie_image": same_names, "z_image": z_image,
-    "ideogram4": ideogram4,
+    "ideogram4": ideogram4, "hunyuan_video15": hunyuan_video15,
 }
 
 

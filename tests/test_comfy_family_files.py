@@ -23,7 +23,7 @@ from core.models.registry import get_family
 from core.models.tiny import resolve_model_path
 
 FAMILIES = ("flux", "flux_kontext", "chroma", "sd3", "flux2", "qwen_image",
-            "qwen_image_edit", "krea2", "ltx2", "ernie_image", "ideogram4")
+            "qwen_image_edit", "krea2", "ltx2", "ernie_image", "ideogram4", "hunyuan_video15")
 # diffusers' converters that fix FLUX.1's width (comfy_layouts.at_tiny_width).
 FIXED_WIDTH = {"flux": "FluxTransformer2DModel", "flux_kontext": "FluxTransformer2DModel",
                "chroma": "ChromaTransformer2DModel"}

@@ -4,7 +4,8 @@ encode_prompt with the full padding, the VAE's mode times scaling_factor, the ze
 condition and image tokens, t = 1000 sigma), the shifted sigma draw, both text encoders'
 tokens kept, latents of images and clips, LoRA files (the diffusers one loaded by
 `load_lora_weights`, the ComfyUI one in the original names), validation frames, the
-24 GB preset's estimate, and a headless run from clips to a LoRA and a validation video."""
+24 GB preset's estimate, the original file's names (original.py), and a headless run
+from clips to a LoRA and a validation video."""
 
 from __future__ import annotations
 
@@ -209,21 +210,36 @@ def test_validation_pipeline_gives_frames_and_the_first_as_the_image(loaded) -> 
     assert out.images[0] is out.frames[0][0]
 
 
-def test_a_single_file_is_refused_naming_the_fix(tmp_path: Path) -> None:
-    from safetensors.torch import save_file
+def test_the_original_names_map_the_full_size_transformer_whole() -> None:
+    """original.py on the 8.3B model's names and shapes (on the meta device): ComfyUI's
+    file (fused q/k/v, tests/comfy_layouts.py) and Tencent's own (q, k and v apart) both
+    come back as every tensor of HunyuanVideo15Transformer3DModel, each of its shape.
+    tests/test_comfy_family_files.py loads the tiny model's files."""
+    import json
 
-    from core.config import Config
-    from core.models.loading import ModelLoadError
+    from accelerate import init_empty_weights
+    from comfy_layouts import hunyuan_video15
+    from diffusers import HunyuanVideo15Transformer3DModel
 
-    path = tmp_path / "hunyuanvideo1.5_480p_t2v.safetensors"
-    save_file({"double_blocks.0.img_attn_q.weight": torch.zeros(2, 2),
-               "byt5_in.fc1.weight": torch.zeros(2, 2)}, str(path))
-    with pytest.raises(ModelLoadError, match="diffusers folder"):
-        HV.load(str(path))
-    cfg = Config()
-    cfg.model.family, cfg.model.path = "hunyuan_video15", str(path)
-    [problem] = HV.config_problems(cfg)
-    assert problem.where == "model.path" and "hub id" in problem.message
+    from core.models.families.hunyuan_video15.original import diffusers_names
+
+    config = Path(__file__).parents[1] / ("core/models/families/hunyuan_video15/full_size/"
+                                          "transformer/config.json")
+    with init_empty_weights():
+        model = HunyuanVideo15Transformer3DModel.from_config(json.loads(config.read_text()))
+    want = {k: v.shape for k, v in model.state_dict().items()}
+    comfy = hunyuan_video15(model.state_dict())
+    tencent = {}
+    for key, value in comfy.items():
+        stem, fused, param = key.partition("_attn_qkv.")
+        if fused and stem.startswith("double_blocks."):
+            for x, part in zip("qkv", value.chunk(3), strict=True):
+                tencent[f"{stem}_attn_{x}.{param}"] = part
+        else:
+            tencent[key] = value
+    assert len(tencent) > len(comfy) > 54 * 20
+    for state in (comfy, tencent):
+        assert {k: v.shape for k, v in diffusers_names(state).items()} == want
 
 
 def test_a_frame_count_off_the_rule_is_refused_with_the_nearest_counts() -> None:

@@ -49,9 +49,12 @@ Image-to-video (a folder whose model_index.json names HunyuanVideo15ImageToVideo
 i2v.py, which says how the first-frame condition is cached and fed; tiny_i2v/
 (tiny:hunyuan_video15_i2v) is its tiny model.
 
-Not here: single files (diffusers 0.42 cannot read an original HunyuanVideo 1.5 file, so
-one is refused naming the fix), the step-distilled models (use_meanflow, refused at load)
-and the super-resolution ones. I2V validation starts from each prompt's
+Single files: ComfyUI's diffusion-model file of the transformer (Tencent's names; bf16,
+fp8 or fp8_scaled, docs/quantization.md), mapped by original.py as diffusers 0.42 has no
+converter for it; model.config gives the rest (empty: the 480p T2V repo, whose transformer
+config differs from 720p's only in target_size; an image-to-video file takes an
+image-to-video folder). Not here: the step-distilled models (use_meanflow, refused at
+load) and the super-resolution ones. I2V validation starts from each prompt's
 validation.control_images entry (`first_image`, i2v.py), or the shared synthetic_image
 (core/models/video_pipeline.py) without one.
 """
@@ -135,8 +138,11 @@ class HunyuanVideo15Family(FlowFamily):
     first_image = FIRST_IMAGE  # a HunyuanVideo15ImageToVideoPipeline folder (i2v.py)
     pipeline_prefix = "HunyuanVideo15"
     # An original file (its ByT5 projection) is named as this family, before Flux's
-    # "double_blocks." claims it, so the refusal below is the one a user sees.
+    # "double_blocks." claims it. ComfyUI's diffusion-model file of the transformer
+    # (bf16, fp8, fp8_scaled), mapped by original.py; model.config gives the rest.
     single_file = SingleFileSpec(markers=("byt5_in.",), rank=25)
+    transformer_class_name = "HunyuanVideo15Transformer3DModel"
+    single_file_default_config = "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v"
     text_encoder_count = 2
     pipeline_class_name = "HunyuanVideo15Pipeline"
     # The memory estimate's text tokens: Qwen's 1000 (the most a prompt gives) beside
@@ -155,22 +161,16 @@ class HunyuanVideo15Family(FlowFamily):
 
     def load(self, path: str, *, dtype: Any = None, device: Any = "cpu",
              config: str | None = None) -> Components:
-        """A diffusers folder or hub id; a single file is refused (see the docstring)."""
-        if loading.checked_source(path, self.name) == "file":
-            raise loading.ModelLoadError(
-                path, "is a single-file checkpoint, but diffusers 0.42 cannot read an "
-                "original HunyuanVideo 1.5 file: set model.path to a diffusers folder (one "
-                "holding model_index.json) or a hub id such as "
-                "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v")
+        """A diffusers folder or hub id, or a single file of the transformer with the rest
+        from model.config (see the docstring)."""
         c = super().load(path, dtype=dtype, device=device, config=config)
         if is_i2v(c):
             freeze([c.image_encoder], device)
         return c
 
     def config_problems(self, cfg: Any) -> list[Any]:
-        """A single-file model.path is refused at the check already (see `load`); a kind
-        whose q/k/v ComfyUI drops is named (see the docstring)."""
-        from core.problems import error, warning
+        """A kind whose q/k/v ComfyUI drops is named (see the docstring)."""
+        from core.problems import warning
 
         problems = []
         kind = cfg.train.lora_kind
@@ -180,13 +180,12 @@ class HunyuanVideo15Family(FlowFamily):
                 "single qkv weight ComfyUI's HunyuanVideo 1.5 holds, so ComfyUI drops them "
                 "from lora_comfyui.safetensors (its out projections and feed-forwards "
                 "load); train lora for a file ComfyUI takes whole"))
-        path = str(cfg.model.path)
-        if path.endswith((".safetensors", ".ckpt", ".pt", ".gguf")):
-            problems.append(error(
-                "model.path", f"{path} is a single file, which diffusers 0.42 cannot read as "
-                "HunyuanVideo 1.5: use a diffusers folder or a hub id such as "
-                "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v"))
         return problems
+
+    def transformer_names(self, state: dict[str, Any]) -> dict[str, Any]:
+        from core.models.families.hunyuan_video15.original import diffusers_names
+
+        return diffusers_names(state)
 
     def _pretrained_class(self, path: str, kind: loading.SourceKind) -> Any:
         """The folder's own pipeline (image-to-video where model_index.json names it,

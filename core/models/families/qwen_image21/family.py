@@ -153,6 +153,8 @@ class QwenImage21Family(QwenImageFamily):
     single_file = SingleFileSpec(markers=("txt_in.text_norm.",), rank=55)
     pipeline_prefix = "QwenImage21"
     pipeline_class_name = "QwenImage21Pipeline"
+    # No ComfyUI or single-file transformer to read (load refuses files): not Qwen-Image's.
+    transformer_class_name = ""
     # validation.model on Qwen-Image 2.1 Turbo: the Turbo blocks' 8 steps, no guidance
     # (the pipeline samples its shipped sample_sigmas, whatever the step count)
     validation = dataclasses.replace(QwenImageFamily.validation, distilled=(8, 1.0))

@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 # tests wait on pages and timers, and a third worker fills those waits (13:06 to 14:13
 # against 14:24 with two, 2026-11-27). make test-fast is busy all the time: two (2:15
 # against 2:22 with three).
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 FAST_WORKERS ?= 2
 XDIST := --dist loadfile
 STAMP := $(VENV)/.installed-stamp

@@ -6,9 +6,9 @@ PY := $(VENV)/bin/python
 # Test processes side by side (pytest-xdist); whole files go to one worker, so a module's
 # shared run is set up once. make test runs three on the 2-core test machine: its browser
 # tests wait on pages and timers, and a third worker fills those waits (13:06 to 14:13
-# against 14:24 with two, 2026-11-27). make test-fast is busy all the time: two (2:15
+# against 14:24 with two, 2026-11-27; four: 14:17 against 13:29 with three, 2026-11-29). make test-fast is busy all the time: two (2:15
 # against 2:22 with three).
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 3
 FAST_WORKERS ?= 2
 XDIST := --dist loadfile
 STAMP := $(VENV)/.installed-stamp

@@ -102,6 +102,7 @@ def _config(tmp_path: Path, f: dict[str, Path], family: str, form: str):
     return cfg
 
 
+@pytest.mark.slow  # a meta-device build per family: seconds each (make test runs them)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_an_fp8_file_is_estimated_at_one_byte_a_linear_weight(files, tmp_path: Path,
                                                                family: str) -> None:

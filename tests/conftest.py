@@ -232,6 +232,24 @@ def train_events(cfg, folder: Path, workspace: Path | None = None) -> list[dict]
     return [json.loads(line) for line in lines]
 
 
+def assert_compiled_blocks_train_alike(tmp: Path, workspace: Path, family: str,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """train.compile = "blocks" on a family's tiny model (aot_eager on the CPU, as
+    tests/test_hot_loop.py): two steps with the same losses as uncompiled."""
+    monkeypatch.setenv("TRAIN_COMPILE_BACKEND", "aot_eager")
+
+    def losses(name: str, mode: str) -> list[float]:
+        cfg = small_config(tmp / name, images=2, family=family)
+        cfg.train.max_steps, cfg.train.eval_every, cfg.validation.every = 2, 100, 100
+        cfg.train.gradient_checkpointing, cfg.train.compile = True, mode
+        events = train_events(cfg, tmp / name, workspace)
+        return [e["loss"] for e in events if e["type"] == "step"]
+
+    plain = losses("plain", "off")
+    assert len(plain) == 2 and losses("compiled", "blocks") == pytest.approx(plain, rel=1e-4,
+                                                                             abs=1e-5)
+
+
 def step_losses(folder: Path, steps: int, family: str = "sd15", workspace: Path | None = None,
                 **train: object) -> list[float]:
     """The loss of each of `steps` steps of small_config(folder) trained in-process on the

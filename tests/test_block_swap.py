@@ -199,6 +199,17 @@ def swap_run(tmp: Path, workspace: Path, family: str, swap: int, **model: object
     return losses, load_file(run / "lora/pytorch_lora_weights.safetensors"), run, swaps
 
 
+def assert_one_swapped_block_trains_as_in_place(tmp: Path, workspace: Path,
+                                               family: str) -> None:
+    """A family's model.blocks_to_swap = 1 run against its unswapped one: the same losses
+    and LoRA, through an eval and a validation round, and block 1 the one swapped."""
+    plain, plain_lora, _, none = swap_run(tmp / "a", workspace, family, 0)
+    swapped, swapped_lora, _, [swap] = swap_run(tmp / "b", workspace, family, 1)
+    assert swapped == plain and none == [] and swap["swapped"] == [1]
+    assert swapped_lora.keys() == plain_lora.keys()
+    assert all(torch.equal(swapped_lora[k], t) for k, t in plain_lora.items())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("family,quantize,stream", [("flux", "none", True),
                                                     ("wan", "int8", False)])

@@ -306,30 +306,15 @@ def test_trains_a_few_steps_and_saves_a_lora(tmp_path: Path, tiny_workspace: Pat
 def test_a_swapped_block_trains_as_in_place(tmp_path: Path, tiny_workspace: Path) -> None:
     """model.blocks_to_swap = 1 (the text's, the image's per-mode blocks, then the joint
     ones): the same losses and LoRA as unswapped."""
-    from test_block_swap import swap_run
+    from test_block_swap import assert_one_swapped_block_trains_as_in_place
 
-    plain, plain_lora, _, none = swap_run(tmp_path / "a", tiny_workspace, "flux3", 0)
-    swapped, swapped_lora, _, [swap] = swap_run(tmp_path / "b", tiny_workspace, "flux3", 1)
-    assert swapped == plain and none == [] and swap["swapped"] == [1]
-    assert swapped_lora.keys() == plain_lora.keys()
-    assert all(torch.equal(swapped_lora[k], t) for k, t in plain_lora.items())
+    assert_one_swapped_block_trains_as_in_place(tmp_path, tiny_workspace, "flux3")
 
 
 @pytest.mark.slow
 def test_compiled_blocks_train_to_the_same_losses(tmp_path: Path, tiny_workspace: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """train.compile = "blocks" (aot_eager on the CPU): the same step losses."""
-    from conftest import train_events
+    from conftest import assert_compiled_blocks_train_alike
 
-    monkeypatch.setenv("TRAIN_COMPILE_BACKEND", "aot_eager")
-
-    def losses(name: str, mode: str) -> list[float]:
-        cfg = small_config(tmp_path / name, images=2, family="flux3")
-        cfg.train.max_steps, cfg.train.eval_every, cfg.validation.every = 2, 100, 100
-        cfg.train.gradient_checkpointing, cfg.train.compile = True, mode
-        events = train_events(cfg, tmp_path / name, tiny_workspace)
-        return [e["loss"] for e in events if e["type"] == "step"]
-
-    plain = losses("plain", "off")
-    assert len(plain) == 2 and losses("compiled", "blocks") == pytest.approx(plain, rel=1e-4,
-                                                                             abs=1e-5)
+    assert_compiled_blocks_train_alike(tmp_path, tiny_workspace, "flux3", monkeypatch)
